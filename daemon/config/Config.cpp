@@ -1,0 +1,198 @@
+#include "config/Config.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "tensortier/v1/options.pb.h"
+
+namespace tt::config {
+namespace {
+
+namespace pb = google::protobuf;
+
+// Collects the parser's messages instead of letting protobuf print them to stderr.
+class ErrorCollector : public pb::io::ErrorCollector {
+ public:
+  explicit ErrorCollector(std::string_view origin) : origin_(origin) {}
+  void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
+    add("error", line, column, message);
+  }
+  void AddWarning(int line, pb::io::ColumnNumber column, const std::string& message) override {
+    add("warning", line, column, message);
+  }
+  [[nodiscard]] std::string text() const { return out_.str(); }
+
+ private:
+  void add(const char* kind, int line, pb::io::ColumnNumber column, const std::string& message) {
+    if (out_.tellp() > 0) out_ << "; ";
+    // The tokenizer counts from zero; editors count from one.
+    out_ << origin_ << ":" << line + 1 << ":" << column + 1 << ": " << kind << ": " << message;
+  }
+  std::string origin_;
+  std::ostringstream out_;
+};
+
+double numericValue(const pb::Reflection& r, const pb::Message& m, const pb::FieldDescriptor& f, int index) {
+  const bool rep = f.is_repeated();
+  switch (f.cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_INT32: return rep ? r.GetRepeatedInt32(m, &f, index) : r.GetInt32(m, &f);
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+      return static_cast<double>(rep ? r.GetRepeatedInt64(m, &f, index) : r.GetInt64(m, &f));
+    case pb::FieldDescriptor::CPPTYPE_UINT32:
+      return rep ? r.GetRepeatedUInt32(m, &f, index) : r.GetUInt32(m, &f);
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+      return static_cast<double>(rep ? r.GetRepeatedUInt64(m, &f, index) : r.GetUInt64(m, &f));
+    case pb::FieldDescriptor::CPPTYPE_DOUBLE: return rep ? r.GetRepeatedDouble(m, &f, index) : r.GetDouble(m, &f);
+    case pb::FieldDescriptor::CPPTYPE_FLOAT: return rep ? r.GetRepeatedFloat(m, &f, index) : r.GetFloat(m, &f);
+    default: return 0;
+  }
+}
+
+bool isNumeric(const pb::FieldDescriptor& f) {
+  switch (f.cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_INT32:
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+    case pb::FieldDescriptor::CPPTYPE_UINT32:
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+    case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+    case pb::FieldDescriptor::CPPTYPE_FLOAT: return true;
+    default: return false;
+  }
+}
+
+// Walks the whole message, unset fields included (their defaults must be in bounds too), and
+// reports every bound violation and every enum left at its UNSPECIFIED zero value.
+void checkBounds(const pb::Message& m, const std::string& prefix, std::vector<std::string>& errors) {
+  const pb::Descriptor& d = *m.GetDescriptor();
+  const pb::Reflection& r = *m.GetReflection();
+  for (int i = 0; i < d.field_count(); ++i) {
+    const pb::FieldDescriptor& f = *d.field(i);
+    const std::string path = prefix.empty() ? f.name() : prefix + "." + f.name();
+    const int count = f.is_repeated() ? r.FieldSize(m, &f) : 1;
+    for (int k = 0; k < count; ++k) {
+      const std::string where = f.is_repeated() ? path + "[" + std::to_string(k) + "]" : path;
+      if (f.cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+        checkBounds(f.is_repeated() ? r.GetRepeatedMessage(m, &f, k) : r.GetMessage(m, &f), where, errors);
+        continue;
+      }
+      if (f.cpp_type() == pb::FieldDescriptor::CPPTYPE_ENUM) {
+        const int v = f.is_repeated() ? r.GetRepeatedEnumValue(m, &f, k) : r.GetEnumValue(m, &f);
+        const bool explicitlySet = f.is_repeated() || r.HasField(m, &f);
+        if (v == 0 && (explicitlySet || f.has_default_value()))
+          errors.push_back(where + ": must be set to one of the named values");
+        continue;
+      }
+      if (!isNumeric(f) || !f.options().HasExtension(tensortier::v1::bounds)) continue;
+      const auto& b = f.options().GetExtension(tensortier::v1::bounds);
+      const double v = numericValue(r, m, f, k);
+      std::ostringstream msg;
+      if (b.has_min() && v < b.min()) {
+        msg << where << ": " << v << " is below the minimum " << b.min();
+        errors.push_back(msg.str());
+      } else if (b.has_max() && v > b.max()) {
+        msg << where << ": " << v << " is above the maximum " << b.max();
+        errors.push_back(msg.str());
+      }
+    }
+  }
+}
+
+// Cross-field rules that bounds cannot express, one function per section.
+void checkTopology(const tensortier::v1::TopologyConfig& t, std::vector<std::string>& errors) {
+  std::set<uint32_t> seen;
+  for (const auto& o : t.node_override()) {
+    if (!o.has_node()) errors.push_back("topology.node_override: every override needs `node`");
+    if (!o.has_tier()) errors.push_back("topology.node_override: every override needs `tier`");
+    if (o.has_node() && !seen.insert(o.node()).second)
+      errors.push_back("topology.node_override: node " + std::to_string(o.node()) + " is listed twice");
+  }
+  if (t.sysfs_root().empty() || t.sysfs_root().front() != '/')
+    errors.push_back("topology.sysfs_root: must be an absolute path");
+}
+
+}  // namespace
+
+Result<DaemonConfig> parseConfig(std::string_view text, std::string_view origin) {
+  DaemonConfig config;
+  ErrorCollector collector(origin);
+  pb::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&collector);
+  parser.AllowUnknownField(false);
+  parser.AllowUnknownExtension(false);
+  if (!parser.ParseFromString(std::string(text), &config)) return logicError(collector.text());
+  return config;
+}
+
+Result<DaemonConfig> loadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return errnoError("open config " + path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return errnoError("read config " + path);
+  auto config = parseConfig(text.str(), path);
+  if (!config) return config.error();
+  if (auto valid = validateConfig(*config); !valid) return withContext(valid.error(), path);
+  return config;
+}
+
+std::vector<std::string> validationErrors(const DaemonConfig& config) {
+  std::vector<std::string> errors;
+  checkBounds(config, "", errors);
+  checkTopology(config.topology(), errors);
+  return errors;
+}
+
+Result<void> validateConfig(const DaemonConfig& config) {
+  const auto errors = validationErrors(config);
+  if (errors.empty()) return {};
+  std::string joined;
+  for (const auto& e : errors) joined += (joined.empty() ? "" : "; ") + e;
+  return logicError("invalid config: " + joined);
+}
+
+std::string effectiveConfigText(const DaemonConfig& config) {
+  // Materialise defaults by setting every unset singular field to its default value.
+  DaemonConfig full = config;
+  std::vector<pb::Message*> stack{&full};
+  while (!stack.empty()) {
+    pb::Message* m = stack.back();
+    stack.pop_back();
+    const pb::Descriptor& d = *m->GetDescriptor();
+    const pb::Reflection& r = *m->GetReflection();
+    for (int i = 0; i < d.field_count(); ++i) {
+      const pb::FieldDescriptor& f = *d.field(i);
+      if (f.is_repeated()) {
+        if (f.cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE)
+          for (int k = 0; k < r.FieldSize(*m, &f); ++k) stack.push_back(r.MutableRepeatedMessage(m, &f, k));
+        continue;
+      }
+      if (f.cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+        stack.push_back(r.MutableMessage(m, &f));
+        continue;
+      }
+      if (r.HasField(*m, &f)) continue;
+      switch (f.cpp_type()) {
+        case pb::FieldDescriptor::CPPTYPE_INT32: r.SetInt32(m, &f, f.default_value_int32()); break;
+        case pb::FieldDescriptor::CPPTYPE_INT64: r.SetInt64(m, &f, f.default_value_int64()); break;
+        case pb::FieldDescriptor::CPPTYPE_UINT32: r.SetUInt32(m, &f, f.default_value_uint32()); break;
+        case pb::FieldDescriptor::CPPTYPE_UINT64: r.SetUInt64(m, &f, f.default_value_uint64()); break;
+        case pb::FieldDescriptor::CPPTYPE_DOUBLE: r.SetDouble(m, &f, f.default_value_double()); break;
+        case pb::FieldDescriptor::CPPTYPE_FLOAT: r.SetFloat(m, &f, f.default_value_float()); break;
+        case pb::FieldDescriptor::CPPTYPE_BOOL: r.SetBool(m, &f, f.default_value_bool()); break;
+        case pb::FieldDescriptor::CPPTYPE_ENUM: r.SetEnum(m, &f, f.default_value_enum()); break;
+        case pb::FieldDescriptor::CPPTYPE_STRING: r.SetString(m, &f, f.default_value_string()); break;
+        case pb::FieldDescriptor::CPPTYPE_MESSAGE: break;
+      }
+    }
+  }
+  std::string out;
+  pb::TextFormat::PrintToString(full, &out);
+  return out;
+}
+
+}  // namespace tt::config

@@ -1,0 +1,84 @@
+#include "sys/Fs.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
+
+namespace tt::sys {
+
+Fs::Fs(std::string root) : root_(std::move(root)) {
+  while (root_.size() > 1 && root_.back() == '/') root_.pop_back();
+}
+
+std::string Fs::resolve(std::string_view relative) const {
+  while (!relative.empty() && relative.front() == '/') relative.remove_prefix(1);
+  if (root_ == "/") return "/" + std::string(relative);
+  return root_ + "/" + std::string(relative);
+}
+
+Result<std::string> Fs::readFile(std::string_view relative) const {
+  const std::string path = resolve(relative);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errnoError("open " + path);
+  std::string content;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      Error e = errnoError("read " + path);
+      ::close(fd);
+      return e;
+    }
+    if (n == 0) break;
+    content.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return content;
+}
+
+Result<std::string> Fs::readLine(std::string_view relative) const {
+  auto content = readFile(relative);
+  if (!content) return content.error();
+  std::string& s = *content;
+  if (auto nl = s.find('\n'); nl != std::string::npos) s.resize(nl);
+  return std::move(s);
+}
+
+Result<std::vector<std::string>> Fs::listDir(std::string_view relative) const {
+  const std::string path = resolve(relative);
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(path.c_str()), ::closedir);
+  if (!dir) return errnoError("opendir " + path);
+  std::vector<std::string> names;
+  errno = 0;
+  while (const dirent* entry = ::readdir(dir.get())) {
+    std::string_view name(entry->d_name);
+    if (name != "." && name != "..") names.emplace_back(name);
+  }
+  if (errno != 0) return errnoError("readdir " + path);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+bool Fs::exists(std::string_view relative) const {
+  struct stat st {};
+  return ::stat(resolve(relative).c_str(), &st) == 0;
+}
+
+Result<void> Fs::writeFile(std::string_view relative, std::string_view content) const {
+  const std::string path = resolve(relative);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errnoError("open for write " + path);
+  const ssize_t n = ::write(fd, content.data(), content.size());
+  Error e = errnoError("write " + path);
+  ::close(fd);
+  if (n < 0) return e;
+  if (static_cast<size_t>(n) != content.size()) return systemError(EIO, "short write to " + path);
+  return {};
+}
+
+}  // namespace tt::sys

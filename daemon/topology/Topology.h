@@ -1,0 +1,65 @@
+// NUMA topology as tensortier sees it: which nodes are fast (DRAM) and which are slow (persistent
+// memory in KMEM mode, CXL), with their CPUs, memory and distances.
+//
+// Tier rules, in order: a config override for the node; else the kernel's memory tiers
+// (/sys/devices/virtual/memory_tiering, 6.1+) when they rank nodes apart: nodes outside the
+// top-ranked tier are slow; else a CPU-less node is slow (the kernel leaves nodes it knows nothing
+// about in the default DRAM tier, so CPU-less is the better signal for PMEM/CXL nodes).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/Result.h"
+#include "sys/Fs.h"
+#include "tensortier/v1/config.pb.h"
+
+namespace tt::topology {
+
+enum class Tier { Fast, Slow };
+
+enum class TierSource { KernelMemoryTier, CpuLessDefault, CpuDefault, Config };
+
+struct NodeMemory {
+  uint64_t totalBytes = 0;
+  uint64_t freeBytes = 0;
+};
+
+struct NumaNode {
+  int id = 0;
+  std::vector<int> cpus;
+  NodeMemory memory;
+  std::vector<int> distances;      // distances[i]: to the i-th online node, as the kernel lists them
+  std::optional<int> kernelTier;   // memory_tierN of the kernel, if it has tiers
+  Tier tier = Tier::Fast;
+  TierSource tierSource = TierSource::CpuDefault;
+};
+
+struct Topology {
+  std::vector<NumaNode> nodes;  // online nodes with memory, ascending id
+
+  [[nodiscard]] const NumaNode* node(int id) const;
+  [[nodiscard]] std::vector<int> nodesInTier(Tier tier) const;
+  // Distance between two online nodes, or nullopt if either is unknown.
+  [[nodiscard]] std::optional<int> distance(int from, int to) const;
+  // The node of `tier` nearest to `from` (lowest distance, then lowest id).
+  [[nodiscard]] std::optional<int> nearestInTier(int from, Tier tier) const;
+  [[nodiscard]] bool isTiered() const { return !nodesInTier(Tier::Fast).empty() && !nodesInTier(Tier::Slow).empty(); }
+};
+
+// Discovers the topology from sysfs (`sysfs` rooted at /sys, or a fixture tree in tests).
+[[nodiscard]] Result<Topology> discover(const sys::Fs& sysfs, const tensortier::v1::TopologyConfig& config);
+
+// Current total/free memory of one node (node/nodeN/meminfo): the capacity guard reads it often.
+[[nodiscard]] Result<NodeMemory> readNodeMemory(const sys::Fs& sysfs, int node);
+
+[[nodiscard]] const char* tierName(Tier tier);
+[[nodiscard]] const char* tierSourceName(TierSource source);
+
+// A human-readable table and a JSON document of the topology (tools and the daemon's log).
+[[nodiscard]] std::string formatTable(const Topology& topology);
+[[nodiscard]] std::string formatJson(const Topology& topology);
+
+}  // namespace tt::topology

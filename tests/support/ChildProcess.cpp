@@ -1,0 +1,48 @@
+#include "support/ChildProcess.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace tt::test {
+
+TouchingChild::TouchingChild(size_t bytes) : bytes_(bytes) {
+  int fds[2];
+  if (pipe(fds) != 0) {
+    ADD_FAILURE() << "pipe: " << std::strerror(errno);
+    return;
+  }
+  pid_ = fork();
+  if (pid_ < 0) {
+    ADD_FAILURE() << "fork: " << std::strerror(errno);
+    return;
+  }
+  if (pid_ == 0) {
+    close(fds[0]);
+    void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) _exit(10);
+    (void)madvise(mem, bytes, MADV_NOHUGEPAGE);
+    std::memset(mem, 0x5a, bytes);
+    const auto addr = reinterpret_cast<uintptr_t>(mem);
+    if (write(fds[1], &addr, sizeof addr) != sizeof addr) _exit(11);
+    for (;;) pause();
+  }
+  close(fds[1]);
+  if (read(fds[0], &address_, sizeof address_) != sizeof address_) ADD_FAILURE() << "child did not report its buffer";
+  close(fds[0]);
+}
+
+void TouchingChild::kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+TouchingChild::~TouchingChild() { kill(); }
+
+}  // namespace tt::test

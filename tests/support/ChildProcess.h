@@ -1,0 +1,33 @@
+// A child process that maps and touches a buffer and then waits: the target of tests that act on
+// another process's pages (move_pages on a pid, /proc/PID/*, BPF filtered by tgid).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tt::test {
+
+class TouchingChild {
+ public:
+  // Forks; the child mmaps `bytes` (4 KiB pages, THP off), writes every page, reports the address,
+  // and sleeps until killed. Test failures are raised if anything goes wrong.
+  explicit TouchingChild(size_t bytes);
+  ~TouchingChild();
+  TouchingChild(const TouchingChild&) = delete;
+  TouchingChild& operator=(const TouchingChild&) = delete;
+
+  [[nodiscard]] pid_t pid() const { return pid_; }
+  [[nodiscard]] uintptr_t address() const { return address_; }
+  [[nodiscard]] size_t bytes() const { return bytes_; }
+  // Kills and reaps the child now.
+  void kill();
+
+ private:
+  pid_t pid_ = -1;
+  uintptr_t address_ = 0;
+  size_t bytes_ = 0;
+};
+
+}  // namespace tt::test

@@ -1,0 +1,30 @@
+// Shared helpers for tensortier's tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace tt::test {
+
+// Path of a checked-in fixture: fixture("topology/dram_pmem_2socket").
+[[nodiscard]] std::string fixture(const std::string& relative);
+
+// Path under the source tree: sourcePath("systemd/tensortierd.conf").
+[[nodiscard]] std::string sourcePath(const std::string& relative);
+
+// Whole contents of a file, or a test failure.
+[[nodiscard]] std::string readFileOrFail(const std::string& path);
+
+// True when the process is root; tests that need it call TT_REQUIRE_ROOT() and fail loudly if not.
+[[nodiscard]] bool isRoot();
+
+}  // namespace tt::test
+
+// A privileged test must not pass, or silently skip, when it lacks privilege.
+#define TT_REQUIRE_ROOT()                                                                                  \
+  do {                                                                                                     \
+    if (!::tt::test::isRoot())                                                                             \
+      GTEST_FAIL() << "this test needs root (it exercises the kernel for real): run `sudo ctest -L "       \
+                      "privileged` or the README test command as root";                                  \
+  } while (0)

@@ -1,0 +1,102 @@
+#include "config/Config.h"
+
+#include <google/protobuf/descriptor.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <regex>
+
+#include "support/TestSupport.h"
+
+namespace {
+
+using tt::config::parseConfig;
+using tt::config::validateConfig;
+
+TEST(Config, ShippedSampleParsesAndIsValid) {
+  auto config = tt::config::loadConfigFile(tt::test::sourcePath("systemd/tensortierd.conf"));
+  ASSERT_TRUE(config) << config.error().message();
+}
+
+// The sample is the documentation of every key: a field added to the schema without being
+// described there fails this test.
+TEST(Config, ShippedSampleMentionsEveryField) {
+  const std::string sample = tt::test::readFileOrFail(tt::test::sourcePath("systemd/tensortierd.conf"));
+  std::function<void(const google::protobuf::Descriptor&, const std::string&)> walk =
+      [&](const google::protobuf::Descriptor& d, const std::string& path) {
+        for (int i = 0; i < d.field_count(); ++i) {
+          const auto& f = *d.field(i);
+          const std::regex word("\\b" + f.name() + "\\b");
+          EXPECT_TRUE(std::regex_search(sample, word)) << "sample config does not mention " << path << f.name();
+          if (f.message_type() != nullptr) walk(*f.message_type(), path + f.name() + ".");
+        }
+      };
+  walk(*tt::config::DaemonConfig::descriptor(), "");
+}
+
+TEST(Config, EmptyConfigIsValidAndUsesSchemaDefaults) {
+  auto config = parseConfig("", "<string>");
+  ASSERT_TRUE(config);
+  EXPECT_TRUE(validateConfig(*config).ok());
+  EXPECT_EQ(config->log().level(), tensortier::v1::INFO);
+  EXPECT_EQ(config->topology().sysfs_root(), "/sys");
+}
+
+TEST(Config, UnknownKeyIsRejectedWithPosition) {
+  auto config = parseConfig("log {\n  level: DEBUG\n  colour: true\n}\n", "test.conf");
+  ASSERT_FALSE(config);
+  EXPECT_NE(config.error().message().find("test.conf:3:"), std::string::npos) << config.error().message();
+  EXPECT_NE(config.error().message().find("colour"), std::string::npos) << config.error().message();
+}
+
+TEST(Config, TypeErrorIsRejected) {
+  EXPECT_FALSE(parseConfig("log { level: LOUD }", "x"));
+  EXPECT_FALSE(parseConfig("topology { node_override { node: -1 } }", "x"));
+}
+
+TEST(Config, BoundsAreEnforced) {
+  auto config = parseConfig("topology { node_override { node: 5000 tier: SLOW } }", "x");
+  ASSERT_TRUE(config) << config.error().message();
+  auto valid = validateConfig(*config);
+  ASSERT_FALSE(valid);
+  EXPECT_NE(valid.error().message().find("topology.node_override[0].node: 5000 is above the maximum 1023"),
+            std::string::npos)
+      << valid.error().message();
+}
+
+TEST(Config, CrossFieldRulesAreEnforced) {
+  auto dup = parseConfig("topology { node_override { node: 1 tier: SLOW } node_override { node: 1 tier: FAST } }", "x");
+  ASSERT_TRUE(dup);
+  EXPECT_FALSE(validateConfig(*dup));
+  auto incomplete = parseConfig("topology { node_override { node: 1 } }", "x");
+  ASSERT_TRUE(incomplete);
+  EXPECT_FALSE(validateConfig(*incomplete));
+  auto relative = parseConfig("topology { sysfs_root: \"sys\" }", "x");
+  ASSERT_TRUE(relative);
+  EXPECT_FALSE(validateConfig(*relative));
+}
+
+TEST(Config, ExplicitUnspecifiedEnumIsRejected) {
+  auto config = parseConfig("log { level: LOG_LEVEL_UNSPECIFIED }", "x");
+  ASSERT_TRUE(config);
+  EXPECT_FALSE(validateConfig(*config));
+}
+
+TEST(Config, MissingFileIsAnErrnoError) {
+  auto config = tt::config::loadConfigFile("/nonexistent/tensortierd.conf");
+  ASSERT_FALSE(config);
+  EXPECT_EQ(config.error().code, ENOENT);
+}
+
+TEST(Config, EffectiveConfigFillsDefaultsAndRoundTrips) {
+  auto config = parseConfig("log { level: DEBUG }", "x");
+  ASSERT_TRUE(config);
+  const std::string text = tt::config::effectiveConfigText(*config);
+  EXPECT_NE(text.find("level: DEBUG"), std::string::npos) << text;
+  EXPECT_NE(text.find("sysfs_root: \"/sys\""), std::string::npos) << text;
+  auto again = parseConfig(text, "effective");
+  ASSERT_TRUE(again) << again.error().message();
+  EXPECT_TRUE(validateConfig(*again).ok());
+}
+
+}  // namespace

@@ -1,0 +1,106 @@
+#include "topology/Topology.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "config/Config.h"
+#include "support/TestSupport.h"
+
+namespace {
+
+using tt::topology::Tier;
+using tt::topology::TierSource;
+
+tt::Result<tt::topology::Topology> discoverFixture(const std::string& name, const std::string& configText = "") {
+  auto config = tt::config::parseConfig(configText, "test");
+  EXPECT_TRUE(config);
+  return tt::topology::discover(tt::sys::Fs(tt::test::fixture("topology/" + name + "/sys")), config->topology());
+}
+
+TEST(Topology, TwoSocketDramPlusPmemUsesKernelTiers) {
+  auto topo = discoverFixture("dram_pmem_2socket");
+  ASSERT_TRUE(topo) << topo.error().message();
+  ASSERT_EQ(topo->nodes.size(), 4u);
+  EXPECT_EQ(topo->nodesInTier(Tier::Fast), (std::vector<int>{0, 1}));
+  EXPECT_EQ(topo->nodesInTier(Tier::Slow), (std::vector<int>{2, 3}));
+  const auto* pmem = topo->node(3);
+  ASSERT_NE(pmem, nullptr);
+  EXPECT_EQ(pmem->tierSource, TierSource::KernelMemoryTier);
+  EXPECT_EQ(pmem->kernelTier, 22);
+  EXPECT_TRUE(pmem->cpus.empty());
+  EXPECT_EQ(pmem->memory.totalBytes, 805306368ULL * 1024);
+  EXPECT_EQ(pmem->memory.freeBytes, 790626304ULL * 1024);
+  EXPECT_EQ(topo->node(1)->cpus.size(), 48u);
+  EXPECT_EQ(topo->distance(0, 3), 28);
+  // Each socket demotes to its own PMEM node, and a PMEM page promotes to its own socket.
+  EXPECT_EQ(topo->nearestInTier(0, Tier::Slow), 2);
+  EXPECT_EQ(topo->nearestInTier(1, Tier::Slow), 3);
+  EXPECT_EQ(topo->nearestInTier(3, Tier::Fast), 1);
+  EXPECT_TRUE(topo->isTiered());
+}
+
+TEST(Topology, CxlNodeInDefaultKernelTierIsSlowBecauseCpuLess) {
+  auto topo = discoverFixture("dram_cxl");
+  ASSERT_TRUE(topo) << topo.error().message();
+  EXPECT_EQ(topo->node(0)->tier, Tier::Fast);
+  EXPECT_EQ(topo->node(1)->tier, Tier::Slow);
+  EXPECT_EQ(topo->node(1)->tierSource, TierSource::CpuLessDefault);
+  EXPECT_EQ(topo->node(1)->kernelTier, 4);
+}
+
+TEST(Topology, ConfigOverrideWins) {
+  auto topo = discoverFixture("dram_cxl", "topology { node_override { node: 1 tier: FAST } }");
+  ASSERT_TRUE(topo) << topo.error().message();
+  EXPECT_EQ(topo->node(1)->tier, Tier::Fast);
+  EXPECT_EQ(topo->node(1)->tierSource, TierSource::Config);
+  EXPECT_FALSE(topo->isTiered());
+}
+
+TEST(Topology, OverrideOfUnknownNodeIsAnError) {
+  auto topo = discoverFixture("dram_cxl", "topology { node_override { node: 9 tier: SLOW } }");
+  ASSERT_FALSE(topo);
+  EXPECT_NE(topo.error().message().find("node 9"), std::string::npos);
+}
+
+TEST(Topology, SingleNodeIsNotTiered) {
+  auto topo = discoverFixture("single_node");
+  ASSERT_TRUE(topo) << topo.error().message();
+  ASSERT_EQ(topo->nodes.size(), 1u);
+  EXPECT_EQ(topo->node(0)->tierSource, TierSource::CpuDefault);
+  EXPECT_FALSE(topo->isTiered());
+}
+
+TEST(Topology, OldKernelWithoutTiersAndMemorylessNode) {
+  auto topo = discoverFixture("no_tiers_memoryless");
+  ASSERT_TRUE(topo) << topo.error().message();
+  // Node 1 has CPUs but no memory: it cannot hold pages and takes no part in placement.
+  EXPECT_EQ(topo->node(1), nullptr);
+  EXPECT_EQ(topo->nodesInTier(Tier::Fast), (std::vector<int>{0}));
+  EXPECT_EQ(topo->nodesInTier(Tier::Slow), (std::vector<int>{2}));
+  EXPECT_FALSE(topo->node(2)->kernelTier.has_value());
+  EXPECT_EQ(topo->distance(0, 2), 30);
+}
+
+TEST(Topology, MissingSysfsIsAClearError) {
+  auto config = tt::config::parseConfig("", "test");
+  ASSERT_TRUE(config);
+  auto topo = tt::topology::discover(tt::sys::Fs("/nonexistent"), config->topology());
+  ASSERT_FALSE(topo);
+  EXPECT_EQ(topo.error().code, ENOENT);
+  EXPECT_NE(topo.error().message().find("NUMA topology"), std::string::npos);
+}
+
+TEST(Topology, JsonAndTableReports) {
+  auto topo = discoverFixture("dram_pmem_2socket");
+  ASSERT_TRUE(topo);
+  auto json = nlohmann::json::parse(tt::topology::formatJson(*topo));
+  ASSERT_EQ(json["nodes"].size(), 4u);
+  EXPECT_EQ(json["nodes"][2]["tier"], "slow");
+  EXPECT_EQ(json["nodes"][2]["kernel_tier"], 22);
+  EXPECT_EQ(json["nodes"][0]["cpus"].size(), 48u);
+  const std::string table = tt::topology::formatTable(*topo);
+  EXPECT_NE(table.find("kernel memory tier"), std::string::npos) << table;
+}
+
+}  // namespace
