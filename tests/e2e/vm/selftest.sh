@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Self-test of the ttvm test bed: boots each topology once (one VM at a time) and checks the
+# NUMA layout the guest sees, that exit status and stdout/stderr come back intact, that a
+# topology that cannot be set up fails loudly, and that --timeout works.
+#
+# usage: selftest.sh [--kernel 6.12|6.1]...   (default: 6.12; repeat to test several kernels)
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
+readonly TTVM=$HERE/ttvm
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/ttvm-selftest.XXXXXX")
+readonly WORK
+trap 'rm -rf "$WORK"' EXIT
+
+passed=0 failed=0
+
+check() {
+    local what=$1
+    shift
+    if "$@"; then
+        echo "ok   - $what"
+        passed=$((passed + 1))
+    else
+        echo "FAIL - $what"
+        failed=$((failed + 1))
+    fi
+}
+
+# Runs in the guest: prints the facts the checks need, one "key value" per line, writes a
+# marker to stderr only, and exits 3.
+# shellcheck disable=SC2016 # expanded by bash in the guest
+readonly PROBE='
+numactl -H | sed -n "s/^available: \([0-9]*\) nodes.*/nodes \1/p"
+numactl -H | sed -n "s/^node 1 cpus:[[:space:]]*/node1cpus /p"
+for d in /sys/devices/virtual/memory_tiering/memory_tier*; do
+    echo "tier ${d##*memory_tier} $(cat "$d/nodelist")"
+done
+echo "numa_balancing $(cat /proc/sys/kernel/numa_balancing)"
+echo marker-for-stderr >&2
+exit 3'
+
+# Prints the tier id whose nodelist (e.g. "0", "0,2", "0-1") holds node $2, from probe output $1.
+tier_of() {
+    awk -v node="$2" '$1 == "tier" {
+        n = split($3, parts, ",")
+        for (i = 1; i <= n; i++) {
+            if (split(parts[i], r, "-") == 2) { lo = r[1]; hi = r[2] } else { lo = hi = parts[i] }
+            if (node >= lo && node <= hi) { print $2; exit }
+        }
+    }' "$1"
+}
+
+has() { grep -q -- "$2" "$1"; }
+lacks() { ! grep -q -- "$2" "$1"; }
+higher_number() { [[ $1 =~ ^[0-9]+$ && $2 =~ ^[0-9]+$ ]] && (($1 > $2)); }
+
+field() { awk -v k="$2" '$1 == k { $1 = ""; sub(/^ /, ""); print; exit }' "$1"; }
+
+test_topology() {
+    local kernel=$1 topology=$2 nodes=$3
+    local out=$WORK/$kernel-$topology.out err=$WORK/$kernel-$topology.err rc=0
+    echo "# kernel $kernel, topology $topology"
+    "$TTVM" run --kernel "$kernel" --topology "$topology" -- bash -c "$PROBE" >"$out" 2>"$err" || rc=$?
+    grep '^ttvm: ' "$err" | sed 's/^/# /' || true
+    check "exit status 3 comes back as 3 (got $rc)" test "$rc" -eq 3
+    check "numactl -H shows $nodes nodes" test "$(field "$out" nodes)" = "$nodes"
+    check "node 1 has no CPUs" test -z "$(field "$out" node1cpus)"
+    check "stdout holds no stderr line" lacks "$out" marker-for-stderr
+    check "stderr holds the stderr line" has "$err" marker-for-stderr
+    check "stderr holds no stdout line" lacks "$err" '^nodes '
+    if [[ $topology == pmem* ]]; then
+        local t0 t1
+        t0=$(tier_of "$out" 0)
+        t1=$(tier_of "$out" 1)
+        check "node 1 is in a slower memory tier than node 0 (tiers: '$t0' '$t1')" \
+            higher_number "$t1" "$t0"
+    fi
+    echo "# numa_balancing default: $(field "$out" numa_balancing); tiers: $(awk '$1 == "tier" { printf "memory_tier%s=%s ", $2, $3 }' "$out")"
+}
+
+test_setup_failure() {
+    local kernel=$1 rc=0
+    echo "# kernel $kernel: NVDIMM smaller than one memory block must fail loudly"
+    "$TTVM" run --kernel "$kernel" --mem-slow 64 -- true >/dev/null 2>"$WORK/fail.err" || rc=$?
+    check "a node 1 that never comes online exits 125 (got $rc)" test "$rc" -eq 125
+    check "... with a clear message" has "$WORK/fail.err" 'node 1 never came online'
+}
+
+test_timeout() {
+    local kernel=$1 rc=0
+    echo "# kernel $kernel: --timeout 5 -- sleep 60"
+    "$TTVM" run --kernel "$kernel" --topology plain --timeout 5 -- sleep 60 >/dev/null 2>"$WORK/timeout.err" || rc=$?
+    check "timeout exits 124 (got $rc)" test "$rc" -eq 124
+    check "... with a clear message" has "$WORK/timeout.err" TIMEOUT
+}
+
+main() {
+    local kernels=()
+    while (($#)); do
+        case $1 in
+        --kernel) kernels+=("${2:?--kernel needs a value}"); shift 2 ;;
+        *) echo "usage: $0 [--kernel 6.12|6.1]..." >&2; exit 2 ;;
+        esac
+    done
+    ((${#kernels[@]})) || kernels=(6.12)
+
+    local kernel
+    for kernel in "${kernels[@]}"; do
+        test_topology "$kernel" pmem 2
+        test_topology "$kernel" pmem+cxl 3
+        test_topology "$kernel" plain 2
+        test_setup_failure "$kernel"
+        test_timeout "$kernel"
+    done
+    echo "$passed passed, $failed failed"
+    ((failed == 0))
+}
+
+main "$@"
