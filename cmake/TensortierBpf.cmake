@@ -44,6 +44,9 @@ function(tt_bpf_skeleton name)
   add_custom_target(tt_bpf_${name}_gen DEPENDS "${skel}")
   add_library(tt_bpf_${name} INTERFACE)
   add_dependencies(tt_bpf_${name} tt_bpf_${name}_gen)
-  target_include_directories(tt_bpf_${name} INTERFACE "${TT_BPF_GEN_DIR}" "${CMAKE_CURRENT_SOURCE_DIR}")
+  # SYSTEM: the generated skeleton is C written by bpftool; first-party warning flags
+  # (-Wold-style-cast, -Wconversion) must not fire inside it in the C++ that includes it.
+  target_include_directories(tt_bpf_${name} SYSTEM INTERFACE "${TT_BPF_GEN_DIR}")
+  target_include_directories(tt_bpf_${name} INTERFACE "${CMAKE_CURRENT_SOURCE_DIR}")
   target_link_libraries(tt_bpf_${name} INTERFACE PkgConfig::LIBBPF)
 endfunction()

@@ -4,6 +4,7 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include <cctype>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -115,6 +116,79 @@ void checkTopology(const tensortier::v1::TopologyConfig& t, std::vector<std::str
     errors.push_back("topology.sysfs_root: must be an absolute path");
 }
 
+// Sources: period ranges must be ordered, DAMON's region bounds too, and the aggregation interval
+// must cover several samples or DAMON reports nothing.
+void checkSources(const tensortier::v1::SourcesConfig& s, std::vector<std::string>& errors) {
+  const auto& pmu = s.pmu();
+  if (pmu.min_period() > pmu.max_period())
+    errors.push_back("sources.pmu: min_period must not exceed max_period");
+  if (pmu.initial_period() < pmu.min_period() || pmu.initial_period() > pmu.max_period())
+    errors.push_back("sources.pmu: initial_period must lie within [min_period, max_period]");
+  if ((pmu.ring_pages() & (pmu.ring_pages() - 1)) != 0)
+    errors.push_back("sources.pmu.ring_pages: must be a power of two");
+  if ((s.software_faults().ring_pages() & (s.software_faults().ring_pages() - 1)) != 0)
+    errors.push_back("sources.software_faults.ring_pages: must be a power of two");
+  const auto& d = s.damon();
+  if (d.min_regions() > d.max_regions())
+    errors.push_back("sources.damon: min_regions must not exceed max_regions");
+  if (d.aggregate_interval_us() < 2 * d.sample_interval_us())
+    errors.push_back("sources.damon: aggregate_interval_us must be at least twice sample_interval_us");
+  if (s.procfs_root().empty() || s.procfs_root().front() != '/')
+    errors.push_back("sources.procfs_root: must be an absolute path");
+}
+
+// Migration: a batch is a whole number of the kernel's own migration batches (512 pages, see
+// migrate_config.proto), and procfs must be an absolute root.
+void checkMigration(const tensortier::v1::MigrationConfig& m, std::vector<std::string>& errors) {
+  if (m.batch_pages() % 512 != 0)
+    errors.push_back("migration.batch_pages: must be a multiple of 512 (the kernel's migration batch)");
+  if (m.procfs_root().empty() || m.procfs_root().front() != '/')
+    errors.push_back("migration.procfs_root: must be an absolute path");
+}
+
+// Service: the socket path must fit sockaddr_un, the mode is octal permission bits, group names
+// are plain names (looked up at start), a frame must fit the send queue, and one uid cannot be
+// allowed more connections than all uids together.
+void checkService(const tensortier::v1::ServiceConfig& s, std::vector<std::string>& errors) {
+  if (s.socket_path().empty() || s.socket_path().front() != '/')
+    errors.push_back("service.socket_path: must be an absolute path");
+  if (s.socket_path().size() >= 108) errors.push_back("service.socket_path: longer than a Unix socket path may be (107)");
+  const std::string& mode = s.socket_mode();
+  bool octal = !mode.empty() && mode.size() <= 4;
+  for (char c : mode) octal = octal && c >= '0' && c <= '7';
+  if (!octal) errors.push_back("service.socket_mode: must be octal permission bits, e.g. \"0660\"");
+  auto plainName = [](const std::string& n) {
+    for (char c : n)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) return false;
+    return true;
+  };
+  if (!plainName(s.socket_group())) errors.push_back("service.socket_group: not a group name");
+  if (!plainName(s.admin_group())) errors.push_back("service.admin_group: not a group name");
+  if (s.max_frame_bytes() > s.max_send_queue_bytes())
+    errors.push_back("service.max_frame_bytes: must not exceed max_send_queue_bytes");
+  if (s.max_connections_per_uid() > s.max_connections())
+    errors.push_back("service.max_connections_per_uid: must not exceed max_connections");
+}
+
+// Heat model and planner (daemon/heat, daemon/policy).
+void checkPolicy(const tensortier::v1::PolicyConfig& p, std::vector<std::string>& errors) {
+  if (p.period_min_ms() >= p.period_max_ms())
+    errors.push_back("policy.period_min_ms: must be below policy.period_max_ms");
+  if (uint64_t{p.period_min_ms()} < 2ULL * p.period_bin_ms())
+    errors.push_back("policy.period_min_ms: must be at least two period_bin_ms, or no period is resolvable");
+  // The detector needs three repetitions of the longest period in its history.
+  if (3ULL * p.period_max_ms() > uint64_t{p.period_bin_ms()} * p.period_history_bins())
+    errors.push_back("policy.period_max_ms: three periods must fit in period_bin_ms x period_history_bins (" +
+                     std::to_string(uint64_t{p.period_bin_ms()} * p.period_history_bins()) + " ms)");
+  if (p.feature_weight_floor() * 4 >= 1)
+    errors.push_back("policy.feature_weight_floor: four features at this floor leave nothing to learn (must be < 0.25)");
+  if (p.fast_budget_bytes() > 0 && p.per_process_quota_bytes() > p.fast_budget_bytes())
+    errors.push_back("policy.per_process_quota_bytes: larger than policy.fast_budget_bytes");
+  if (p.max_run_bytes() % 4096 != 0) errors.push_back("policy.max_run_bytes: must be a multiple of 4096");
+  if (p.fast_budget_bytes() % 4096 != 0 || p.per_process_quota_bytes() % 4096 != 0)
+    errors.push_back("policy.fast_budget_bytes and per_process_quota_bytes: must be multiples of 4096");
+}
+
 }  // namespace
 
 Result<DaemonConfig> parseConfig(std::string_view text, std::string_view origin) {
@@ -144,6 +218,10 @@ std::vector<std::string> validationErrors(const DaemonConfig& config) {
   std::vector<std::string> errors;
   checkBounds(config, "", errors);
   checkTopology(config.topology(), errors);
+  checkMigration(config.migration(), errors);
+  checkSources(config.sources(), errors);
+  checkService(config.service(), errors);
+  checkPolicy(config.policy(), errors);
   return errors;
 }
 

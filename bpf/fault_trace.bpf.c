@@ -1,0 +1,153 @@
+// Page faults and kernel page migrations of tracked processes, through one BPF ring buffer.
+//
+//   exceptions/page_fault_user   every user fault with its address and x86 error code: first
+//                                touch, NUMA hinting (the kernel's tiering evidence), write-protect
+//   migrate/mm_migrate_pages     a batch finished: pages succeeded/failed and the reason; counted
+//                                for all processes per reason class (kswapd demotes for everyone),
+//                                and reported as an event when the current task is tracked
+//   migrate/remove_migration_pte one page's migration completed (6.0+): the address, in the
+//                                migrating task's context: NUMA-balancing promotions run in the
+//                                faulting (tracked) task, so they carry the tracked tgid; reclaim
+//                                demotions run in kswapd and cannot be attributed here
+#include "vmlinux.h"
+
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+
+#include "tt_events.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile bool report_first_touch = true;
+
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __type(key, __u32);
+  __type(value, __u8);
+  __uint(max_entries, 1024);
+} tracked_tgids SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_RINGBUF);
+  __uint(max_entries, 1 << 20);
+} events SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __type(key, __u32);
+  __type(value, __u64);
+  __uint(max_entries, TT_FAULT_NR_STATS);
+} migrations SEC(".maps");
+
+// x86 page-fault error code bits (arch/x86/include/asm/trap_pf.h).
+#define X86_PF_PROT 0x1
+#define X86_PF_WRITE 0x2
+
+// Reason class of the migration a thread is running (set at mm_migrate_pages_start, cleared at
+// mm_migrate_pages), so per-page remove_migration_pte events carry it too.
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __type(key, __u32);
+  __type(value, __u16);
+  __uint(max_entries, 4096);
+} migrating SEC(".maps");
+
+static __always_inline void add_stat(__u32 index, __u64 n) {
+  __u64* v = bpf_map_lookup_elem(&migrations, &index);
+  if (v) *v += n;
+}
+
+static __always_inline __u32 current_tracked_tgid(void) {
+  __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+  return bpf_map_lookup_elem(&tracked_tgids, &tgid) ? tgid : 0;
+}
+
+static __always_inline void emit(__u32 tgid, __u16 kind, __u16 mig_class, __u64 addr, __u64 detail, __u64 failed) {
+  struct tt_event* e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+  if (!e) {
+    add_stat(TT_FAULT_STAT_DROPPED, 1);
+    return;
+  }
+  e->tgid = tgid;
+  e->kind = kind;
+  e->mig_class = mig_class;
+  e->addr = addr;
+  e->detail = detail;
+  e->failed = failed;
+  bpf_ringbuf_submit(e, 0);
+}
+
+// The context of exceptions/page_fault_user, as its tracefs format file lays it out (unchanged
+// since 4.15: common header, address, ip, error_code). Deliberately not CO-RE: the kernel renamed
+// the struct's event class (trace_event_raw_x86_exceptions up to 6.12, trace_event_raw_exceptions
+// on 6.18), and with two CO-RE flavors clang merges the loads into a variable-offset ctx access
+// that the verifier rejects; the format itself never changed.
+struct tt_page_fault_ctx {
+  __u64 common;  // common_type, common_flags, common_preempt_count, common_pid
+  __u64 address;
+  __u64 ip;
+  __u64 error_code;
+};
+
+SEC("tracepoint/exceptions/page_fault_user")
+int tt_page_fault_user(struct tt_page_fault_ctx* ctx) {
+  __u32 tgid = current_tracked_tgid();
+  if (!tgid) return 0;
+  __u64 error = ctx->error_code;
+  __u64 address = ctx->address;
+  __u16 kind;
+  if (!(error & X86_PF_PROT)) {
+    if (!report_first_touch) return 0;
+    kind = TT_EV_FAULT_FIRST_TOUCH;
+  } else {
+    kind = (error & X86_PF_WRITE) ? TT_EV_FAULT_WRITE_PROTECT : TT_EV_FAULT_HINT;
+  }
+  emit(tgid, kind, 0, address, error, 0);
+  return 0;
+}
+
+static __always_inline __u16 classify(int reason) {
+  if (bpf_core_enum_value_exists(enum migrate_reason, MR_NUMA_MISPLACED) &&
+      reason == bpf_core_enum_value(enum migrate_reason, MR_NUMA_MISPLACED))
+    return TT_MIG_PROMOTE;
+  if (bpf_core_enum_value_exists(enum migrate_reason, MR_DEMOTION) &&
+      reason == bpf_core_enum_value(enum migrate_reason, MR_DEMOTION))
+    return TT_MIG_DEMOTE;
+  if (bpf_core_enum_value_exists(enum migrate_reason, MR_SYSCALL) &&
+      reason == bpf_core_enum_value(enum migrate_reason, MR_SYSCALL))
+    return TT_MIG_SYSCALL;
+  return TT_MIG_OTHER;
+}
+
+SEC("tracepoint/migrate/mm_migrate_pages_start")
+int tt_mm_migrate_pages_start(struct trace_event_raw_mm_migrate_pages_start* ctx) {
+  __u32 tid = (__u32)bpf_get_current_pid_tgid();
+  __u16 cls = classify(ctx->reason);
+  bpf_map_update_elem(&migrating, &tid, &cls, BPF_ANY);
+  return 0;
+}
+
+SEC("tracepoint/migrate/mm_migrate_pages")
+int tt_mm_migrate_pages(struct trace_event_raw_mm_migrate_pages* ctx) {
+  __u32 tid = (__u32)bpf_get_current_pid_tgid();
+  bpf_map_delete_elem(&migrating, &tid);
+  __u16 cls = classify(ctx->reason);
+  __u64 ok = ctx->succeeded;
+  __u64 failed = ctx->failed;
+  add_stat(TT_MIG_STAT_SUCCEEDED(cls), ok);
+  add_stat(TT_MIG_STAT_FAILED(cls), failed);
+  __u32 tgid = current_tracked_tgid();
+  if (tgid) emit(tgid, TT_EV_MIGRATE_BATCH, cls, 0, ok, failed);
+  return 0;
+}
+
+// Loaded only where the kernel has it (the owning class checks the BTF first).
+SEC("tracepoint/migrate/remove_migration_pte")
+int tt_remove_migration_pte(struct trace_event_raw_migration_pte* ctx) {
+  __u32 tgid = current_tracked_tgid();
+  if (!tgid) return 0;
+  __u32 tid = (__u32)bpf_get_current_pid_tgid();
+  __u16* cls = bpf_map_lookup_elem(&migrating, &tid);
+  emit(tgid, TT_EV_MIGRATE_PAGE, cls ? *cls : TT_MIG_OTHER, ctx->addr, (__u64)ctx->order, 0);
+  return 0;
+}

@@ -1,0 +1,70 @@
+/* Structs shared between tensortier's BPF programs (bpf/<name>.bpf.c) and their owning C++ classes
+ * (daemon/sys/bpf). Plain fixed-width C so both compilers lay them out identically. */
+#ifndef TT_EVENTS_H
+#define TT_EVENTS_H
+
+#ifdef __bpf__
+typedef __u32 tt_u32;
+typedef __u64 tt_u64;
+typedef __u16 tt_u16;
+#else
+#include <stdint.h>
+typedef uint32_t tt_u32;
+typedef uint64_t tt_u64;
+typedef uint16_t tt_u16;
+#endif
+
+/* Key of the in-kernel per-page sample counts (perf_sample_agg). */
+struct tt_page_key {
+  tt_u32 tgid;
+  tt_u32 pad; /* always 0: hash keys compare every byte */
+  tt_u64 page; /* virtual address >> 12 << 12 */
+};
+
+/* Indices of perf_sample_agg's per-CPU `stats` array. */
+enum tt_agg_stat {
+  TT_AGG_SAMPLES = 0,      /* program runs (samples the event produced) */
+  TT_AGG_TRACKED = 1,      /* samples of a tracked tgid */
+  TT_AGG_NO_ADDR = 2,      /* tracked samples without a data address */
+  TT_AGG_MAP_FULL = 3,     /* insertions that failed */
+  TT_AGG_NR_STATS = 4,
+};
+
+/* What one fault_trace ring-buffer record reports. */
+enum tt_event_kind {
+  TT_EV_FAULT_FIRST_TOUCH = 1,   /* user fault on a not-present page (first touch; on x86 also a
+                                    NUMA hinting fault: PROT_NONE PTEs are not present) */
+  TT_EV_FAULT_HINT = 2,          /* read fault on a present page (protection fault) */
+  TT_EV_FAULT_WRITE_PROTECT = 3, /* write fault on a present page: COW, soft-dirty, uffd-wp, hint */
+  TT_EV_MIGRATE_PAGE = 4,        /* migrate/remove_migration_pte in a tracked task's context */
+  TT_EV_MIGRATE_BATCH = 5,       /* migrate/mm_migrate_pages in a tracked task's context */
+};
+
+/* Migration reasons as tensortier groups them (CO-RE maps the kernel's enum migrate_reason). */
+enum tt_migrate_class {
+  TT_MIG_OTHER = 0,
+  TT_MIG_PROMOTE = 1, /* MR_NUMA_MISPLACED: NUMA balancing (tiering mode promotes this way) */
+  TT_MIG_DEMOTE = 2,  /* MR_DEMOTION: reclaim demoting to a lower tier */
+  TT_MIG_SYSCALL = 3, /* MR_SYSCALL: move_pages/migrate_pages (tensortier's own moves, too) */
+  TT_MIG_NR_CLASSES = 4,
+};
+
+struct tt_event {
+  tt_u32 tgid;
+  tt_u16 kind;      /* enum tt_event_kind */
+  tt_u16 mig_class; /* enum tt_migrate_class, for TT_EV_MIGRATE_* */
+  tt_u64 addr;      /* faulting / migrated virtual address; 0 for batches */
+  tt_u64 detail;    /* fault: x86 error_code; batch: pages succeeded; page: order */
+  tt_u64 failed;    /* batch: pages failed */
+};
+
+/* Indices of fault_trace's per-CPU `migrations` array: pages moved per class, all processes
+ * (kswapd demotes on behalf of everyone, so this cannot be filtered by tgid). */
+#define TT_MIG_STAT_SUCCEEDED(c) ((c) * 2)
+#define TT_MIG_STAT_FAILED(c) ((c) * 2 + 1)
+#define TT_MIG_NR_STATS (TT_MIG_NR_CLASSES * 2)
+/* fault_trace drops (ring buffer full) are counted at this index of `migrations`. */
+#define TT_FAULT_STAT_DROPPED TT_MIG_NR_STATS
+#define TT_FAULT_NR_STATS (TT_MIG_NR_STATS + 1)
+
+#endif

@@ -1,0 +1,78 @@
+#include "sources/FaultTraceSource.h"
+
+namespace tt::sources {
+
+namespace {
+KernelMove::Why why(uint16_t cls) {
+  switch (cls) {
+    case TT_MIG_PROMOTE: return KernelMove::Why::Promotion;
+    case TT_MIG_DEMOTE: return KernelMove::Why::Demotion;
+    case TT_MIG_SYSCALL: return KernelMove::Why::Syscall;
+    default: return KernelMove::Why::Other;
+  }
+}
+}  // namespace
+
+void FaultTraceSource::open() {
+  auto t = sys::bpf::FaultTrace::start(options_);
+  if (!t) {
+    status_ = {false, "eBPF exceptions/page_fault_user + migrate/*: " + t.error().message()};
+    return;
+  }
+  trace_ = std::move(*t);
+  status_ = {true, std::string("eBPF exceptions/page_fault_user + migrate/mm_migrate_pages") +
+                       (trace_->pageMigrationEvents() ? " + migrate/remove_migration_pte"
+                                                      : " (no remove_migration_pte on this kernel: batch counts only)") +
+                       ", ring " + std::to_string(options_.ringBytes / 1024) + " KiB"};
+}
+
+Result<void> FaultTraceSource::addProcess(pid_t tgid) {
+  if (!trace_) return {};
+  return trace_->track(tgid);
+}
+
+Result<void> FaultTraceSource::removeProcess(pid_t tgid) {
+  seen_.erase(tgid);
+  if (!trace_) return {};
+  return trace_->untrack(tgid);
+}
+
+Result<void> FaultTraceSource::collect(std::vector<AccessEvidence>& out) {
+  if (!trace_) return {};
+  auto n = trace_->poll([&](const tt_event& e) {
+    const auto tgid = static_cast<pid_t>(e.tgid);
+    switch (e.kind) {
+      case TT_EV_FAULT_FIRST_TOUCH: {
+        auto& bits = seen_[tgid][e.addr >> 21];
+        const size_t bit = (e.addr >> 12) & 511;
+        pending_.add(tgid, e.addr, bits.test(bit) ? AccessKind::Hint : AccessKind::Fault, 1);
+        bits.set(bit);
+        break;
+      }
+      case TT_EV_FAULT_HINT: pending_.add(tgid, e.addr, AccessKind::Hint, 1); break;
+      case TT_EV_FAULT_WRITE_PROTECT: pending_.add(tgid, e.addr, AccessKind::Store, 1); break;
+      case TT_EV_MIGRATE_PAGE:
+        moves_.push_back(KernelMove{tgid, e.addr & ~(kBasePageSize - 1), uint64_t{1} << e.detail, why(e.mig_class)});
+        break;
+      case TT_EV_MIGRATE_BATCH: moves_.push_back(KernelMove{tgid, 0, e.detail, why(e.mig_class)}); break;
+      default: break;
+    }
+  });
+  if (!n) return n.error();
+  counters_.samples += *n;
+  counters_.evidence += pending_.flush(out);
+  if (auto totals = trace_->migrationTotals()) counters_.lost = totals->dropped;
+  return {};
+}
+
+void FaultTraceSource::takeKernelMoves(std::vector<KernelMove>& out) {
+  out.insert(out.end(), moves_.begin(), moves_.end());
+  moves_.clear();
+}
+
+Result<sys::bpf::MigrationTotals> FaultTraceSource::migrationTotals() const {
+  if (!trace_) return logicError("fault-trace source is not running");
+  return trace_->migrationTotals();
+}
+
+}  // namespace tt::sources

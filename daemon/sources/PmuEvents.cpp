@@ -1,0 +1,80 @@
+#include "sources/PmuEvents.h"
+
+#include <cstring>
+
+#include "sys/perf/PfmEncoder.h"
+
+namespace tt::sources {
+
+namespace {
+
+constexpr uint64_t kSampleType = PERF_SAMPLE_TID | PERF_SAMPLE_ADDR | PERF_SAMPLE_WEIGHT | PERF_SAMPLE_DATA_SRC;
+
+void finish(perf_event_attr& a, const PmuPlanInput& in) {
+  a.size = sizeof a;
+  a.sample_period = in.period;
+  a.sample_type = kSampleType | (in.physicalAddresses ? PERF_SAMPLE_PHYS_ADDR : 0);
+  a.exclude_kernel = 1;
+  a.exclude_hv = 1;
+  a.disabled = 1;
+}
+
+bool isAmd(const std::string& pmu) { return pmu.rfind("amd64", 0) == 0; }
+
+}  // namespace
+
+std::vector<std::string> intelLoadEventNames(const std::string& pmu, uint32_t ldlat) {
+  const std::string lat = ":ldlat=" + std::to_string(ldlat);
+  return {pmu + "::MEM_TRANS_RETIRED:LOAD_LATENCY" + lat, pmu + "::MEM_TRANS_RETIRED:LAT_ABOVE_THR" + lat,
+          pmu + "::MEM_LOAD_RETIRED:L3_MISS", pmu + "::MEM_LOAD_UOPS_RETIRED:L3_MISS"};
+}
+
+std::vector<std::string> intelStoreEventNames(const std::string& pmu) {
+  return {pmu + "::MEM_INST_RETIRED:ALL_STORES", pmu + "::MEM_UOPS_RETIRED:ALL_STORES"};
+}
+
+Result<PmuPlan> planPmuEvents(const PmuPlanInput& in) {
+  PmuPlan plan;
+  if (in.corePmu.empty() && !in.ibsOpType) return logicError("no core PMU detected by libpfm4 and no ibs_op PMU");
+  if (isAmd(in.corePmu) || (in.corePmu.empty() && in.ibsOpType)) {
+    if (!in.ibsOpType)
+      return logicError("AMD CPU (" + in.corePmu + ") but no ibs_op PMU in /sys/bus/event_source/devices "
+                        "(IBS not exposed, e.g. in a VM)");
+    perf_event_attr a;
+    std::memset(&a, 0, sizeof a);
+    a.type = *in.ibsOpType;
+    a.config = 1ULL << 19;  // IbsOpCntCtl: count dispatched ops, not cycles
+    finish(a, in);
+    // IBS periods are in units of 16 ops, at least 0x10.
+    a.sample_period = std::max<uint64_t>(0x10, in.period & ~0xfULL);
+    plan.events.push_back(a);
+    plan.description = "AMD IBS Op (ibs_op type " + std::to_string(*in.ibsOpType) + ")";
+    return plan;
+  }
+  std::string chosen;
+  for (const auto& name : intelLoadEventNames(in.corePmu, in.loadLatencyCycles)) {
+    auto a = sys::perf::pfmEncode(name);
+    if (!a) continue;
+    finish(*a, in);
+    a->precise_ip = 2;
+    plan.events.push_back(*a);
+    chosen = name;
+    break;
+  }
+  if (plan.events.empty()) return logicError("no PEBS load event known to libpfm4 for core PMU " + in.corePmu);
+  if (in.sampleStores) {
+    for (const auto& name : intelStoreEventNames(in.corePmu)) {
+      auto a = sys::perf::pfmEncode(name);
+      if (!a) continue;
+      finish(*a, in);
+      a->precise_ip = 2;
+      plan.events.push_back(*a);
+      chosen += ", " + name;
+      break;
+    }
+  }
+  plan.description = "Intel PEBS on " + in.corePmu + ": " + chosen;
+  return plan;
+}
+
+}  // namespace tt::sources

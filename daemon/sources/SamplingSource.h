@@ -1,0 +1,89 @@
+// Sampling sources: per-CPU perf events (PMU precise memory sampling, or the software page-fault
+// event) whose samples are counted per (tgid, page) either
+//   - in the kernel, by bpf/perf_sample_agg attached to each event (the daemon reads one map per
+//     epoch; samples never reach a ring buffer), or
+//   - in user space, by reading every sample from the per-CPU mmap rings (the path for kernels
+//     without BPF, and the baseline the benchmark compares against).
+// Events are system-wide per CPU (pid -1), so threads a process creates later are covered; the
+// tgid filter is a BPF hash map (in-kernel) or a set (user ring) changed at run time.
+//
+// The sample period adapts so the measured cost (this thread's CPU time in collect() plus the BPF
+// program's run time when stats are on) stays under the CPU budget: doubled above the budget,
+// halved below a quarter of it, within [minPeriod, maxPeriod].
+#pragma once
+
+#include <linux/perf_event.h>
+
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "sources/Source.h"
+#include "sys/Fs.h"
+#include "sys/bpf/PerfSampleAgg.h"
+#include "sys/perf/PerfEvent.h"
+
+namespace tt::sources {
+
+enum class Aggregation { InKernel, UserRing };
+
+struct SamplingOptions {
+  std::string name;                     // "pmu", "software-faults"
+  std::vector<perf_event_attr> events;  // each opened on every online CPU; sample_period = initial
+  std::string eventDescription;         // for the status line
+  Aggregation aggregation = Aggregation::InKernel;
+  uint32_t ringPages = 64;
+  uint64_t minPeriod = 1;
+  uint64_t maxPeriod = 1;
+  double cpuBudgetPercent = 3.0;
+  uint32_t mapEntries = 262144;
+  // Evidence kind when the sample has no data_src (software events): Fault.
+  AccessKind defaultKind = AccessKind::Fault;
+};
+
+// The software page-fault event every `period` faults, sampling TID|ADDR (user-space faults only).
+[[nodiscard]] perf_event_attr softwareFaultAttr(uint64_t period);
+
+class SamplingSource final : public Source {
+ public:
+  SamplingSource(SamplingOptions options, sys::Fs sysfs);
+  ~SamplingSource() override;
+  // Opens the events; never fails: status() says what happened.
+  void open();
+
+  std::string_view name() const override { return options_.name; }
+  const SourceStatus& status() const override { return status_; }
+  Result<void> addProcess(pid_t tgid) override;
+  Result<void> removeProcess(pid_t tgid) override;
+  Result<void> collect(std::vector<AccessEvidence>& out) override;
+  SourceCounters counters() const override { return counters_; }
+
+  [[nodiscard]] Aggregation aggregation() const { return aggregation_; }
+  [[nodiscard]] uint64_t period() const { return period_; }
+  // Kernel-side cost of the in-kernel path so far (BPF run time, ns) when stats are enabled.
+  [[nodiscard]] uint64_t bpfRunTimeNs() const;
+  [[nodiscard]] const sys::bpf::PerfSampleAgg* agg() const { return agg_.get(); }
+
+ private:
+  Result<void> openEvents(uint32_t ringPages);
+  void adaptPeriod(uint64_t costNs, uint64_t wallNs);
+  void handleRecord(std::span<const uint8_t> record, uint64_t sampleType);
+
+  SamplingOptions options_;
+  sys::Fs sysfs_;
+  SourceStatus status_;
+  SourceCounters counters_;
+  Aggregation aggregation_ = Aggregation::UserRing;
+  std::vector<std::unique_ptr<sys::perf::PerfEvent>> events_;
+  std::vector<uint64_t> eventSampleType_;  // parallel to events_
+  std::unique_ptr<sys::bpf::PerfSampleAgg> agg_;
+  std::unordered_set<pid_t> tracked_;
+  EvidenceAggregator pending_;
+  std::vector<sys::bpf::PageCount> counts_;
+  uint64_t period_ = 1;
+  uint64_t lastWallNs_ = 0;
+  uint64_t lastBpfNs_ = 0;
+};
+
+}  // namespace tt::sources

@@ -1,0 +1,49 @@
+// Soft-dirty source: every epoch, the pages of each tracked process whose soft-dirty bit is set
+// (written since the previous epoch) become Store evidence, then the bits are cleared. Scans the
+// anonymous mappings from /proc/PID/smaps (or the ranges set with setRanges) up to a page budget.
+// The first epoch after addProcess only clears: every page starts soft-dirty.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "sources/Source.h"
+#include "sys/Fs.h"
+#include "sys/access/SoftDirty.h"
+
+namespace tt::sources {
+
+class SoftDirtySource final : public Source {
+ public:
+  // `supported`: the result of sys::probeSoftDirty() (injected so tests run on fakes).
+  SoftDirtySource(std::unique_ptr<sys::SoftDirtyTracker> tracker, sys::Fs procfs, uint64_t maxPagesPerEpoch,
+                  Result<bool> supported);
+
+  std::string_view name() const override { return "soft-dirty"; }
+  const SourceStatus& status() const override { return status_; }
+  Result<void> addProcess(pid_t tgid) override;
+  Result<void> removeProcess(pid_t tgid) override;
+  Result<void> collect(std::vector<AccessEvidence>& out) override;
+  SourceCounters counters() const override { return counters_; }
+
+  // Restricts the scan of `tgid` to these [start, end) ranges (registered regions); empty = all
+  // anonymous mappings.
+  void setRanges(pid_t tgid, std::vector<std::pair<uint64_t, uint64_t>> ranges);
+
+ private:
+  struct Process {
+    bool primed = false;
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  };
+  Result<std::vector<std::pair<uint64_t, uint64_t>>> scanRanges(pid_t tgid, const Process& p) const;
+
+  std::unique_ptr<sys::SoftDirtyTracker> tracker_;
+  sys::Fs procfs_;
+  uint64_t maxPages_;
+  SourceStatus status_;
+  SourceCounters counters_;
+  std::map<pid_t, Process> processes_;
+  std::vector<uint64_t> dirty_;
+};
+
+}  // namespace tt::sources

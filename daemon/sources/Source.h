@@ -1,0 +1,85 @@
+// A hotness source: one kernel signal turned into page-level AccessEvidence for tracked processes.
+//
+// Every source has the same life: constructed with its config, open() once (reports, never
+// throws, why it cannot run), then addProcess/removeProcess at run time (BPF map updates, not
+// reloads) and collect() once per epoch, which appends the evidence gathered since the previous
+// call, aggregated per (tgid, page, kind). All calls come from one thread (the daemon's epoch
+// loop); sources start no threads of their own.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "core/Result.h"
+#include "core/Types.h"
+
+namespace tt::sources {
+
+struct SourceStatus {
+  bool available = false;
+  std::string detail;  // one line: what it runs on ("4 CPUs, in-kernel aggregation") or why not
+};
+
+struct SourceCounters {
+  uint64_t evidence = 0;     // evidence records produced
+  uint64_t samples = 0;      // raw samples / events seen for tracked processes
+  uint64_t lost = 0;         // records the kernel dropped (ring full)
+  uint64_t throttled = 0;    // PERF_RECORD_THROTTLE seen
+  uint64_t period = 0;       // current sample period (sampling sources)
+  double costPercent = 0;    // last epoch's sampling cost, percent of one CPU
+};
+
+// A page move made by the kernel itself (NUMA-balancing promotion, demotion) to a tracked process.
+// The fault-trace source reports each migrated page (page != 0, from remove_migration_pte) and
+// each finished batch (page == 0, pages = the batch's succeeded count): count one or the other.
+struct KernelMove {
+  pid_t tgid = 0;
+  uint64_t page = 0;  // 0 for a batch without addresses
+  uint64_t pages = 1;
+  enum class Why : uint8_t { Promotion, Demotion, Syscall, Other } why = Why::Other;
+};
+
+class Source {
+ public:
+  virtual ~Source() = default;
+  [[nodiscard]] virtual std::string_view name() const = 0;
+  [[nodiscard]] virtual const SourceStatus& status() const = 0;
+  [[nodiscard]] virtual Result<void> addProcess(pid_t tgid) = 0;
+  [[nodiscard]] virtual Result<void> removeProcess(pid_t tgid) = 0;
+  [[nodiscard]] virtual Result<void> collect(std::vector<AccessEvidence>& out) = 0;
+  [[nodiscard]] virtual SourceCounters counters() const { return {}; }
+  // Kernel page moves seen since the last call (only sources that trace migrations have any).
+  virtual void takeKernelMoves(std::vector<KernelMove>& /*out*/) {}
+};
+
+// Aggregates evidence per (tgid, page, kind) before it leaves a source: the heat role wants one
+// record per page and epoch, not one per sample.
+class EvidenceAggregator {
+ public:
+  void add(pid_t tgid, uint64_t address, AccessKind kind, uint32_t weight, ServedBy servedBy = ServedBy::Unknown,
+           uint16_t latencyCycles = 0);
+  // Appends (sorted by tgid, page, kind) and clears. Returns the number appended.
+  size_t flush(std::vector<AccessEvidence>& out);
+  [[nodiscard]] size_t size() const { return entries_.size(); }
+
+ private:
+  struct Key {
+    pid_t tgid;
+    AccessKind kind;
+    uint64_t page;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const noexcept {
+      return std::hash<uint64_t>()(k.page ^ (uint64_t(uint32_t(k.tgid)) << 40) ^ (uint64_t(k.kind) << 60));
+    }
+  };
+  std::unordered_map<Key, AccessEvidence, KeyHash> entries_;
+};
+
+}  // namespace tt::sources

@@ -1,0 +1,232 @@
+#include "sources/SourceSet.h"
+
+#include "core/Log.h"
+#include "sources/DamonSource.h"
+#include "sources/FaultTraceSource.h"
+#include "sources/PmuEvents.h"
+#include "sources/SamplingSource.h"
+#include "sources/SoftDirtySource.h"
+#include "sys/perf/PfmEncoder.h"
+
+namespace tt::sources {
+
+namespace pb = tensortier::v1;
+
+namespace {
+
+Aggregation aggregationOf(const pb::SourcesConfig& c) {
+  return c.aggregation() == pb::USER_RING ? Aggregation::UserRing : Aggregation::InKernel;
+}
+
+// A source that could not even be built (its kernel interface is missing); keeps its line.
+class UnavailableSource final : public Source {
+ public:
+  UnavailableSource(std::string name, std::string why) : name_(std::move(name)), status_{false, std::move(why)} {}
+  std::string_view name() const override { return name_; }
+  const SourceStatus& status() const override { return status_; }
+  Result<void> addProcess(pid_t) override { return {}; }
+  Result<void> removeProcess(pid_t) override { return {}; }
+  Result<void> collect(std::vector<AccessEvidence>&) override { return {}; }
+
+ private:
+  std::string name_;
+  SourceStatus status_;
+};
+
+std::unique_ptr<Source> openPmu(const pb::SourcesConfig& c, const sys::Fs& sysfs) {
+  const auto& p = c.pmu();
+  PmuPlanInput in;
+  if (auto init = sys::perf::pfmInitialize(); !init)
+    return std::make_unique<UnavailableSource>("pmu", init.error().message());
+  in.corePmu = sys::perf::pfmHostPmuName();
+  if (auto ibs = sys::perf::pmuType(sysfs, "ibs_op")) in.ibsOpType = *ibs;
+  in.period = p.initial_period();
+  in.loadLatencyCycles = p.load_latency_cycles();
+  in.sampleStores = p.sample_stores();
+  in.physicalAddresses = p.physical_addresses();
+  auto plan = planPmuEvents(in);
+  if (!plan) return std::make_unique<UnavailableSource>("pmu", plan.error().message());
+  SamplingOptions o;
+  o.name = "pmu";
+  o.events = plan->events;
+  o.eventDescription = plan->description;
+  o.aggregation = aggregationOf(c);
+  o.ringPages = p.ring_pages();
+  o.minPeriod = p.min_period();
+  o.maxPeriod = p.max_period();
+  o.cpuBudgetPercent = c.cpu_budget_percent();
+  o.mapEntries = c.aggregation_map_entries();
+  o.defaultKind = AccessKind::Load;
+  auto s = std::make_unique<SamplingSource>(std::move(o), sysfs);
+  s->open();
+  return s;
+}
+
+}  // namespace
+
+perf_event_attr softwareFaultAttr(uint64_t period) {
+  perf_event_attr a{};
+  a.size = sizeof a;
+  a.type = PERF_TYPE_SOFTWARE;
+  a.config = PERF_COUNT_SW_PAGE_FAULTS;
+  a.sample_period = period;
+  a.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_ADDR;
+  a.exclude_kernel = 1;
+  a.disabled = 1;
+  return a;
+}
+
+std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const topology::Topology& topology) {
+  const sys::Fs sysfs("/sys");
+  const sys::Fs procfs(c.procfs_root());
+  std::vector<std::unique_ptr<Source>> sources;
+  std::vector<std::string> lines;
+
+  // Kernel tiering first: DISABLE must take effect before the sources start counting.
+  std::unique_ptr<sys::KernelTieringGuard> guard;
+  auto tiering = sys::readKernelTiering(procfs, sysfs);
+  if (!tiering) {
+    lines.push_back("kernel-tiering: unknown: " + tiering.error().message());
+  } else if (!tiering->tieringMode() && !tiering->demotion()) {
+    lines.push_back("kernel-tiering: off (" + tiering->describe() + ")");
+  } else if (c.kernel_tiering() == pb::DISABLE) {
+    auto g = sys::KernelTieringGuard::disable(procfs, sysfs);
+    if (g) {
+      lines.push_back("kernel-tiering: was " + tiering->describe() + "; turned off until the daemon exits");
+      guard = std::make_unique<sys::KernelTieringGuard>(std::move(*g));
+    } else {
+      lines.push_back("kernel-tiering: " + tiering->describe() + "; could NOT turn it off: " + g.error().message() +
+                      " (the kernel will move pages too)");
+    }
+  } else {
+    lines.push_back("kernel-tiering: " + tiering->describe() +
+                    "; cooperating: its hint faults are evidence, its moves are counted (fault-trace)");
+  }
+  if (!topology.isTiered()) lines.push_back("topology: one tier only: served-by tiers will not be told apart");
+
+  if (c.pmu().enabled()) sources.push_back(openPmu(c, sysfs));
+  if (c.software_faults().enabled()) {
+    SamplingOptions o;
+    o.name = "software-faults";
+    o.events = {softwareFaultAttr(c.software_faults().period())};
+    o.eventDescription = "PERF_COUNT_SW_PAGE_FAULTS every " + std::to_string(c.software_faults().period()) + " faults";
+    o.aggregation = aggregationOf(c);
+    o.ringPages = c.software_faults().ring_pages();
+    o.minPeriod = o.maxPeriod = c.software_faults().period();
+    o.cpuBudgetPercent = c.cpu_budget_percent();
+    o.mapEntries = c.aggregation_map_entries();
+    o.defaultKind = AccessKind::Fault;
+    auto s = std::make_unique<SamplingSource>(std::move(o), sysfs);
+    s->open();
+    sources.push_back(std::move(s));
+  }
+  if (c.fault_trace().enabled()) {
+    sys::bpf::FaultTrace::Options o;
+    o.ringBytes = c.fault_trace().ring_kib() * 1024U;
+    o.maxTgids = c.max_tracked_processes();
+    o.reportFirstTouch = c.fault_trace().first_touch();
+    auto s = std::make_unique<FaultTraceSource>(o);
+    s->open();
+    sources.push_back(std::move(s));
+  }
+  if (c.soft_dirty().enabled()) {
+    sources.push_back(std::make_unique<SoftDirtySource>(std::make_unique<sys::ProcSoftDirtyTracker>(procfs), procfs,
+                                                        c.soft_dirty().max_pages_per_epoch(), sys::probeSoftDirty()));
+  }
+  if (c.damon().enabled()) {
+    const auto& d = c.damon();
+    sys::DamonAttrs attrs;
+    attrs.sampleUs = d.sample_interval_us();
+    attrs.aggrUs = d.aggregate_interval_us();
+    attrs.updateUs = std::max(attrs.aggrUs, 1000000U);
+    attrs.minRegions = d.min_regions();
+    attrs.maxRegions = d.max_regions();
+    auto s = std::make_unique<DamonSource>(sys::DamonSysfs(sysfs, d.kdamond_index(), d.max_processes()), attrs,
+                                           c.soft_dirty().max_pages_per_epoch());
+    s->open();
+    sources.push_back(std::move(s));
+  }
+  auto set = std::make_unique<SourceSet>(std::move(sources));
+  set->extraLines_ = std::move(lines);
+  set->tieringGuard_ = std::move(guard);
+  for (const auto& line : set->statusLines()) {
+    TT_LOG(Info) << "sources: " << line;
+  }
+  if (set->availableCount() == 0) {
+    TT_LOG(Warn) << "sources: no hotness source is available: heat will be empty";
+  }
+  return set;
+}
+
+SourceSet::SourceSet(std::vector<std::unique_ptr<Source>> sources) : sources_(std::move(sources)) {}
+
+SourceSet::~SourceSet() { shutdown(); }
+
+void SourceSet::shutdown() {
+  for (pid_t tgid : tracked_)
+    for (auto& s : sources_) (void)s->removeProcess(tgid);
+  tracked_.clear();
+  sources_.clear();
+  tieringGuard_.reset();
+}
+
+Result<void> SourceSet::addProcess(pid_t tgid) {
+  std::string errors;
+  for (auto& s : sources_) {
+    if (!s->status().available) continue;
+    if (auto r = s->addProcess(tgid); !r) errors += std::string(s->name()) + ": " + r.error().message() + "; ";
+  }
+  tracked_.insert(tgid);
+  if (!errors.empty()) return logicError("tracking pid " + std::to_string(tgid) + ": " + errors);
+  return {};
+}
+
+Result<void> SourceSet::removeProcess(pid_t tgid) {
+  std::string errors;
+  for (auto& s : sources_) {
+    if (!s->status().available) continue;
+    if (auto r = s->removeProcess(tgid); !r) errors += std::string(s->name()) + ": " + r.error().message() + "; ";
+  }
+  tracked_.erase(tgid);
+  if (!errors.empty()) return logicError("untracking pid " + std::to_string(tgid) + ": " + errors);
+  return {};
+}
+
+Result<void> SourceSet::collect(std::vector<AccessEvidence>& out) {
+  std::string errors;
+  for (auto& s : sources_) {
+    if (!s->status().available) continue;
+    if (auto r = s->collect(out); !r) errors += std::string(s->name()) + ": " + r.error().message() + "; ";
+  }
+  if (!errors.empty()) return logicError("collecting evidence: " + errors);
+  return {};
+}
+
+void SourceSet::takeKernelMoves(std::vector<KernelMove>& out) {
+  for (auto& s : sources_) s->takeKernelMoves(out);
+}
+
+std::string formatStatus(const Source& s) {
+  return std::string(s.name()) + (s.status().available ? ": ok: " : ": unavailable: ") + s.status().detail;
+}
+
+std::vector<std::string> SourceSet::statusLines() const {
+  std::vector<std::string> lines;
+  for (const auto& s : sources_) lines.push_back(formatStatus(*s));
+  lines.insert(lines.end(), extraLines_.begin(), extraLines_.end());
+  return lines;
+}
+
+size_t SourceSet::availableCount() const {
+  size_t n = 0;
+  for (const auto& s : sources_) n += s->status().available ? 1 : 0;
+  return n;
+}
+
+Source* SourceSet::find(std::string_view name) const {
+  for (const auto& s : sources_)
+    if (s->name() == name) return s.get();
+  return nullptr;
+}
+
+}  // namespace tt::sources

@@ -1,0 +1,72 @@
+// All configured hotness sources of the daemon, opened together.
+//
+//   auto set = SourceSet::open(config.sources(), topology);   // logs one line per source
+//   set->addProcess(tgid);  ...  set->collect(evidence);       // each epoch
+//   set->removeProcess(tgid);  set->shutdown();                // or just destroy it
+//
+// Threads: none of its own. Every method is called from one thread (the service's epoch loop);
+// the kernel aggregates (BPF maps, perf rings, BPF ring buffer) between calls.
+// Kernel tiering (NUMA balancing in tiering mode, demotion) is detected and logged at open; with
+// kernel_tiering: DISABLE it is switched off until shutdown()/destruction restores it.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "sources/Source.h"
+#include "sys/Fs.h"
+#include "sys/access/Sysctl.h"
+#include "tensortier/v1/sources_config.pb.h"
+#include "topology/Topology.h"
+
+namespace tt::sources {
+
+class SourceSet {
+ public:
+  // Opens every enabled source of `config` on the real kernel (procfs/sysfs roots from config and
+  // /sys). Never fails: sources that cannot run are listed in statusLines() and skipped.
+  [[nodiscard]] static std::unique_ptr<SourceSet> open(const tensortier::v1::SourcesConfig& config,
+                                                       const topology::Topology& topology);
+  // From already-built sources (unit tests pass fakes).
+  explicit SourceSet(std::vector<std::unique_ptr<Source>> sources);
+  ~SourceSet();
+  SourceSet(const SourceSet&) = delete;
+  SourceSet& operator=(const SourceSet&) = delete;
+
+  // Starts/stops tracking a process in every available source. Errors of single sources are
+  // returned joined; the other sources still track it.
+  [[nodiscard]] Result<void> addProcess(pid_t tgid);
+  [[nodiscard]] Result<void> removeProcess(pid_t tgid);
+  [[nodiscard]] const std::set<pid_t>& tracked() const { return tracked_; }
+
+  // Appends the evidence of every available source since the last call. Errors are logged per
+  // source (rate-limited) and returned joined, evidence from the others is kept.
+  [[nodiscard]] Result<void> collect(std::vector<AccessEvidence>& out);
+  // Kernel page moves of tracked processes since the last call (fault-trace source).
+  void takeKernelMoves(std::vector<KernelMove>& out);
+
+  // One line per configured source: "pmu: unavailable: ..." / "fault-trace: ok: ...", then one
+  // for kernel tiering. For the start log and `tensortierctl sources`.
+  [[nodiscard]] std::vector<std::string> statusLines() const;
+  [[nodiscard]] size_t availableCount() const;
+  [[nodiscard]] const std::vector<std::unique_ptr<Source>>& sources() const { return sources_; }
+  [[nodiscard]] Source* find(std::string_view name) const;
+
+  // Stops every source (detaches BPF, closes perf fds, stops kdamonds) and restores kernel
+  // tiering settings if they were changed. Idempotent; the destructor calls it.
+  void shutdown();
+
+ private:
+  std::vector<std::unique_ptr<Source>> sources_;
+  std::vector<std::string> extraLines_;
+  std::unique_ptr<sys::KernelTieringGuard> tieringGuard_;
+  std::set<pid_t> tracked_;
+};
+
+// The status line of one source as statusLines() prints it.
+[[nodiscard]] std::string formatStatus(const Source& source);
+
+}  // namespace tt::sources

@@ -1,0 +1,99 @@
+#include "sys/access/DamonSysfs.h"
+
+#include <algorithm>
+
+#include "core/Parse.h"
+
+namespace tt::sys {
+
+namespace {
+constexpr const char* kAdmin = "kernel/mm/damon/admin/kdamonds";
+
+Result<uint64_t> readUint(const Fs& fs, const std::string& path) {
+  auto line = fs.readLine(path);
+  if (!line) return line.error();
+  auto v = parseUint(*line);
+  if (!v) return withContext(v.error(), fs.resolve(path));
+  return v;
+}
+}  // namespace
+
+std::string DamonSysfs::dir(uint32_t slot) const {
+  return std::string(kAdmin) + "/" + std::to_string(first_ + slot);
+}
+
+bool DamonSysfs::available() const { return sysfs_.exists(std::string(kAdmin) + "/nr_kdamonds"); }
+
+Result<void> DamonSysfs::prepare() {
+  const std::string nr = std::string(kAdmin) + "/nr_kdamonds";
+  auto current = readUint(sysfs_, nr);
+  if (!current) return current.error();
+  if (*current < first_ + slots_) {
+    if (auto w = sysfs_.writeFile(nr, std::to_string(first_ + slots_)); !w) return w.error();
+  }
+  for (uint32_t s = 0; s < slots_; ++s) {
+    const std::string ctx = dir(s) + "/contexts";
+    if (auto w = sysfs_.writeFile(ctx + "/nr_contexts", "1"); !w) return w.error();
+  }
+  return {};
+}
+
+Result<void> DamonSysfs::start(uint32_t slot, pid_t pid, const DamonAttrs& a) {
+  if (slot >= slots_) return logicError("DAMON slot " + std::to_string(slot) + " out of range");
+  const std::string ctx = dir(slot) + "/contexts/0";
+  const std::pair<std::string, std::string> writes[] = {
+      {ctx + "/operations", "vaddr"},
+      {ctx + "/monitoring_attrs/intervals/sample_us", std::to_string(a.sampleUs)},
+      {ctx + "/monitoring_attrs/intervals/aggr_us", std::to_string(a.aggrUs)},
+      {ctx + "/monitoring_attrs/intervals/update_us", std::to_string(a.updateUs)},
+      {ctx + "/monitoring_attrs/nr_regions/min", std::to_string(a.minRegions)},
+      {ctx + "/monitoring_attrs/nr_regions/max", std::to_string(a.maxRegions)},
+      {ctx + "/targets/nr_targets", "1"},
+      {ctx + "/targets/0/pid_target", std::to_string(pid)},
+      {ctx + "/schemes/nr_schemes", "1"},
+      {ctx + "/schemes/0/action", "stat"},
+      // Match every region: size, access count and age unbounded.
+      {ctx + "/schemes/0/access_pattern/sz/min", "0"},
+      {ctx + "/schemes/0/access_pattern/sz/max", "18446744073709551615"},
+      {ctx + "/schemes/0/access_pattern/nr_accesses/min", "0"},
+      {ctx + "/schemes/0/access_pattern/nr_accesses/max", "4294967295"},
+      {ctx + "/schemes/0/access_pattern/age/min", "0"},
+      {ctx + "/schemes/0/access_pattern/age/max", "4294967295"},
+      {dir(slot) + "/state", "on"},
+  };
+  for (const auto& [path, value] : writes)
+    if (auto w = sysfs_.writeFile(path, value); !w) return withContext(w.error(), "DAMON start pid " + std::to_string(pid));
+  return {};
+}
+
+Result<void> DamonSysfs::stop(uint32_t slot) {
+  auto state = sysfs_.readLine(dir(slot) + "/state");
+  if (!state) return state.error();
+  if (trim(*state) == "off") return {};
+  return sysfs_.writeFile(dir(slot) + "/state", "off");
+}
+
+Result<std::vector<DamonRegion>> DamonSysfs::regions(uint32_t slot) {
+  if (auto w = sysfs_.writeFile(dir(slot) + "/state", "update_schemes_tried_regions"); !w) return w.error();
+  const std::string tried = dir(slot) + "/contexts/0/schemes/0/tried_regions";
+  auto entries = sysfs_.listDir(tried);
+  if (!entries) return entries.error();
+  std::vector<DamonRegion> out;
+  for (const auto& e : *entries) {
+    if (e.empty() || !std::all_of(e.begin(), e.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    const std::string r = tried + "/" + e;
+    auto start = readUint(sysfs_, r + "/start");
+    auto end = readUint(sysfs_, r + "/end");
+    auto acc = readUint(sysfs_, r + "/nr_accesses");
+    auto age = readUint(sysfs_, r + "/age");
+    if (!start) return start.error();
+    if (!end) return end.error();
+    if (!acc) return acc.error();
+    if (!age) return age.error();
+    out.push_back(DamonRegion{*start, *end, static_cast<uint32_t>(*acc), static_cast<uint32_t>(*age)});
+  }
+  std::sort(out.begin(), out.end(), [](const DamonRegion& a, const DamonRegion& b) { return a.start < b.start; });
+  return out;
+}
+
+}  // namespace tt::sys

@@ -1,0 +1,57 @@
+// The kernel's DAMON access monitor through its sysfs interface (/sys/kernel/mm/damon/admin,
+// Documentation/admin-guide/mm/damon/usage.rst), virtual-address mode.
+//
+// One kdamond per monitored process: a kdamond's "stat" scheme lists the regions it tried
+// (tried_regions/N/{start,end,nr_accesses,age}) without saying which target they belong to, so
+// one target per kdamond keeps them attributable. The slots (kdamonds/first .. first+slots-1) are
+// created once; each is switched on and off on its own while the others run.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/Result.h"
+#include "sys/Fs.h"
+
+namespace tt::sys {
+
+struct DamonAttrs {
+  uint32_t sampleUs = 5000;
+  uint32_t aggrUs = 100000;
+  uint32_t updateUs = 1000000;
+  uint32_t minRegions = 10;
+  uint32_t maxRegions = 1000;
+};
+
+struct DamonRegion {
+  uint64_t start = 0;
+  uint64_t end = 0;
+  uint32_t nrAccesses = 0;  // samples (of aggrUs / sampleUs) that saw the region accessed
+  uint32_t age = 0;
+};
+
+class DamonSysfs {
+ public:
+  // `sysfs` rooted at /sys (or a fixture tree).
+  DamonSysfs(Fs sysfs, uint32_t firstKdamond, uint32_t slots) : sysfs_(std::move(sysfs)), first_(firstKdamond), slots_(slots) {}
+
+  [[nodiscard]] bool available() const;
+  // Creates the kdamond slots (nr_kdamonds), all off. Fails with EBUSY if a kdamond runs.
+  [[nodiscard]] Result<void> prepare();
+  // Configures slot `slot` for `pid` (vaddr, one "stat" scheme over all regions) and turns it on.
+  [[nodiscard]] Result<void> start(uint32_t slot, pid_t pid, const DamonAttrs& attrs);
+  [[nodiscard]] Result<void> stop(uint32_t slot);
+  // Asks the kdamond to refresh tried_regions and reads them.
+  [[nodiscard]] Result<std::vector<DamonRegion>> regions(uint32_t slot);
+  [[nodiscard]] uint32_t slots() const { return slots_; }
+
+ private:
+  [[nodiscard]] std::string dir(uint32_t slot) const;
+  Fs sysfs_;
+  uint32_t first_;
+  uint32_t slots_;
+};
+
+}  // namespace tt::sys

@@ -1,0 +1,56 @@
+#include "sys/access/SoftDirty.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sys/Pagemap.h"
+
+namespace tt::sys {
+
+Result<void> ProcSoftDirtyTracker::clear(pid_t pid) {
+  return procfs_.writeFile(std::to_string(pid) + "/clear_refs", "4");
+}
+
+Result<void> ProcSoftDirtyTracker::dirtyPages(pid_t pid, uint64_t start, uint64_t pages, std::vector<uint64_t>& dirty) {
+  constexpr uint64_t kChunk = 1U << 16;  // 512 KiB of pagemap per read
+  const std::string path = std::to_string(pid) + "/pagemap";
+  for (uint64_t done = 0; done < pages;) {
+    const uint64_t n = std::min(kChunk, pages - done);
+    const uint64_t first = start / 4096 + done;
+    if (auto r = readWords(procfs_, path, first, words_, n); !r) return r.error();
+    for (uint64_t i = 0; i < words_.size(); ++i)
+      if ((words_[i] & kPagemapSoftDirty) != 0 && (words_[i] & kPagemapPresent) != 0)
+        dirty.push_back((first + i) * 4096);
+    done += n;
+  }
+  return {};
+}
+
+Result<bool> probeSoftDirty() {
+  const pid_t child = ::fork();
+  if (child < 0) return errnoError("fork soft-dirty probe");
+  if (child == 0) {
+    // Child: only async-signal-safe calls. Exit 0 = supported, 1 = not, 2 = probe failed.
+    auto* p = static_cast<volatile char*>(
+        ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (p == MAP_FAILED) ::_exit(2);
+    p[0] = 1;
+    const int c = ::open("/proc/self/clear_refs", O_WRONLY);
+    if (c < 0 || ::write(c, "4", 1) != 1) ::_exit(2);
+    ::close(c);
+    p[0] = 2;
+    const int m = ::open("/proc/self/pagemap", O_RDONLY);
+    uint64_t word = 0;
+    const off_t off = static_cast<off_t>(reinterpret_cast<uintptr_t>(p) / 4096 * 8);
+    if (m < 0 || ::pread(m, &word, sizeof word, off) != static_cast<ssize_t>(sizeof word)) ::_exit(2);
+    ::_exit((word & kPagemapSoftDirty) != 0 ? 0 : 1);
+  }
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child) return errnoError("wait for soft-dirty probe");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) == 2) return logicError("soft-dirty probe failed (clear_refs or pagemap)");
+  return WEXITSTATUS(status) == 0;
+}
+
+}  // namespace tt::sys

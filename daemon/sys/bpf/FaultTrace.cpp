@@ -1,0 +1,113 @@
+#include "sys/bpf/FaultTrace.h"
+
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "core/Log.h"
+#include "fault_trace.skel.h"
+#include "sys/bpf/LibbpfLog.h"
+
+namespace tt::sys::bpf {
+
+bool kernelHasBtfStruct(const std::string& name) {
+  btf* vmlinux = btf__load_vmlinux_btf();
+  if (vmlinux == nullptr) return false;
+  const bool found = btf__find_by_name_kind(vmlinux, name.c_str(), BTF_KIND_STRUCT) >= 0;
+  btf__free(vmlinux);
+  return found;
+}
+
+Result<std::unique_ptr<FaultTrace>> FaultTrace::start(const Options& options) {
+  routeLibbpfLogs();
+  std::unique_ptr<FaultTrace> self(new FaultTrace());
+  self->skel_ = fault_trace__open();
+  if (self->skel_ == nullptr) return errnoError("open BPF object fault_trace");
+  fault_trace* skel = self->skel_;
+  skel->rodata->report_first_touch = options.reportFirstTouch;
+  uint32_t ring = 4096;
+  while (ring < options.ringBytes) ring <<= 1;
+  if (bpf_map__set_max_entries(skel->maps.events, ring) != 0 ||
+      bpf_map__set_max_entries(skel->maps.tracked_tgids, options.maxTgids) != 0)
+    return errnoError("size fault_trace maps");
+  // remove_migration_pte exists since 6.0; without it the CO-RE relocation of its ctx would fail
+  // the whole load, so the program is left out where the kernel lacks the type.
+  self->pageMigrationEvents_ = kernelHasBtfStruct("trace_event_raw_migration_pte");
+  if (!self->pageMigrationEvents_) bpf_program__set_autoload(skel->progs.tt_remove_migration_pte, false);
+  if (int err = fault_trace__load(skel); err != 0) return systemError(-err, "load BPF fault_trace");
+  if (int err = fault_trace__attach(skel); err != 0) return systemError(-err, "attach BPF fault_trace tracepoints");
+  self->ring_ = ring_buffer__new(bpf_map__fd(skel->maps.events), &FaultTrace::onEvent, self.get(), nullptr);
+  if (self->ring_ == nullptr) return errnoError("ring_buffer__new fault_trace");
+  return self;
+}
+
+FaultTrace::~FaultTrace() {
+  if (ring_ != nullptr) ring_buffer__free(ring_);
+  if (skel_ != nullptr) fault_trace__destroy(skel_);
+}
+
+int FaultTrace::onEvent(void* ctx, void* data, size_t size) {
+  auto* self = static_cast<FaultTrace*>(ctx);
+  if (size < sizeof(tt_event) || self->current_ == nullptr) return 0;
+  tt_event e;
+  std::memcpy(&e, data, sizeof e);
+  (*self->current_)(e);
+  return 0;
+}
+
+Result<void> FaultTrace::track(pid_t tgid) {
+  const uint32_t key = static_cast<uint32_t>(tgid);
+  const uint8_t one = 1;
+  if (bpf_map__update_elem(skel_->maps.tracked_tgids, &key, sizeof key, &one, sizeof one, BPF_ANY) != 0)
+    return errnoError("track tgid " + std::to_string(tgid) + " in fault_trace");
+  return {};
+}
+
+Result<void> FaultTrace::untrack(pid_t tgid) {
+  const uint32_t key = static_cast<uint32_t>(tgid);
+  if (bpf_map__delete_elem(skel_->maps.tracked_tgids, &key, sizeof key, 0) != 0 && errno != ENOENT)
+    return errnoError("untrack tgid " + std::to_string(tgid) + " in fault_trace");
+  return {};
+}
+
+Result<size_t> FaultTrace::poll(const EventFn& fn) {
+  current_ = &fn;
+  const int n = ring_buffer__consume(ring_);
+  current_ = nullptr;
+  if (n < 0) return systemError(-n, "consume fault_trace ring buffer");
+  return static_cast<size_t>(n);
+}
+
+Result<size_t> FaultTrace::pollWait(const EventFn& fn, int timeoutMs) {
+  current_ = &fn;
+  const int n = ring_buffer__poll(ring_, timeoutMs);
+  current_ = nullptr;
+  if (n < 0 && n != -EINTR) return systemError(-n, "poll fault_trace ring buffer");
+  return static_cast<size_t>(n < 0 ? 0 : n);
+}
+
+Result<MigrationTotals> FaultTrace::migrationTotals() const {
+  const int ncpu = libbpf_num_possible_cpus();
+  if (ncpu <= 0) return systemError(-ncpu, "libbpf_num_possible_cpus");
+  std::vector<uint64_t> perCpu(static_cast<size_t>(ncpu));
+  MigrationTotals totals;
+  for (uint32_t i = 0; i < TT_FAULT_NR_STATS; ++i) {
+    if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.migrations), &i, perCpu.data()) != 0)
+      return errnoError("read fault_trace migration totals");
+    uint64_t sum = 0;
+    for (uint64_t v : perCpu) sum += v;
+    if (i == TT_FAULT_STAT_DROPPED)
+      totals.dropped = sum;
+    else if (i % 2 == 0)
+      totals.succeeded[i / 2] = sum;
+    else
+      totals.failed[i / 2] = sum;
+  }
+  return totals;
+}
+
+}  // namespace tt::sys::bpf

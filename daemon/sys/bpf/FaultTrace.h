@@ -1,0 +1,67 @@
+// Owner of bpf/fault_trace.bpf.c: user page faults (exceptions/page_fault_user) and kernel page
+// migrations (migrate/*) of tracked tgids, through one BPF ring buffer; plus per-reason migration
+// totals for every process (kernel demotion runs in kswapd, outside any tracked tgid).
+#pragma once
+
+#include <sys/types.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/Result.h"
+#include "tt_events.h"
+
+struct fault_trace;
+struct ring_buffer;
+
+namespace tt::sys::bpf {
+
+struct MigrationTotals {
+  // Indexed by tt_migrate_class.
+  std::array<uint64_t, TT_MIG_NR_CLASSES> succeeded{};
+  std::array<uint64_t, TT_MIG_NR_CLASSES> failed{};
+  uint64_t dropped = 0;  // events lost to a full ring buffer
+};
+
+class FaultTrace {
+ public:
+  struct Options {
+    uint32_t ringBytes = 1U << 20;
+    uint32_t maxTgids = 1024;
+    bool reportFirstTouch = true;
+  };
+  // Opens, configures (rodata), loads and attaches. migrate/remove_migration_pte is attached only
+  // where the running kernel's BTF has it; pageMigrationEvents() says whether it is.
+  [[nodiscard]] static Result<std::unique_ptr<FaultTrace>> start(const Options& options);
+  ~FaultTrace();
+  FaultTrace(const FaultTrace&) = delete;
+  FaultTrace& operator=(const FaultTrace&) = delete;
+
+  [[nodiscard]] Result<void> track(pid_t tgid);
+  [[nodiscard]] Result<void> untrack(pid_t tgid);
+
+  // Consumes every queued event without blocking (ring_buffer__consume). Returns the count.
+  using EventFn = std::function<void(const tt_event&)>;
+  [[nodiscard]] Result<size_t> poll(const EventFn& fn);
+  // Waits up to timeoutMs for events, then consumes them.
+  [[nodiscard]] Result<size_t> pollWait(const EventFn& fn, int timeoutMs);
+
+  [[nodiscard]] Result<MigrationTotals> migrationTotals() const;
+  [[nodiscard]] bool pageMigrationEvents() const { return pageMigrationEvents_; }
+
+ private:
+  FaultTrace() = default;
+  static int onEvent(void* ctx, void* data, size_t size);
+  fault_trace* skel_ = nullptr;
+  ring_buffer* ring_ = nullptr;
+  const EventFn* current_ = nullptr;
+  bool pageMigrationEvents_ = false;
+};
+
+// True when the running kernel's BTF has a struct named `name` (e.g. the ctx of a tracepoint).
+[[nodiscard]] bool kernelHasBtfStruct(const std::string& name);
+
+}  // namespace tt::sys::bpf

@@ -1,0 +1,170 @@
+#include "sys/bpf/PerfSampleAgg.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "perf_sample_agg.skel.h"
+#include "sys/bpf/LibbpfLog.h"
+#include "tt_events.h"
+
+namespace tt::sys::bpf {
+
+Result<uint32_t> readPidMax(const std::string& procRoot) {
+  const std::string path = procRoot + "/sys/kernel/pid_max";
+  std::ifstream in(path);
+  uint64_t v = 0;
+  if (!(in >> v)) return errnoError("read " + path);
+  if (v == 0 || v > (1U << 22)) return logicError(path + ": unexpected value " + std::to_string(v));
+  return static_cast<uint32_t>(v);
+}
+
+Result<std::unique_ptr<PerfSampleAgg>> PerfSampleAgg::load(uint32_t pidMax, uint32_t maxPages) {
+  routeLibbpfLogs();
+  perf_sample_agg* skel = perf_sample_agg__open();
+  if (skel == nullptr) return errnoError("open BPF object perf_sample_agg");
+  std::unique_ptr<PerfSampleAgg> self(new PerfSampleAgg(skel, pidMax));
+  if (bpf_map__set_max_entries(skel->maps.tracked_bits, (pidMax + 63) / 64) != 0 ||
+      bpf_map__set_max_entries(skel->maps.counts, maxPages) != 0)
+    return errnoError("size perf_sample_agg maps");
+  if (int err = perf_sample_agg__load(skel); err != 0) return systemError(-err, "load BPF perf_sample_agg");
+  return self;
+}
+
+PerfSampleAgg::~PerfSampleAgg() {
+  for (bpf_link* link : links_) bpf_link__destroy(link);
+  perf_sample_agg__destroy(skel_);
+}
+
+Result<void> PerfSampleAgg::attach(int perfEventFd) {
+  bpf_link* link = bpf_program__attach_perf_event(skel_->progs.tt_count_sample, perfEventFd);
+  if (link == nullptr) return errnoError("attach perf_sample_agg to perf fd " + std::to_string(perfEventFd));
+  links_.push_back(link);
+  return {};
+}
+
+Result<void> PerfSampleAgg::setBit(pid_t tgid, bool on) {
+  if (tgid <= 0 || static_cast<uint32_t>(tgid) >= pidMax_)
+    return logicError("tgid " + std::to_string(tgid) + " outside kernel.pid_max " + std::to_string(pidMax_));
+  // Read-modify-write of one word: only this (single) daemon thread writes the bitmap.
+  const uint32_t word = static_cast<uint32_t>(tgid) / 64;
+  uint64_t bits = 0;
+  const int fd = bpf_map__fd(skel_->maps.tracked_bits);
+  if (bpf_map_lookup_elem(fd, &word, &bits) != 0) return errnoError("read perf_sample_agg tgid bitmap");
+  const uint64_t mask = 1ULL << (static_cast<uint32_t>(tgid) % 64);
+  bits = on ? (bits | mask) : (bits & ~mask);
+  if (bpf_map_update_elem(fd, &word, &bits, BPF_ANY) != 0)
+    return errnoError(std::string(on ? "track" : "untrack") + " tgid " + std::to_string(tgid) + " in perf_sample_agg");
+  return {};
+}
+
+Result<void> PerfSampleAgg::track(pid_t tgid) { return setBit(tgid, true); }
+
+Result<void> PerfSampleAgg::untrack(pid_t tgid) { return setBit(tgid, false); }
+
+Result<size_t> PerfSampleAgg::drain(std::vector<PageCount>& out) {
+  const int fd = bpf_map__fd(skel_->maps.counts);
+  constexpr uint32_t kBatch = 4096;
+  keys_.resize(kBatch * sizeof(tt_page_key));
+  values_.resize(kBatch * sizeof(uint64_t));
+  size_t total = 0;
+  auto append = [&](uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i) {
+      tt_page_key k;
+      uint64_t v;
+      std::memcpy(&k, keys_.data() + i * sizeof k, sizeof k);
+      std::memcpy(&v, values_.data() + i * sizeof v, sizeof v);
+      out.push_back(PageCount{k.tgid, k.page, v});
+    }
+    total += n;
+  };
+  if (!batchUnsupported_) {
+    uint64_t inBatch = 0, outBatch = 0;
+    bool first = true;
+    for (;;) {
+      uint32_t count = kBatch;
+      const int ret = bpf_map_lookup_and_delete_batch(fd, first ? nullptr : &inBatch, &outBatch, keys_.data(),
+                                                      values_.data(), &count, nullptr);
+      const int err = ret != 0 ? errno : 0;
+      append(count);
+      if (ret != 0 && err == ENOENT) return total;  // reached the end
+      if (ret != 0 && (err == EINVAL || err == ENOTSUP || err == EOPNOTSUPP) && first && count == 0) {
+        batchUnsupported_ = true;
+        break;
+      }
+      if (ret != 0) return systemError(err, "lookup_and_delete_batch perf_sample_agg counts");
+      inBatch = outBatch;
+      first = false;
+    }
+  }
+  // Key walk for kernels without batch ops: take the first key, read it, delete it, repeat.
+  // Counts added between the read and the delete of one key are lost; rare and harmless.
+  tt_page_key next{};
+  while (bpf_map_get_next_key(fd, nullptr, &next) == 0) {
+    uint64_t v = 0;
+    if (bpf_map_lookup_elem(fd, &next, &v) == 0) {
+      out.push_back(PageCount{next.tgid, next.page, v});
+      ++total;
+    }
+    if (bpf_map_delete_elem(fd, &next) != 0 && errno != ENOENT) return errnoError("delete perf_sample_agg count");
+  }
+  return total;
+}
+
+Result<AggStats> PerfSampleAgg::stats() const {
+  const int ncpu = libbpf_num_possible_cpus();
+  if (ncpu <= 0) return systemError(-ncpu, "libbpf_num_possible_cpus");
+  std::vector<uint64_t> perCpu(static_cast<size_t>(ncpu));
+  uint64_t sums[TT_AGG_NR_STATS] = {};
+  for (uint32_t i = 0; i < TT_AGG_NR_STATS; ++i) {
+    if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.stats), &i, perCpu.data()) != 0)
+      return errnoError("read perf_sample_agg stats");
+    for (uint64_t v : perCpu) sums[i] += v;
+  }
+  return AggStats{sums[TT_AGG_SAMPLES], sums[TT_AGG_TRACKED], sums[TT_AGG_NO_ADDR], sums[TT_AGG_MAP_FULL]};
+}
+
+int PerfSampleAgg::programFd() const { return bpf_program__fd(skel_->progs.tt_count_sample); }
+
+Result<std::pair<uint64_t, uint64_t>> PerfSampleAgg::runTimeNsAndCount() const {
+  bpf_prog_info info;
+  std::memset(&info, 0, sizeof info);
+  uint32_t len = sizeof info;
+  if (bpf_obj_get_info_by_fd(programFd(), &info, &len) != 0) return errnoError("bpf_obj_get_info_by_fd perf_sample_agg");
+  return std::pair<uint64_t, uint64_t>{info.run_time_ns, info.run_cnt};
+}
+
+Result<uint64_t> PerfSampleAgg::mapMemoryBytes() const {
+  uint64_t total = 0;
+  for (const bpf_map* map : {skel_->maps.counts, skel_->maps.tracked_bits, skel_->maps.stats}) {
+    const std::string path = "/proc/self/fdinfo/" + std::to_string(bpf_map__fd(map));
+    std::ifstream in(path);
+    if (!in) return errnoError("open " + path);
+    std::string key;
+    uint64_t value = 0;
+    bool found = false;
+    while (in >> key) {
+      if (key == "memlock:") {
+        in >> value;
+        found = true;
+        break;
+      }
+    }
+    if (!found) return logicError(path + " has no memlock line");
+    total += value;
+  }
+  return total;
+}
+
+Result<int> enableBpfRunTimeStats() {
+  const int fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+  if (fd < 0) return errnoError("bpf_enable_stats(BPF_STATS_RUN_TIME)");
+  return fd;
+}
+
+}  // namespace tt::sys::bpf

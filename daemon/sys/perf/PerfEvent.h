@@ -1,0 +1,68 @@
+// perf_event_open(2) and its mmap ring buffer: the kernel side of every sampling source.
+//
+// A PerfEvent is one event fd (one CPU, all processes, or one thread) with an optional mmap ring.
+// drain() copies out whole records, unwrapping those that straddle the ring's end, and advances
+// data_tail so the kernel can reuse the space; decoding the bytes is pure code
+// (sources/PerfDecode.h), tested from recorded fixtures.
+#pragma once
+
+#include <linux/perf_event.h>
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/Result.h"
+#include "sys/Fs.h"
+
+namespace tt::sys::perf {
+
+class PerfEvent {
+ public:
+  // Opens `attr` for (pid, cpu) (pid -1 = all processes on cpu). ringPages = 0: no ring (a BPF
+  // program consumes the samples in the kernel); otherwise a power of two.
+  [[nodiscard]] static Result<std::unique_ptr<PerfEvent>> open(const perf_event_attr& attr, pid_t pid, int cpu,
+                                                               uint32_t ringPages);
+  ~PerfEvent();
+  PerfEvent(const PerfEvent&) = delete;
+  PerfEvent& operator=(const PerfEvent&) = delete;
+
+  [[nodiscard]] int fd() const { return fd_; }
+  [[nodiscard]] int cpu() const { return cpu_; }
+  [[nodiscard]] Result<void> enable();
+  [[nodiscard]] Result<void> disable();
+  // PERF_EVENT_IOC_PERIOD: the new period applies from the next overflow.
+  [[nodiscard]] Result<void> setPeriod(uint64_t period);
+
+  using RecordFn = std::function<void(std::span<const uint8_t> record)>;
+  // Hands every complete record in the ring to `fn` (header included) and frees the space.
+  // Returns the number of records. No-op without a ring.
+  size_t drain(const RecordFn& fn);
+
+ private:
+  PerfEvent(int fd, int cpu, void* ring, size_t ringBytes, size_t dataBytes);
+  int fd_;
+  int cpu_;
+  void* ring_;
+  size_t mmapBytes_;
+  size_t dataBytes_;
+  std::vector<uint8_t> scratch_;  // a record that wraps around the ring end is copied here
+};
+
+// Online CPUs from /sys/devices/system/cpu/online ("0-3,6").
+[[nodiscard]] Result<std::vector<int>> onlineCpus(const Fs& sysfs);
+
+// The dynamic PMU type of a named event source (/sys/bus/event_source/devices/<pmu>/type),
+// e.g. "ibs_op" on AMD; ENOENT when the PMU is absent.
+[[nodiscard]] Result<uint32_t> pmuType(const Fs& sysfs, const std::string& pmu);
+
+// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID), nanoseconds.
+[[nodiscard]] uint64_t threadCpuNs();
+[[nodiscard]] uint64_t monotonicNs();
+
+}  // namespace tt::sys::perf

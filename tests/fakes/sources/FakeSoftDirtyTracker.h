@@ -1,0 +1,29 @@
+// Soft-dirty bits held in memory: a page written (markWritten) stays dirty until clear(pid).
+#pragma once
+
+#include <map>
+#include <set>
+
+#include "sys/access/SoftDirty.h"
+
+namespace tt::fakes {
+
+class FakeSoftDirtyTracker final : public sys::SoftDirtyTracker {
+ public:
+  Result<void> clear(pid_t pid) override {
+    ++clears[pid];
+    dirty[pid].clear();
+    return {};
+  }
+  Result<void> dirtyPages(pid_t pid, uint64_t start, uint64_t pages, std::vector<uint64_t>& out) override {
+    for (uint64_t p : dirty[pid])
+      if (p >= start && p < start + pages * 4096) out.push_back(p);
+    return {};
+  }
+  void markWritten(pid_t pid, uint64_t page) { dirty[pid].insert(page); }
+
+  std::map<pid_t, std::set<uint64_t>> dirty;
+  std::map<pid_t, int> clears;
+};
+
+}  // namespace tt::fakes

@@ -1,0 +1,54 @@
+// A scripted Source for tests of code that consumes sources (SourceSet, the service's epoch loop).
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "sources/Source.h"
+
+namespace tt::fakes {
+
+class FakeSource final : public sources::Source {
+ public:
+  FakeSource(std::string name, bool available, std::string detail = "fake")
+      : name_(std::move(name)), status_{available, std::move(detail)} {}
+
+  std::string_view name() const override { return name_; }
+  const sources::SourceStatus& status() const override { return status_; }
+  Result<void> addProcess(pid_t tgid) override {
+    if (failAdd) return logicError("scripted add failure");
+    tracked.insert(tgid);
+    return {};
+  }
+  Result<void> removeProcess(pid_t tgid) override {
+    tracked.erase(tgid);
+    return {};
+  }
+  // Emits `next` for tracked tgids only, like a real source.
+  Result<void> collect(std::vector<AccessEvidence>& out) override {
+    ++collects;
+    if (failCollect) return logicError("scripted collect failure");
+    for (const auto& e : next)
+      if (tracked.contains(e.tgid)) out.push_back(e);
+    return {};
+  }
+  void takeKernelMoves(std::vector<sources::KernelMove>& out) override {
+    out.insert(out.end(), moves.begin(), moves.end());
+    moves.clear();
+  }
+
+  std::set<pid_t> tracked;
+  std::vector<AccessEvidence> next;
+  std::vector<sources::KernelMove> moves;
+  bool failAdd = false;
+  bool failCollect = false;
+  int collects = 0;
+
+ private:
+  std::string name_;
+  sources::SourceStatus status_;
+};
+
+
+}  // namespace tt::fakes

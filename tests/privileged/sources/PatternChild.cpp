@@ -1,0 +1,110 @@
+#include "PatternChild.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+namespace tt::test {
+
+namespace {
+bool readAll(int fd, void* buf, size_t n) {
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    const ssize_t r = ::read(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+}  // namespace
+
+PatternChild::PatternChild(uint64_t pages) : pages_(pages) {
+  int down[2], up[2];
+  if (::pipe(down) != 0 || ::pipe(up) != 0) {
+    ADD_FAILURE() << "pipe failed";
+    return;
+  }
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ::close(down[1]);
+    ::close(up[0]);
+    auto* buf = static_cast<volatile char*>(::mmap(nullptr, pages * 4096, PROT_READ | PROT_WRITE,
+                                                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (buf == MAP_FAILED) ::_exit(1);
+    ::madvise(const_cast<char*>(buf), pages * 4096, MADV_NOHUGEPAGE);
+    const uint64_t addr = reinterpret_cast<uint64_t>(buf);
+    if (::write(up[1], &addr, sizeof addr) != sizeof addr) ::_exit(1);
+    uint64_t cmd[4];  // op, a, b, c
+    while (readAll(down[0], cmd, sizeof cmd)) {
+      if (cmd[0] == 0) {  // write pages i % a == b
+        for (uint64_t i = cmd[2]; i < pages; i += cmd[1]) buf[i * 4096] = 1;
+      } else if (cmd[0] == 1) {  // write pages [a, b)
+        for (uint64_t i = cmd[1]; i < cmd[2] && i < pages; ++i) buf[i * 4096] = 2;
+      } else {  // read pages [a, b) for c ms
+        timespec t0{}, t{};
+        ::clock_gettime(CLOCK_MONOTONIC, &t0);
+        uint64_t sum = 0;
+        do {
+          for (uint64_t i = cmd[1]; i < cmd[2] && i < pages; ++i) sum += static_cast<uint64_t>(buf[i * 4096]);
+          ::clock_gettime(CLOCK_MONOTONIC, &t);
+        } while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < static_cast<long>(cmd[3]));
+        if (sum == 0xffffffffffff) buf[0] = 0;  // keeps the reads
+      }
+      const char done = 'd';
+      if (::write(up[1], &done, 1) != 1) ::_exit(1);
+    }
+    ::_exit(0);
+  }
+  ::close(down[0]);
+  ::close(up[1]);
+  toChild_ = down[1];
+  fromChild_ = up[0];
+  if (!readAll(fromChild_, &base_, sizeof base_)) ADD_FAILURE() << "child did not report its buffer";
+}
+
+PatternChild::~PatternChild() {
+  if (toChild_ >= 0) ::close(toChild_);
+  if (fromChild_ >= 0) ::close(fromChild_);
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+std::set<uint64_t> PatternChild::command(uint64_t op, uint64_t a, uint64_t b, uint64_t c) {
+  const uint64_t cmd[4] = {op, a, b, c};
+  std::set<uint64_t> touched;
+  if (::write(toChild_, cmd, sizeof cmd) != sizeof cmd) {
+    ADD_FAILURE() << "command to child failed";
+    return touched;
+  }
+  char done = 0;
+  if (!readAll(fromChild_, &done, 1)) ADD_FAILURE() << "child did not finish its command";
+  return touched;
+}
+
+std::set<uint64_t> PatternChild::touch(uint32_t stride, uint32_t offset) {
+  std::set<uint64_t> touched = command(0, stride, offset, 0);
+  for (uint64_t i = offset; i < pages_; i += stride) touched.insert(base_ + i * 4096);
+  return touched;
+}
+
+std::set<uint64_t> PatternChild::writeRange(uint64_t first, uint64_t end) {
+  std::set<uint64_t> touched = command(1, first, end, 0);
+  for (uint64_t i = first; i < end && i < pages_; ++i) touched.insert(base_ + i * 4096);
+  return touched;
+}
+
+std::set<uint64_t> PatternChild::readRangeFor(uint64_t first, uint64_t end, uint32_t ms) {
+  std::set<uint64_t> touched = command(2, first, end, ms);
+  for (uint64_t i = first; i < end && i < pages_; ++i) touched.insert(base_ + i * 4096);
+  return touched;
+}
+
+}  // namespace tt::test

@@ -1,0 +1,120 @@
+// The eBPF fault-trace source and the software page-fault sampling source (both aggregation
+// paths) on the real host kernel: a child touches a known set of fresh pages; each source must
+// report those pages (precision and recall >= 0.95 over the child's buffer), nothing of an
+// untracked process, and pick up a process added at run time.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <set>
+
+#include "PatternChild.h"
+#include "sources/FaultTraceSource.h"
+#include "sources/SamplingSource.h"
+#include "support/TestSupport.h"
+
+namespace tt::sources {
+namespace {
+
+constexpr uint64_t kPages = 4096;  // 16 MiB
+
+struct Score {
+  double precision = 0, recall = 0;
+  size_t reported = 0;
+};
+
+// Pages of `tgid` inside [base, base + kPages*4096) reported by `evidence`, scored against `truth`.
+Score score(const std::vector<AccessEvidence>& evidence, pid_t tgid, uint64_t base, const std::set<uint64_t>& truth) {
+  std::set<uint64_t> reported;
+  for (const auto& e : evidence)
+    if (e.tgid == tgid && e.page >= base && e.page < base + kPages * 4096) reported.insert(e.page);
+  size_t hit = 0;
+  for (uint64_t p : reported) hit += truth.contains(p) ? 1 : 0;
+  Score s;
+  s.reported = reported.size();
+  s.precision = reported.empty() ? 0 : static_cast<double>(hit) / static_cast<double>(reported.size());
+  s.recall = truth.empty() ? 0 : static_cast<double>(hit) / static_cast<double>(truth.size());
+  return s;
+}
+
+size_t countOf(const std::vector<AccessEvidence>& evidence, pid_t tgid) {
+  return static_cast<size_t>(std::count_if(evidence.begin(), evidence.end(), [&](const auto& e) { return e.tgid == tgid; }));
+}
+
+// Runs the shared scenario against one source.
+void exercise(Source& source) {
+  test::PatternChild tracked(kPages);
+  test::PatternChild other(kPages);
+  ASSERT_TRUE(source.addProcess(tracked.pid()).ok());
+
+  std::vector<AccessEvidence> evidence;
+  ASSERT_TRUE(source.collect(evidence).ok());  // drop whatever came before
+  evidence.clear();
+  const auto truth = tracked.touch(3, 0);  // every third page
+  (void)other.touch(3, 0);
+  ASSERT_TRUE(source.collect(evidence).ok());
+  const Score s = score(evidence, tracked.pid(), tracked.base(), truth);
+  EXPECT_GE(s.precision, 0.95) << source.name() << ": reported " << s.reported << " pages, truth " << truth.size();
+  EXPECT_GE(s.recall, 0.95) << source.name() << ": reported " << s.reported << " pages, truth " << truth.size();
+  EXPECT_EQ(countOf(evidence, other.pid()), 0U) << source.name() << " reported an untracked process";
+
+  // A process added at run time is picked up from then on.
+  ASSERT_TRUE(source.addProcess(other.pid()).ok());
+  evidence.clear();
+  const auto truthOther = other.touch(3, 1);
+  ASSERT_TRUE(source.collect(evidence).ok());
+  const Score so = score(evidence, other.pid(), other.base(), truthOther);
+  EXPECT_GE(so.precision, 0.95) << source.name() << " after addProcess: reported " << so.reported;
+  EXPECT_GE(so.recall, 0.95) << source.name() << " after addProcess: reported " << so.reported;
+
+  // And dropped after removeProcess.
+  ASSERT_TRUE(source.removeProcess(tracked.pid()).ok());
+  evidence.clear();
+  (void)tracked.touch(3, 2);
+  ASSERT_TRUE(source.collect(evidence).ok());
+  EXPECT_EQ(countOf(evidence, tracked.pid()), 0U) << source.name() << " still reports a removed process";
+}
+
+TEST(SourcesPrivileged, FaultTraceReportsTouchedPagesOfTrackedProcessesOnly) {
+  TT_REQUIRE_ROOT();
+  FaultTraceSource source(sys::bpf::FaultTrace::Options{});
+  source.open();
+  ASSERT_TRUE(source.status().available) << source.status().detail;
+  exercise(source);
+}
+
+std::unique_ptr<SamplingSource> softwareSource(Aggregation aggregation) {
+  SamplingOptions o;
+  o.name = "software-faults";
+  o.events = {softwareFaultAttr(1)};
+  o.eventDescription = "sw page faults";
+  o.aggregation = aggregation;
+  o.ringPages = 1024;  // 4 MiB per CPU: holds one round of samples between collects
+  auto s = std::make_unique<SamplingSource>(o, sys::Fs("/sys"));
+  s->open();
+  return s;
+}
+
+TEST(SourcesPrivileged, SoftwareFaultSamplingThroughUserRing) {
+  TT_REQUIRE_ROOT();
+  auto source = softwareSource(Aggregation::UserRing);
+  ASSERT_TRUE(source->status().available) << source->status().detail;
+  ASSERT_EQ(source->aggregation(), Aggregation::UserRing);
+  exercise(*source);
+  EXPECT_EQ(source->counters().lost, 0U);
+}
+
+TEST(SourcesPrivileged, SoftwareFaultSamplingThroughInKernelAggregation) {
+  TT_REQUIRE_ROOT();
+  auto source = softwareSource(Aggregation::InKernel);
+  ASSERT_TRUE(source->status().available) << source->status().detail;
+  ASSERT_EQ(source->aggregation(), Aggregation::InKernel) << source->status().detail;
+  exercise(*source);
+  auto stats = source->agg()->stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GT(stats->tracked, 0U);
+  EXPECT_EQ(stats->mapFull, 0U);
+}
+
+}  // namespace
+}  // namespace tt::sources

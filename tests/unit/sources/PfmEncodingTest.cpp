@@ -1,0 +1,127 @@
+// libpfm4 encoding of the precise-sampling events for PMU models that are not on this machine,
+// and the PMU event plan built from them. libpfm4 only activates detected PMUs; LIBPFM_FORCE_PMU
+// activates a named model, and is read once by pfm_initialize(), so each case runs in a forked
+// child that forces its model before the first libpfm4 call.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+#include "sources/PmuEvents.h"
+#include "sys/perf/PfmEncoder.h"
+
+namespace tt::sources {
+namespace {
+
+// Runs `fn` in a child with LIBPFM_FORCE_PMU=pmu; returns what it wrote (or "child failed").
+std::string inChildWithPmu(const std::string& pmu, const std::function<std::string()>& fn) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "pipe failed";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::setenv("LIBPFM_FORCE_PMU", pmu.c_str(), 1);
+    const std::string out = fn();
+    if (::write(fds[1], out.data(), out.size()) < 0) ::_exit(2);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "child failed";
+  return out;
+}
+
+std::string encode(const std::string& event) {
+  auto a = sys::perf::pfmEncode(event);
+  if (!a) return "error: " + a.error().message();
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "type=%u config=0x%llx config1=0x%llx", a->type,
+                static_cast<unsigned long long>(a->config), static_cast<unsigned long long>(a->config1));
+  return buf;
+}
+
+struct EncodingCase {
+  std::string pmu;
+  std::string event;
+  std::string expected;  // from the Intel SDM event tables: event | umask << 8, ldlat in config1
+};
+
+class PfmEncoding : public ::testing::TestWithParam<EncodingCase> {};
+
+TEST_P(PfmEncoding, EncodesForForcedPmu) {
+  const auto& c = GetParam();
+  EXPECT_EQ(inChildWithPmu(c.pmu, [&] { return encode(c.event); }), c.expected);
+}
+
+// MEM_TRANS_RETIRED.LOAD_LATENCY is event 0xCD umask 0x01, MEM_INST_RETIRED.ALL_STORES (and
+// MEM_UOPS_RETIRED.ALL_STORES on Haswell) event 0xD0 umask 0x82; PERF_TYPE_RAW is 4.
+INSTANTIATE_TEST_SUITE_P(
+    IntelModels, PfmEncoding,
+    ::testing::Values(
+        EncodingCase{"skx", "skx::MEM_TRANS_RETIRED:LOAD_LATENCY:ldlat=64", "type=4 config=0x1cd config1=0x40"},
+        EncodingCase{"skx", "skx::MEM_INST_RETIRED:ALL_STORES", "type=4 config=0x82d0 config1=0x0"},
+        EncodingCase{"icl", "icl::MEM_TRANS_RETIRED:LOAD_LATENCY:ldlat=128", "type=4 config=0x1cd config1=0x80"},
+        EncodingCase{"icl", "icl::MEM_INST_RETIRED:ALL_STORES", "type=4 config=0x82d0 config1=0x0"},
+        EncodingCase{"spr", "spr::MEM_TRANS_RETIRED:LOAD_LATENCY:ldlat=64", "type=4 config=0x1cd config1=0x40"},
+        EncodingCase{"hsw", "hsw::MEM_UOPS_RETIRED:ALL_STORES", "type=4 config=0x82d0 config1=0x0"},
+        EncodingCase{"amd64_fam17h_zen2", "amd64_fam17h_zen2::RETIRED_INSTRUCTIONS", "type=4 config=0xc0 config1=0x0"}));
+
+TEST(PfmEncoding, UnknownEventIsAClearError) {
+  const std::string out = inChildWithPmu("skx", [] { return encode("skx::NO_SUCH_EVENT"); });
+  EXPECT_EQ(out.rfind("error: libpfm4 encoding of skx::NO_SUCH_EVENT", 0), 0U) << out;
+}
+
+TEST(PmuPlan, IntelPlanHasPebsLoadsAndStores) {
+  const std::string out = inChildWithPmu("skx", [] {
+    PmuPlanInput in;
+    in.corePmu = "skx";
+    in.period = 5003;
+    auto plan = planPmuEvents(in);
+    if (!plan) return "error: " + plan.error().message();
+    std::string s = plan->description;
+    for (const auto& a : plan->events)
+      s += "|" + std::to_string(a.precise_ip) + ":" + std::to_string(a.sample_period) + ":" +
+           std::to_string(a.sample_type) + ":" + std::to_string(a.config1);
+    return s;
+  });
+  const uint64_t st = PERF_SAMPLE_TID | PERF_SAMPLE_ADDR | PERF_SAMPLE_WEIGHT | PERF_SAMPLE_DATA_SRC;
+  EXPECT_EQ(out, "Intel PEBS on skx: skx::MEM_TRANS_RETIRED:LOAD_LATENCY:ldlat=64, skx::MEM_INST_RETIRED:ALL_STORES|2:5003:" +
+                     std::to_string(st) + ":64|2:5003:" + std::to_string(st) + ":0");
+}
+
+TEST(PmuPlan, AmdUsesIbsOpTypeFromSysfs) {
+  PmuPlanInput in;
+  in.corePmu = "amd64_fam19h_zen3";
+  in.ibsOpType = 11;
+  in.period = 10007;
+  in.physicalAddresses = true;
+  auto plan = planPmuEvents(in);
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  ASSERT_EQ(plan->events.size(), 1U);
+  EXPECT_EQ(plan->events[0].type, 11U);
+  EXPECT_EQ(plan->events[0].sample_period % 16, 0U);  // IBS counts in units of 16
+  EXPECT_NE(plan->events[0].sample_type & PERF_SAMPLE_PHYS_ADDR, 0U);
+}
+
+TEST(PmuPlan, AmdWithoutIbsSaysWhy) {
+  PmuPlanInput in;
+  in.corePmu = "amd64_fam19h_zen3";
+  auto plan = planPmuEvents(in);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.error().context.find("no ibs_op PMU"), std::string::npos) << plan.error().context;
+}
+
+TEST(PmuPlan, NoPmuAtAll) {
+  EXPECT_FALSE(planPmuEvents(PmuPlanInput{}).ok());
+}
+
+}  // namespace
+}  // namespace tt::sources

@@ -1,0 +1,272 @@
+// SourceSet over fake sources, the evidence aggregator, the soft-dirty source over a fake tracker
+// and fixture smaps, and kernel-tiering detection on fixture trees.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "fakes/sources/FakeSoftDirtyTracker.h"
+#include "fakes/sources/FakeSource.h"
+#include "sources/SoftDirtySource.h"
+#include "sources/SourceSet.h"
+#include "support/TestSupport.h"
+#include "sys/access/DamonSysfs.h"
+#include "sys/access/Sysctl.h"
+
+namespace tt::sources {
+namespace {
+
+namespace fs = std::filesystem;
+
+AccessEvidence ev(pid_t tgid, uint64_t page, AccessKind kind = AccessKind::Load, uint32_t weight = 1) {
+  AccessEvidence e;
+  e.tgid = tgid;
+  e.page = page;
+  e.kind = kind;
+  e.weight = weight;
+  return e;
+}
+
+TEST(EvidenceAggregator, MergesPerTgidPageAndKind) {
+  EvidenceAggregator agg;
+  agg.add(1, 0x1234, AccessKind::Load, 1, ServedBy::FastTier, 100);
+  agg.add(1, 0x1fff, AccessKind::Load, 2, ServedBy::SlowTier, 300);  // same page
+  agg.add(1, 0x1000, AccessKind::Store, 1);
+  agg.add(2, 0x1000, AccessKind::Load, 1);
+  std::vector<AccessEvidence> out;
+  EXPECT_EQ(agg.flush(out), 3U);
+  ASSERT_EQ(out.size(), 3U);
+  EXPECT_EQ(out[0].tgid, 1);
+  EXPECT_EQ(out[0].page, 0x1000U);
+  EXPECT_EQ(out[0].kind, AccessKind::Load);
+  EXPECT_EQ(out[0].weight, 3U);
+  EXPECT_EQ(out[0].servedBy, ServedBy::SlowTier);
+  EXPECT_EQ(out[0].latencyCycles, 300);
+  EXPECT_EQ(out[1].kind, AccessKind::Store);
+  EXPECT_EQ(out[2].tgid, 2);
+  EXPECT_EQ(agg.size(), 0U);
+}
+
+TEST(SourceSet, FansOutProcessesAndSkipsUnavailableSources) {
+  auto a = std::make_unique<fakes::FakeSource>("a", true, "runs");
+  auto b = std::make_unique<fakes::FakeSource>("b", false, "no kernel support");
+  auto* pa = a.get();
+  auto* pb = b.get();
+  pa->next = {ev(10, 0x1000), ev(11, 0x2000)};
+  std::vector<std::unique_ptr<Source>> v;
+  v.push_back(std::move(a));
+  v.push_back(std::move(b));
+  SourceSet set(std::move(v));
+  ASSERT_TRUE(set.addProcess(10).ok());
+  EXPECT_TRUE(pa->tracked.contains(10));
+  EXPECT_FALSE(pb->tracked.contains(10));
+  std::vector<AccessEvidence> out;
+  ASSERT_TRUE(set.collect(out).ok());
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].tgid, 10);
+  EXPECT_EQ(pb->collects, 0);
+  EXPECT_EQ(set.availableCount(), 1U);
+  const auto lines = set.statusLines();
+  ASSERT_EQ(lines.size(), 2U);
+  EXPECT_EQ(lines[0], "a: ok: runs");
+  EXPECT_EQ(lines[1], "b: unavailable: no kernel support");
+  ASSERT_TRUE(set.removeProcess(10).ok());
+  EXPECT_FALSE(pa->tracked.contains(10));
+  EXPECT_TRUE(set.tracked().empty());
+}
+
+TEST(SourceSet, OneFailingSourceDoesNotLoseTheOthers) {
+  auto a = std::make_unique<fakes::FakeSource>("a", true);
+  auto b = std::make_unique<fakes::FakeSource>("b", true);
+  a->failCollect = true;
+  a->failAdd = true;
+  b->next = {ev(5, 0x3000)};
+  auto* pb = b.get();
+  std::vector<std::unique_ptr<Source>> v;
+  v.push_back(std::move(a));
+  v.push_back(std::move(b));
+  SourceSet set(std::move(v));
+  auto added = set.addProcess(5);
+  EXPECT_FALSE(added.ok());
+  EXPECT_NE(added.error().context.find("a: scripted add failure"), std::string::npos);
+  EXPECT_TRUE(pb->tracked.contains(5));
+  std::vector<AccessEvidence> out;
+  auto r = set.collect(out);
+  EXPECT_FALSE(r.ok());
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].page, 0x3000U);
+}
+
+TEST(SourceSet, PassesKernelMovesThrough) {
+  auto a = std::make_unique<fakes::FakeSource>("a", true);
+  a->moves = {KernelMove{7, 0x5000, 1, KernelMove::Why::Promotion}};
+  std::vector<std::unique_ptr<Source>> v;
+  v.push_back(std::move(a));
+  SourceSet set(std::move(v));
+  std::vector<KernelMove> moves;
+  set.takeKernelMoves(moves);
+  ASSERT_EQ(moves.size(), 1U);
+  EXPECT_EQ(moves[0].why, KernelMove::Why::Promotion);
+  moves.clear();
+  set.takeKernelMoves(moves);
+  EXPECT_TRUE(moves.empty());
+}
+
+// A temporary procfs with <pid>/smaps holding one anonymous VMA and one file VMA.
+class TempTree : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("tt-sources-" + std::to_string(::getpid()) + "-" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  void write(const std::string& rel, const std::string& text) {
+    fs::create_directories((root_ / rel).parent_path());
+    std::ofstream(root_ / rel) << text;
+  }
+  std::string read(const std::string& rel) {
+    std::ifstream in(root_ / rel);
+    std::string s;
+    std::getline(in, s);
+    return s;
+  }
+  fs::path root_;
+};
+
+using SoftDirtySourceTest = TempTree;
+
+TEST_F(SoftDirtySourceTest, ReportsPagesWrittenSinceLastEpochOnly) {
+  write("42/smaps",
+        "7f0000000000-7f0000010000 rw-p 00000000 00:00 0 \nRss:                  64 kB\n"
+        "7f1000000000-7f1000010000 r--p 00000000 08:01 123 /usr/lib/libc.so\nRss:                  64 kB\n");
+  auto tracker = std::make_unique<fakes::FakeSoftDirtyTracker>();
+  auto* t = tracker.get();
+  SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
+  ASSERT_TRUE(source.status().available);
+  ASSERT_TRUE(source.addProcess(42).ok());
+  t->markWritten(42, 0x7f0000001000);  // dirty before the first epoch: initial state, ignored
+  std::vector<AccessEvidence> out;
+  ASSERT_TRUE(source.collect(out).ok());
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(t->clears[42], 1);
+  t->markWritten(42, 0x7f0000002000);
+  t->markWritten(42, 0x7f1000002000);  // file mapping: not scanned
+  ASSERT_TRUE(source.collect(out).ok());
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].page, 0x7f0000002000U);
+  EXPECT_EQ(out[0].kind, AccessKind::Store);
+  out.clear();
+  ASSERT_TRUE(source.collect(out).ok());
+  EXPECT_TRUE(out.empty()) << "bits cleared after each epoch";
+}
+
+TEST(SoftDirtySource, KernelWithoutSoftDirtyIsUnavailableWithReason) {
+  SoftDirtySource source(std::make_unique<fakes::FakeSoftDirtyTracker>(), sys::Fs("/proc"), 100, Result<bool>(false));
+  EXPECT_FALSE(source.status().available);
+  EXPECT_NE(source.status().detail.find("CONFIG_MEM_SOFT_DIRTY"), std::string::npos);
+}
+
+using KernelTieringTest = TempTree;
+
+TEST_F(KernelTieringTest, DetectsTieringModeAndDemotion) {
+  write("proc/sys/kernel/numa_balancing", "2\n");
+  write("sys/kernel/mm/numa/demotion_enabled", "true\n");
+  auto t = sys::readKernelTiering(sys::Fs((root_ / "proc").string()), sys::Fs((root_ / "sys").string()));
+  ASSERT_TRUE(t.ok()) << t.error().message();
+  EXPECT_TRUE(t->tieringMode());
+  EXPECT_TRUE(t->demotion());
+  EXPECT_NE(t->describe().find("numa_balancing=2 (tiering"), std::string::npos) << t->describe();
+}
+
+TEST_F(KernelTieringTest, AbsentKnobsMeanNoTiering) {
+  fs::create_directories(root_ / "proc");
+  fs::create_directories(root_ / "sys");
+  auto t = sys::readKernelTiering(sys::Fs((root_ / "proc").string()), sys::Fs((root_ / "sys").string()));
+  ASSERT_TRUE(t.ok());
+  EXPECT_FALSE(t->tieringMode());
+  EXPECT_FALSE(t->demotion());
+  EXPECT_FALSE(t->numaBalancing.has_value());
+}
+
+TEST_F(KernelTieringTest, GuardTurnsTieringOffAndRestoresIt) {
+  // Same-length values: Fs::writeFile does not truncate (sysfs files need no truncation).
+  write("proc/sys/kernel/numa_balancing", "3\n");  // normal balancing + tiering
+  write("sys/kernel/mm/numa/demotion_enabled", "1\n");
+  {
+    auto guard = sys::KernelTieringGuard::disable(sys::Fs((root_ / "proc").string()), sys::Fs((root_ / "sys").string()));
+    ASSERT_TRUE(guard.ok()) << guard.error().message();
+    EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "1");
+    EXPECT_EQ(read("sys/kernel/mm/numa/demotion_enabled"), "0");
+  }
+  EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "3");
+  EXPECT_EQ(read("sys/kernel/mm/numa/demotion_enabled"), "1");
+}
+
+TEST_F(KernelTieringTest, GarbageValueIsAClearError) {
+  write("proc/sys/kernel/numa_balancing", "0\n");
+  write("sys/kernel/mm/numa/demotion_enabled", "maybe\n");
+  auto t = sys::readKernelTiering(sys::Fs((root_ / "proc").string()), sys::Fs((root_ / "sys").string()));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.error().context.find("maybe"), std::string::npos);
+}
+
+using DamonSysfsTest = TempTree;
+
+TEST_F(DamonSysfsTest, ConfiguresOneKdamondPerProcessAndReadsTriedRegions) {
+  const std::string admin = "kernel/mm/damon/admin/kdamonds";
+  write(admin + "/nr_kdamonds", "0\n");
+  sys::DamonSysfs damon(sys::Fs(root_.string()), 0, 2);
+  ASSERT_TRUE(damon.available());
+  // The kernel creates the kdamond directories and files when nr_kdamonds is written; emulate
+  // that with empty files (Fs::writeFile opens existing files only, as on sysfs).
+  for (int k = 0; k < 2; ++k) {
+    const std::string kd = admin + "/" + std::to_string(k);
+    write(kd + "/state", "");
+    write(kd + "/contexts/nr_contexts", "");
+    const std::string ctx = kd + "/contexts/0";
+    for (const char* f : {"operations", "monitoring_attrs/intervals/sample_us", "monitoring_attrs/intervals/aggr_us",
+                          "monitoring_attrs/intervals/update_us", "monitoring_attrs/nr_regions/min",
+                          "monitoring_attrs/nr_regions/max", "targets/nr_targets", "targets/0/pid_target",
+                          "schemes/nr_schemes", "schemes/0/action"})
+      write(ctx + "/" + f, "");
+    for (const char* d : {"sz", "nr_accesses", "age"})
+      for (const char* m : {"min", "max"}) write(ctx + "/schemes/0/access_pattern/" + d + "/" + m, "");
+  }
+  ASSERT_TRUE(damon.prepare().ok());
+  EXPECT_EQ(read(admin + "/nr_kdamonds"), "2");
+  sys::DamonAttrs attrs;
+  attrs.sampleUs = 1000;
+  ASSERT_TRUE(damon.start(1, 4321, attrs).ok());
+  EXPECT_EQ(read(admin + "/1/contexts/0/targets/0/pid_target"), "4321");
+  EXPECT_EQ(read(admin + "/1/contexts/0/operations"), "vaddr");
+  EXPECT_EQ(read(admin + "/1/contexts/0/schemes/0/action"), "stat");
+  EXPECT_EQ(read(admin + "/1/contexts/0/monitoring_attrs/intervals/sample_us"), "1000");
+  EXPECT_EQ(read(admin + "/1/state"), "on");
+  const std::string tried = admin + "/1/contexts/0/schemes/0/tried_regions";
+  write(tried + "/1/start", "8192\n");
+  write(tried + "/1/end", "16384\n");
+  write(tried + "/1/nr_accesses", "0\n");
+  write(tried + "/1/age", "3\n");
+  write(tried + "/0/start", "4096\n");
+  write(tried + "/0/end", "8192\n");
+  write(tried + "/0/nr_accesses", "13\n");
+  write(tried + "/0/age", "1\n");
+  write(tried + "/total_bytes", "8192\n");
+  auto regions = damon.regions(1);
+  ASSERT_TRUE(regions.ok()) << regions.error().message();
+  ASSERT_EQ(regions->size(), 2U);
+  EXPECT_EQ((*regions)[0].start, 4096U);
+  EXPECT_EQ((*regions)[0].nrAccesses, 13U);
+  EXPECT_EQ((*regions)[1].end, 16384U);
+  EXPECT_EQ(read(admin + "/1/state"), "update_schemes_tried_regions");
+}
+
+TEST_F(DamonSysfsTest, MissingDamonIsUnavailable) {
+  sys::DamonSysfs damon(sys::Fs(root_.string()), 0, 1);
+  EXPECT_FALSE(damon.available());
+}
+
+}  // namespace
+}  // namespace tt::sources
