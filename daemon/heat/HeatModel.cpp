@@ -1,0 +1,575 @@
+#include "heat/HeatModel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+
+#include "core/Log.h"
+
+namespace tt::heat {
+namespace {
+
+constexpr double kLn2 = 0.69314718055994530942;
+
+uint64_t pageKey(pid_t tgid, uint64_t page) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(tgid)) << 42) | ((page / kBasePageSize) & ((1ULL << 42) - 1));
+}
+
+// Which region kinds a training phase touches, for processes that send phase marks but no samples
+// reach us. An unknown or missing phase label touches everything.
+bool kindActiveInPhase(RegionKind kind, std::string_view phase) {
+  auto is = [&](std::initializer_list<std::string_view> names) {
+    return std::any_of(names.begin(), names.end(), [&](std::string_view n) { return phase == n; });
+  };
+  const bool forward = is({"forward", "fwd", "FORWARD", "Forward"});
+  const bool backward = is({"backward", "bwd", "BACKWARD", "Backward"});
+  const bool optimizer = is({"optimizer", "optim", "update", "OPTIMIZER", "Optimizer"});
+  if (!forward && !backward && !optimizer) return true;
+  switch (kind) {
+    case RegionKind::Weight: return true;
+    case RegionKind::Activation: return forward || backward;
+    case RegionKind::Workspace: return forward || backward;
+    case RegionKind::Gradient: return backward || optimizer;
+    case RegionKind::OptimizerState: return optimizer;
+    case RegionKind::Other: return true;
+  }
+  return true;
+}
+
+}  // namespace
+
+const char* featureName(size_t feature) {
+  switch (feature) {
+    case kFrequency: return "frequency";
+    case kRecency: return "recency";
+    case kSize: return "size";
+    case kReuse: return "reuse";
+    default: return "?";
+  }
+}
+
+HeatModel::HeatModel(const tensortier::v1::PolicyConfig& config) : config_(config) {
+  sampleParams_.binNs = uint64_t{config.period_bin_ms()} * 1'000'000;
+  sampleParams_.historyBins = config.period_history_bins();
+  sampleParams_.minPeriodNs = uint64_t{config.period_min_ms()} * 1'000'000;
+  sampleParams_.maxPeriodNs = uint64_t{config.period_max_ms()} * 1'000'000;
+  sampleParams_.minConfidence = config.period_min_confidence();
+  halfLifeNs_ = std::max<uint64_t>(1, uint64_t{config.heat_half_life_ms()} * 1'000'000);
+  chunkBytes_ = uint64_t{std::max<uint32_t>(1, config.chunk_pages())} * kBasePageSize;
+  buckets_ = std::max<uint32_t>(1, config.schedule_buckets());
+  bandwidthBytesPerNs_ = static_cast<double>(config.initial_migration_bandwidth()) / 1e9;
+  weights_.fill(1.0 / kFeatureCount);
+  snapshot_.weights = weights_;
+}
+
+double HeatModel::decayFactor(uint64_t fromNs, uint64_t toNs, uint64_t halfLifeNs) {
+  if (toNs <= fromNs) return 1;
+  return std::exp(-kLn2 * static_cast<double>(toNs - fromNs) / static_cast<double>(std::max<uint64_t>(1, halfLifeNs)));
+}
+
+uint64_t HeatModel::halfLifeOf(pid_t tgid) const {
+  auto it = processes_.find(tgid);
+  return it == processes_.end() ? halfLifeNs_ : it->second.halfLifeNs;
+}
+
+HeatModel::Process& HeatModel::process(pid_t tgid) {
+  auto it = processes_.find(tgid);
+  if (it == processes_.end()) it = processes_.emplace(tgid, Process(sampleParams_, halfLifeNs_)).first;
+  return it->second;
+}
+
+Result<void> HeatModel::addRegion(const RegionInfo& region) {
+  if (region.id == 0) return logicError("add region: id 0 is reserved");
+  if (region.start % kBasePageSize != 0 || region.length == 0 || region.length % kBasePageSize != 0)
+    return logicError("add region " + std::to_string(region.id) + ": start and length must be non-zero page multiples");
+  if (region.start + region.length < region.start) return logicError("add region: range wraps around");
+  if (regionIndex_.count(region.id) != 0)
+    return logicError("add region " + std::to_string(region.id) + ": id already registered");
+  UnitMap& map = units_[region.tgid];
+  const uint64_t end = region.start + region.length;
+  for (auto it = map.lower_bound(0); it != map.end(); ++it) {
+    const Unit& u = it->second;
+    if (u.start >= end) break;
+    if (u.regionId != 0 && u.start + u.length > region.start)
+      return logicError("add region " + std::to_string(region.id) + ": overlaps region " + std::to_string(u.regionId));
+  }
+  // Chunks of unregistered pages inside the new region give way to it.
+  for (auto it = map.begin(); it != map.end();) {
+    const Unit& u = it->second;
+    if (u.regionId == 0 && u.start < end && u.start + u.length > region.start) it = map.erase(it);
+    else ++it;
+  }
+  Unit unit;
+  unit.tgid = region.tgid;
+  unit.start = region.start;
+  unit.length = region.length;
+  unit.regionId = region.id;
+  unit.kind = region.kind;
+  unit.schedule.assign(buckets_, 0);
+  unit.stepAccum.assign(buckets_, 0);
+  map.emplace(region.start, std::move(unit));
+  regionIndex_[region.id] = {region.tgid, region.start};
+  process(region.tgid);
+  return {};
+}
+
+void HeatModel::removeRegion(uint64_t regionId) {
+  auto it = regionIndex_.find(regionId);
+  if (it == regionIndex_.end()) return;
+  auto m = units_.find(it->second.first);
+  if (m != units_.end()) m->second.erase(it->second.second);
+  regionIndex_.erase(it);
+}
+
+void HeatModel::removeProcess(pid_t tgid) {
+  if (auto m = units_.find(tgid); m != units_.end()) {
+    for (const auto& [start, u] : m->second)
+      if (u.regionId != 0) regionIndex_.erase(u.regionId);
+    units_.erase(m);
+  }
+  processes_.erase(tgid);
+  std::erase_if(pages_, [&](const auto& kv) { return (kv.first >> 42) == static_cast<uint32_t>(tgid); });
+}
+
+HeatModel::Unit* HeatModel::unitFor(pid_t tgid, uint64_t page) {
+  UnitMap& map = units_[tgid];
+  auto next = map.upper_bound(page);
+  uint64_t lowest = 0;
+  if (next != map.begin()) {
+    auto prev = std::prev(next);
+    if (page < prev->second.start + prev->second.length) return &prev->second;
+    lowest = prev->second.start + prev->second.length;
+  }
+  uint64_t start = page - page % chunkBytes_;
+  uint64_t end = start + chunkBytes_;
+  start = std::max(start, lowest);
+  if (next != map.end()) end = std::min(end, next->second.start);
+  Unit unit;
+  unit.tgid = tgid;
+  unit.start = start;
+  unit.length = end - start;
+  unit.schedule.assign(buckets_, 0);
+  unit.stepAccum.assign(buckets_, 0);
+  return &map.emplace(start, std::move(unit)).first->second;
+}
+
+void HeatModel::decayUnit(Unit& unit, uint64_t nowNs) {
+  unit.heat *= decayFactor(unit.heatNs, nowNs, process(unit.tgid).halfLifeNs);
+  unit.heatNs = std::max(unit.heatNs, nowNs);
+}
+
+void HeatModel::addAccess(Unit& unit, Process& proc, uint64_t nowNs, double accesses) {
+  decayUnit(unit, nowNs);
+  unit.heat += accesses;
+  unit.lastAccessNs = std::max(unit.lastAccessNs, nowNs);
+  unit.accessed = true;
+  unit.epochAccesses += accesses;
+  if (proc.clock.known() && proc.stepOpen)
+    unit.stepAccum[proc.clock.bucketAt(nowNs, buckets_)] += accesses / static_cast<double>(unit.pages());
+}
+
+void HeatModel::ingest(std::span<const AccessEvidence> batch, uint64_t nowNs, double scale) {
+  if (!started_) {
+    started_ = true;
+    lastEpochNs_ = nowNs;
+  }
+  pid_t lastTgid = -1;
+  Process* proc = nullptr;
+  for (const AccessEvidence& ev : batch) {
+    if (ev.tgid != lastTgid || proc == nullptr) {
+      proc = &process(ev.tgid);
+      rollSteps(*proc, ev.tgid, nowNs);
+      lastTgid = ev.tgid;
+    }
+    const double accesses = static_cast<double>(ev.weight) * scale;
+    const uint64_t page = ev.page - ev.page % kBasePageSize;
+    PageState& ps = pages_[pageKey(ev.tgid, page)];
+    ps.heat = ps.heat * decayFactor(ps.lastNs, nowNs, proc->halfLifeNs) + accesses;
+    ps.lastNs = std::max(ps.lastNs, nowNs);
+    Unit* unit = unitFor(ev.tgid, page);
+    addAccess(*unit, *proc, nowNs, accesses);
+    proc->samples.add(nowNs, unit->start ^ (static_cast<uint64_t>(ev.tgid) << 48), accesses);
+    proc->sampled = true;
+    proc->lastSampleNs = nowNs;
+  }
+  if (pages_.size() > config_.max_tracked_pages()) {
+    // Forget the colder half: the page map is for the CLI and chunk detail, not for correctness.
+    std::vector<std::pair<double, uint64_t>> heats;
+    heats.reserve(pages_.size());
+    for (const auto& [key, st] : pages_)
+      heats.emplace_back(st.heat * decayFactor(st.lastNs, nowNs, halfLifeOf(static_cast<pid_t>(key >> 42))), key);
+    const size_t keep = static_cast<size_t>(config_.max_tracked_pages() / 2);
+    std::nth_element(heats.begin(), heats.begin() + static_cast<std::ptrdiff_t>(keep), heats.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (size_t i = keep; i < heats.size(); ++i) pages_.erase(heats[i].second);
+  }
+}
+
+void HeatModel::onMark(const IterationMark& mark) {
+  Process& proc = process(mark.tgid);
+  applyKindPrior(mark.tgid, proc, mark.timestampNs);
+  const bool boundary = mark.type == MarkType::StepBegin || (mark.type == MarkType::StepEnd && !proc.sawStepBegin);
+  if (mark.type == MarkType::StepBegin) proc.sawStepBegin = true;
+  if (mark.type == MarkType::PhaseBegin) {
+    proc.phase = mark.phase;
+    // A phase mark says exactly where in the step we are: re-anchor the step on the phase's usual
+    // offset, so that stalls earlier in this step (they vary with placement) do not shift the
+    // buckets the schedule is read and learned in.
+    if (proc.clock.source == PeriodSource::Marks && proc.stepOpen && mark.timestampNs >= proc.stepStartNs) {
+      const double observed = static_cast<double>(mark.timestampNs - proc.stepStartNs);
+      auto [it, fresh] = proc.phaseOffsetNs.emplace(mark.phase, observed);
+      if (!fresh) it->second = 0.8 * it->second + 0.2 * observed;
+      const auto offset = static_cast<uint64_t>(it->second);
+      if (offset <= mark.timestampNs) {
+        proc.stepStartNs = mark.timestampNs - offset;
+        proc.clock.anchorNs = proc.stepStartNs;
+      }
+    }
+    return;
+  }
+  if (!boundary) {
+    proc.phase.clear();
+    return;
+  }
+  proc.marks.add(mark.type == MarkType::StepEnd ? mark.step + 1 : mark.step, mark.timestampNs);
+  proc.step = mark.step;
+  proc.phase.clear();
+  updateClock(mark.tgid, proc, mark.timestampNs);
+  if (!proc.clock.known()) return;
+  const uint64_t t = mark.timestampNs;
+  if (proc.stepOpen && t > proc.stepStartNs) {
+    // A mark a good part of a step after the step we are in: that step is done. A mark soon after
+    // a step we already rolled over by the clock just corrects where the step began.
+    if (t - proc.stepStartNs >= proc.clock.periodNs / 2) foldStep(mark.tgid);
+    proc.stepStartNs = t;
+  } else if (!proc.stepOpen) {
+    proc.stepOpen = true;
+    proc.stepStartNs = t;
+  }
+  proc.clock.anchorNs = proc.stepStartNs;
+}
+
+void HeatModel::setMigrationBandwidth(double bytesPerSecond) {
+  if (bytesPerSecond > 0 && std::isfinite(bytesPerSecond)) bandwidthBytesPerNs_ = bytesPerSecond / 1e9;
+}
+
+void HeatModel::foldStep(pid_t tgid) {
+  auto m = units_.find(tgid);
+  if (m == units_.end()) return;
+  const double rate = config_.schedule_learning_rate();
+  for (auto& [start, u] : m->second) {
+    if (!u.scheduleValid) {
+      u.schedule = u.stepAccum;
+      u.scheduleValid = true;
+    } else {
+      for (uint32_t b = 0; b < buckets_; ++b) u.schedule[b] = (1 - rate) * u.schedule[b] + rate * u.stepAccum[b];
+    }
+    std::fill(u.stepAccum.begin(), u.stepAccum.end(), 0.0);
+  }
+}
+
+void HeatModel::rollSteps(Process& proc, pid_t tgid, uint64_t nowNs) {
+  if (!proc.clock.known()) return;
+  const uint64_t period = proc.clock.periodNs;
+  if (!proc.stepOpen) {
+    proc.stepOpen = true;
+    proc.stepStartNs = nowNs - std::min<uint64_t>(nowNs, static_cast<uint64_t>(proc.clock.phaseAt(nowNs) * static_cast<double>(period)));
+    return;
+  }
+  if (nowNs < proc.stepStartNs + period) return;
+  foldStep(tgid);
+  // More than one step without any event: the accumulations are empty anyway; jump ahead.
+  const uint64_t steps = (nowNs - proc.stepStartNs) / period;
+  proc.stepStartNs += steps * period;
+}
+
+void HeatModel::applyKindPrior(pid_t tgid, Process& proc, uint64_t nowNs) {
+  if (proc.lastPriorNs == 0 || nowNs <= proc.lastPriorNs) {
+    proc.lastPriorNs = std::max(proc.lastPriorNs, nowNs);
+    return;
+  }
+  const uint64_t from = proc.lastPriorNs;
+  proc.lastPriorNs = nowNs;
+  // Samples, when they arrive, are the better evidence.
+  if (proc.sampled && nowNs - proc.lastSampleNs < 4 * std::max(proc.halfLifeNs, proc.clock.periodNs)) return;
+  auto m = units_.find(tgid);
+  if (m == units_.end()) return;
+  rollSteps(proc, tgid, from);
+  const uint64_t mid = from + (nowNs - from) / 2;
+  // One access per page per millisecond of the phase: only ratios between units matter.
+  const double perPage = static_cast<double>(nowNs - from) / 1e6;
+  for (auto& [start, u] : m->second)
+    if (u.regionId != 0 && kindActiveInPhase(u.kind, proc.phase))
+      addAccess(u, proc, mid, perPage * static_cast<double>(u.pages()));
+}
+
+void HeatModel::updateClock(pid_t tgid, Process& proc, uint64_t nowNs) {
+  (void)tgid;
+  if (auto period = proc.marks.periodNs()) {
+    // The anchor is the step start as last corrected by a phase mark (see onMark).
+    proc.clock = StepClock{*period, proc.stepOpen ? proc.stepStartNs : *proc.marks.lastMarkNs(), PeriodSource::Marks, 1.0};
+    return;
+  }
+  if (config_.step_period_hint_ms() > 0) {
+    const uint64_t period = uint64_t{config_.step_period_hint_ms()} * 1'000'000;
+    const uint64_t anchor = proc.marks.lastMarkNs().value_or(proc.clock.known() ? proc.clock.anchorNs : nowNs);
+    proc.clock = StepClock{period, anchor, PeriodSource::Hint, 1.0};
+    return;
+  }
+  // The autocorrelation is the costly part: re-run it every 16 epochs until a period is found,
+  // then every 64 to follow slow drift.
+  ++proc.epochsSinceEstimate;
+  const uint64_t every = proc.clock.source == PeriodSource::Samples ? 64 : 16;
+  if (proc.epochsSinceEstimate < every || !proc.sampled) return;
+  proc.epochsSinceEstimate = 0;
+  auto est = proc.samples.estimate();
+  if (!est) return;
+  const auto period = static_cast<uint64_t>(std::llround(est->periodNs));
+  if (period == 0) return;
+  StepClock next{period, nowNs, PeriodSource::Samples, est->confidence};
+  if (proc.clock.source == PeriodSource::Samples && proc.clock.known()) {
+    // Keep the phase continuous so the learned schedule stays aligned.
+    const auto offset = static_cast<uint64_t>(proc.clock.phaseAt(nowNs) * static_cast<double>(period));
+    next.anchorNs = nowNs - std::min(nowNs, offset);
+  }
+  proc.clock = next;
+}
+
+void HeatModel::learnWeights() {
+  double maxY = 0;
+  for (const auto& [tgid, map] : units_)
+    for (const auto& [start, u] : map) maxY = std::max(maxY, u.epochAccesses / static_cast<double>(u.pages()));
+  if (maxY <= 0) return;  // an epoch without evidence says nothing about the features
+  FeatureVector loss{};
+  size_t n = 0;
+  for (const auto& [tgid, map] : units_)
+    for (const auto& [start, u] : map) {
+      if (!u.hasPrediction) continue;
+      const double y = u.epochAccesses / static_cast<double>(u.pages()) / maxY;
+      for (size_t k = 0; k < kFeatureCount; ++k) loss[k] += std::abs(u.predicted[k] - y);
+      ++n;
+    }
+  if (n == 0) return;
+  const double rate = config_.feature_learning_rate();
+  double sum = 0;
+  for (size_t k = 0; k < kFeatureCount; ++k) {
+    weights_[k] *= std::exp(-rate * loss[k] / static_cast<double>(n));
+    sum += weights_[k];
+  }
+  const double floor = config_.feature_weight_floor();
+  for (double& w : weights_) w = std::max(w / sum, floor);
+  sum = 0;
+  for (double w : weights_) sum += w;
+  for (double& w : weights_) w /= sum;
+}
+
+void HeatModel::advanceEpoch(uint64_t nowNs) {
+  if (!started_) {
+    started_ = true;
+    lastEpochNs_ = nowNs;
+  }
+  for (auto& [tgid, proc] : processes_) {
+    applyKindPrior(tgid, proc, nowNs);
+    if (proc.lastPriorNs == 0) proc.lastPriorNs = nowNs;
+    updateClock(tgid, proc, nowNs);
+    proc.halfLifeNs = halfLifeNs_;
+    if (proc.clock.known() && config_.heat_half_life_steps() > 0)
+      proc.halfLifeNs = std::clamp<uint64_t>(
+          static_cast<uint64_t>(config_.heat_half_life_steps() * static_cast<double>(proc.clock.periodNs)), 1, halfLifeNs_);
+    rollSteps(proc, tgid, nowNs);
+  }
+  learnWeights();
+  computeSnapshot(nowNs);
+  for (auto& [tgid, map] : units_)
+    for (auto it = map.begin(); it != map.end();) {
+      Unit& u = it->second;
+      u.epochAccesses = 0;
+      const bool idleChunk = u.regionId == 0 && u.heat < 1e-3 &&
+                             std::all_of(u.schedule.begin(), u.schedule.end(), [](double v) { return v < 1e-9; }) &&
+                             std::all_of(u.stepAccum.begin(), u.stepAccum.end(), [](double v) { return v <= 0; });
+      if (idleChunk) it = map.erase(it);
+      else ++it;
+    }
+  lastEpochNs_ = nowNs;
+  ++epoch_;
+}
+
+void HeatModel::computeSnapshot(uint64_t nowNs) {
+  HeatSnapshot snap;
+  snap.nowNs = nowNs;
+  snap.epoch = epoch_;
+  snap.weights = weights_;
+  snap.trackedPages = pages_.size();
+
+  struct Raw {
+    Unit* unit;
+    double density;
+    double reuse;
+    uint64_t nextUse;
+    double perStep;
+    double burst;     // next burst of use (Belady-like planning value); < 0 without a schedule
+  };
+  std::vector<Raw> raws;
+  double maxDensity = 0, maxReuse = 0;
+  double horizonSum = 0;
+  size_t horizonCount = 0;
+  for (auto& [tgid, map] : units_) {
+    const Process& proc = process(tgid);
+    const StepClock& clock = proc.clock;
+    const bool scheduled = clock.known() && buckets_ > 1;
+    uint32_t b0 = 0;
+    double bucketNs = 0, intoBucketNs = 0;
+    uint32_t horizonBuckets = buckets_;
+    if (scheduled) {
+      bucketNs = static_cast<double>(clock.periodNs) / buckets_;
+      const double phase = clock.phaseAt(nowNs) * buckets_;
+      b0 = std::min(buckets_ - 1, static_cast<uint32_t>(phase));
+      intoBucketNs = (phase - b0) * bucketNs;
+      // Horizon: the first bucket j by which everything first needed in buckets 1..j can be
+      // fetched at the measured bandwidth, plus the configured slack.
+      std::vector<double> firstNeedBytes(buckets_, 0);
+      for (auto& [start, u] : map) {
+        if (!u.scheduleValid) continue;
+        for (uint32_t j = 0; j < buckets_; ++j)
+          if (u.schedule[(b0 + j) % buckets_] > 0) {
+            firstNeedBytes[j] += static_cast<double>(u.length);
+            break;
+          }
+      }
+      double cumBytes = 0;
+      horizonBuckets = buckets_ - 1;
+      const double slackNs = config_.lookahead_step_fraction() * static_cast<double>(clock.periodNs);
+      for (uint32_t j = 1; j < buckets_; ++j) {
+        cumBytes += firstNeedBytes[j];
+        const double until = j * bucketNs - intoBucketNs;
+        if (until >= cumBytes / bandwidthBytesPerNs_ + slackNs) {
+          horizonBuckets = j;
+          break;
+        }
+      }
+      horizonSum += horizonBuckets * bucketNs;
+      ++horizonCount;
+    }
+    ProcessClockInfo info;
+    info.tgid = tgid;
+    info.clock = clock;
+    info.step = proc.step;
+    info.phase = proc.phase;
+    info.phaseFraction = clock.phaseAt(nowNs);
+    snap.processes.push_back(info);
+
+    // Beyond the horizon a future burst halves in value every bucket: enough to rank evictions by
+    // next use, too little to evict what is still in use for something not yet needed.
+    const double tailBuckets = 1.0;
+    for (auto& [start, u] : map) {
+      decayUnit(u, nowNs);
+      Raw raw{&u, u.heat / static_cast<double>(u.pages()), 0, UINT64_MAX, 0, -1};
+      raw.perStep = raw.density;
+      if (scheduled && u.scheduleValid) {
+        raw.perStep = 0;
+        double peak = 0;
+        for (double v : u.schedule) {
+          raw.perStep += v;
+          peak = std::max(peak, v);
+        }
+        // Belady-like: what matters is the unit's next burst of use (the consecutive buckets of
+        // use from its next use on, what it would serve if fast now), counted fully when it starts
+        // within the horizon and discounted by how far beyond it starts otherwise. A burst in
+        // progress counts only its remainder.
+        const double threshold = 0.05 * peak;
+        uint32_t first = buckets_;
+        for (uint32_t j = 0; j < buckets_; ++j)
+          if (u.schedule[(b0 + j) % buckets_] > threshold) {
+            first = j;
+            break;
+          }
+        if (first < buckets_) {
+          double burst = 0;
+          uint32_t gap = 0;
+          for (uint32_t j = first; j < buckets_ && gap < 2; ++j) {
+            double v = u.schedule[(b0 + j) % buckets_];
+            if (j == 0) v *= 1.0 - intoBucketNs / bucketNs;
+            if (u.schedule[(b0 + j) % buckets_] > threshold) {
+              burst += v;
+              gap = 0;
+            } else {
+              ++gap;  // one quiet bucket (sampling noise) does not end a burst
+            }
+          }
+          const double w = first <= horizonBuckets ? 1.0 : std::exp2(-static_cast<double>(first - horizonBuckets) / tailBuckets);
+          raw.burst = burst * w;
+          raw.nextUse = first == 0 ? 0 : static_cast<uint64_t>(first * bucketNs - intoBucketNs);
+        } else {
+          raw.burst = 0;
+        }
+        // The reuse feature: what the schedule predicts over the horizon from now (the quantity
+        // the weight learning can check against the next epoch).
+        for (uint32_t j = 0; j <= horizonBuckets && j < buckets_; ++j) {
+          double v = u.schedule[(b0 + j) % buckets_];
+          if (j == 0) v *= 1.0 - intoBucketNs / bucketNs;
+          raw.reuse += v;
+        }
+      } else {
+        raw.reuse = raw.density;
+      }
+      maxDensity = std::max(maxDensity, raw.density);
+      maxReuse = std::max(maxReuse, raw.reuse);
+      raws.push_back(raw);
+    }
+  }
+  snap.horizonNs = horizonCount > 0 ? static_cast<uint64_t>(horizonSum / static_cast<double>(horizonCount)) : 0;
+
+  snap.units.reserve(raws.size());
+  for (const Raw& raw : raws) {
+    Unit& u = *raw.unit;
+    UnitHeat h;
+    h.tgid = u.tgid;
+    h.start = u.start;
+    h.length = u.length;
+    h.regionId = u.regionId;
+    h.kind = u.kind;
+    h.heat = u.heat;
+    h.features[kFrequency] = maxDensity > 0 ? raw.density / maxDensity : 0;
+    h.features[kRecency] = u.accessed ? decayFactor(u.lastAccessNs, nowNs, halfLifeOf(u.tgid)) : 0;
+    h.features[kSize] = 1.0 / (1.0 + std::log2(static_cast<double>(std::max<uint64_t>(1, u.pages()))));
+    h.features[kReuse] = maxReuse > 0 ? raw.reuse / maxReuse : 0;
+    double score = 0;
+    for (size_t k = 0; k < kFeatureCount; ++k) score += weights_[k] * h.features[k];
+    h.score = score;
+    // With a learned step schedule the planner gets the schedule's own Belady-like value; without
+    // one, the learned blend of the four features scaled to accesses.
+    h.expectedAccessesPerPage = raw.burst >= 0 ? raw.burst : score * maxReuse;
+    h.nextUseInNs = raw.nextUse;
+    h.accessesPerPagePerStep = raw.perStep;
+    u.predicted = h.features;
+    u.hasPrediction = true;
+    snap.units.push_back(std::move(h));
+  }
+  snapshot_ = std::move(snap);
+}
+
+double HeatModel::pageHeat(pid_t tgid, uint64_t page, uint64_t nowNs) const {
+  auto it = pages_.find(pageKey(tgid, page - page % kBasePageSize));
+  if (it == pages_.end()) return 0;
+  return it->second.heat * decayFactor(it->second.lastNs, nowNs, halfLifeOf(tgid));
+}
+
+std::vector<PageHeat> HeatModel::hottestPages(size_t limit, uint64_t nowNs) const {
+  std::vector<PageHeat> all;
+  all.reserve(pages_.size());
+  for (const auto& [key, st] : pages_)
+    all.push_back({static_cast<pid_t>(key >> 42), (key & ((1ULL << 42) - 1)) * kBasePageSize,
+                   st.heat * decayFactor(st.lastNs, nowNs, halfLifeOf(static_cast<pid_t>(key >> 42)))});
+  const size_t n = std::min(limit, all.size());
+  std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n), all.end(),
+                    [](const PageHeat& a, const PageHeat& b) { return a.heat > b.heat; });
+  all.resize(n);
+  return all;
+}
+
+StepClock HeatModel::clockOf(pid_t tgid) const {
+  auto it = processes_.find(tgid);
+  return it == processes_.end() ? StepClock{} : it->second.clock;
+}
+
+}  // namespace tt::heat

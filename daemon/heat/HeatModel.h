@@ -1,0 +1,201 @@
+// The heat model: what is hot now, and what the training step will touch next.
+//
+// Units. Heat is kept per 4 KiB page and per unit. A unit is a registered region (a tensor,
+// tt::RegionInfo) or, for pages no region covers, an aligned chunk of `chunk_pages` pages: the
+// model works with region hints alone, with page samples alone, or with both.
+//
+// Features (after DeepTM). Each unit has four features in [0, 1]:
+//   frequency  decayed accesses per page, relative to the hottest unit
+//   recency    0.5^(time since last access / half-life)
+//   size       smaller units score higher (cheaper to move, less capacity)
+//   reuse      accesses per page the learned step schedule predicts over the coming horizon,
+//              relative to the highest; without a known step period it falls back to frequency
+// and a score = sum(w_k * feature_k). The weights adapt online by multiplicative weights (Hedge):
+// at each epoch close, every feature's prediction made one epoch earlier is compared with the
+// accesses the epoch really saw (normalised per page), and w_k *= exp(-rate * mean |error_k|),
+// renormalised, floored. A feature that predicts the next epoch well gains weight.
+//
+// Iteration awareness (Sentinel, AppObMem). Per process a StepClock (period + anchor) is learned
+// from StepBegin/StepEnd marks, or a configured hint, or the autocorrelation of the sample stream.
+// Each unit keeps a schedule: accesses per page in each of `schedule_buckets` time-offset buckets
+// of the step, a moving average over steps. The horizon is long enough to migrate what the coming
+// buckets need at the measured migration bandwidth (setMigrationBandwidth) plus
+// `lookahead_step_fraction` of the step. Phase marks re-anchor the step on each phase's usual
+// offset, so stalls that vary with placement do not smear the schedule.
+//
+// What the planner gets (UnitHeat::expectedAccessesPerPage): with a schedule, the unit's next
+// burst of use (the accesses of its next run of busy buckets; the remainder of a burst in
+// progress), in full when the burst starts within the horizon and halving per bucket beyond it,
+// so the planner promotes what is needed next just in time and evicts what is needed last
+// (Belady-like); without a schedule, score x the highest reuse value (the learned blend).
+//
+// Without samples, a process's phase marks ("forward", "backward", "optimizer") drive the schedule
+// through a prior by region kind (weights in every phase; activations in forward and backward;
+// gradients in backward and optimizer; optimizer state in optimizer).
+//
+// Threading: not thread-safe; the daemon's epoch loop owns it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/Result.h"
+#include "core/Types.h"
+#include "heat/StepClock.h"
+#include "tensortier/v1/policy_config.pb.h"
+
+namespace tt::heat {
+
+enum Feature : size_t { kFrequency = 0, kRecency = 1, kSize = 2, kReuse = 3 };
+inline constexpr size_t kFeatureCount = 4;
+[[nodiscard]] const char* featureName(size_t feature);
+using FeatureVector = std::array<double, kFeatureCount>;
+
+struct UnitHeat {
+  pid_t tgid = 0;
+  uint64_t start = 0;   // page aligned
+  uint64_t length = 0;  // bytes
+  uint64_t regionId = 0;  // 0 for a chunk of unregistered pages
+  RegionKind kind = RegionKind::Other;
+  double heat = 0;      // decayed accesses of the whole unit
+  FeatureVector features{};
+  double score = 0;     // weights . features, in [0, 1]
+  // Expected accesses per page over the planning horizon: what being fast is worth per page soon.
+  double expectedAccessesPerPage = 0;
+  // Accesses per page in a whole step by the learned schedule; without a step clock, the decayed
+  // heat per page (accesses over about 1.44 half-lives). What staying fast is worth in the long run.
+  double accessesPerPagePerStep = 0;
+  // Time until the schedule predicts the next access, ns; 0 = in use now; UINT64_MAX = unknown.
+  uint64_t nextUseInNs = UINT64_MAX;
+};
+
+struct ProcessClockInfo {
+  pid_t tgid = 0;
+  StepClock clock;
+  uint64_t step = 0;
+  std::string phase;
+  double phaseFraction = 0;  // position in the current step, [0, 1)
+};
+
+struct HeatSnapshot {
+  uint64_t nowNs = 0;
+  uint64_t epoch = 0;
+  uint64_t horizonNs = 0;       // how far the reuse feature looks ahead (mean over processes)
+  FeatureVector weights{};
+  std::vector<UnitHeat> units;  // ascending (tgid, start)
+  std::vector<ProcessClockInfo> processes;
+  uint64_t trackedPages = 0;
+};
+
+struct PageHeat {
+  pid_t tgid = 0;
+  uint64_t page = 0;
+  double heat = 0;
+};
+
+class HeatModel {
+ public:
+  explicit HeatModel(const tensortier::v1::PolicyConfig& config);
+
+  // Regions: page-aligned, non-empty, not overlapping another region of the same process.
+  [[nodiscard]] Result<void> addRegion(const RegionInfo& region);
+  void removeRegion(uint64_t regionId);
+  void removeProcess(pid_t tgid);
+
+  // A batch of evidence observed at `nowNs` (CLOCK_MONOTONIC). Fault and Hint evidence counts like
+  // an access. `scale` multiplies every weight (a sampler that delivers 1 in N sets N).
+  void ingest(std::span<const AccessEvidence> batch, uint64_t nowNs, double scale = 1.0);
+  void onMark(const IterationMark& mark);
+  // Bytes per second the migration engine achieved recently; sizes the look-ahead horizon.
+  void setMigrationBandwidth(double bytesPerSecond);
+
+  // Closes the epoch ending at `nowNs`: learns the feature weights from what the epoch saw, folds
+  // finished steps into the schedules, re-estimates periods, and recomputes the snapshot.
+  void advanceEpoch(uint64_t nowNs);
+
+  // The state as of the last advanceEpoch (for the planner and the CLI).
+  [[nodiscard]] const HeatSnapshot& snapshot() const { return snapshot_; }
+  [[nodiscard]] const FeatureVector& weights() const { return weights_; }
+  // Decayed heat of one page at `nowNs` (0 if untracked), and the hottest pages (CLI).
+  [[nodiscard]] double pageHeat(pid_t tgid, uint64_t page, uint64_t nowNs) const;
+  [[nodiscard]] std::vector<PageHeat> hottestPages(size_t limit, uint64_t nowNs) const;
+  [[nodiscard]] StepClock clockOf(pid_t tgid) const;
+
+ private:
+  struct Unit {
+    pid_t tgid = 0;
+    uint64_t start = 0;
+    uint64_t length = 0;
+    uint64_t regionId = 0;
+    RegionKind kind = RegionKind::Other;
+    double heat = 0;
+    uint64_t heatNs = 0;
+    uint64_t lastAccessNs = 0;
+    bool accessed = false;
+    double epochAccesses = 0;
+    std::vector<double> schedule;  // accesses per page per step, per bucket (moving average)
+    std::vector<double> stepAccum; // accesses per page in the step in progress, per bucket
+    bool scheduleValid = false;
+    FeatureVector predicted{};     // features at the last epoch close
+    bool hasPrediction = false;
+    [[nodiscard]] uint64_t pages() const { return length / kBasePageSize; }
+  };
+  struct Process {
+    MarkPeriodEstimator marks;
+    bool sawStepBegin = false;
+    SamplePeriodDetector samples;
+    StepClock clock;
+    uint64_t stepStartNs = 0;     // start of the step in progress (schedule accumulation)
+    bool stepOpen = false;
+    uint64_t step = 0;
+    std::string phase;
+    uint64_t lastSampleNs = 0;
+    bool sampled = false;
+    uint64_t lastPriorNs = 0;
+    uint64_t epochsSinceEstimate = 0;
+    uint64_t halfLifeNs = 0;       // heat half-life of this process's pages and units
+    std::map<std::string, double> phaseOffsetNs;  // typical start of each phase within the step
+    Process(const SamplePeriodParams& p, uint64_t halfLife) : samples(p), halfLifeNs(halfLife) {}
+  };
+  using UnitMap = std::map<uint64_t, Unit>;  // by start
+
+  Process& process(pid_t tgid);
+  Unit* unitFor(pid_t tgid, uint64_t page);
+  void addAccess(Unit& unit, Process& proc, uint64_t nowNs, double accesses);
+  void decayUnit(Unit& unit, uint64_t nowNs);
+  [[nodiscard]] uint64_t halfLifeOf(pid_t tgid) const;
+  void rollSteps(Process& proc, pid_t tgid, uint64_t nowNs);
+  void foldStep(pid_t tgid);
+  void applyKindPrior(pid_t tgid, Process& proc, uint64_t nowNs);
+  void updateClock(pid_t tgid, Process& proc, uint64_t nowNs);
+  void learnWeights();
+  void computeSnapshot(uint64_t nowNs);
+  [[nodiscard]] static double decayFactor(uint64_t fromNs, uint64_t toNs, uint64_t halfLifeNs);
+
+  tensortier::v1::PolicyConfig config_;
+  SamplePeriodParams sampleParams_;
+  uint64_t halfLifeNs_;
+  uint64_t chunkBytes_;
+  uint32_t buckets_;
+  double bandwidthBytesPerNs_;
+  FeatureVector weights_;
+  std::map<pid_t, UnitMap> units_;
+  std::map<pid_t, Process> processes_;
+  std::unordered_map<uint64_t, std::pair<pid_t, uint64_t>> regionIndex_;  // id -> (tgid, start)
+  struct PageState {
+    double heat = 0;
+    uint64_t lastNs = 0;
+  };
+  std::unordered_map<uint64_t, PageState> pages_;  // key: tgid << 40 | page number
+  uint64_t lastEpochNs_ = 0;
+  bool started_ = false;
+  uint64_t epoch_ = 0;
+  HeatSnapshot snapshot_;
+};
+
+}  // namespace tt::heat

@@ -1,0 +1,244 @@
+#include "policy/Planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+namespace tt::policy {
+namespace {
+
+struct Candidate {
+  size_t block;
+  uint64_t bytes;  // bytes this move carries (the pages not yet on the target tier)
+  double density;  // net value per byte
+};
+
+}  // namespace
+
+Planner::Planner(const tensortier::v1::PolicyConfig& config) : config_(config) {}
+
+uint64_t Planner::budgetFor(uint64_t fastCapacityBytes) const {
+  uint64_t budget = UINT64_MAX;
+  if (fastCapacityBytes > 0)
+    budget = static_cast<uint64_t>(static_cast<double>(fastCapacityBytes) * (1.0 - config_.fast_reserve_fraction()));
+  if (config_.fast_budget_bytes() > 0) budget = std::min(budget, config_.fast_budget_bytes());
+  return budget == UINT64_MAX ? 0 : budget;
+}
+
+PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const PlacementQuery& placement,
+                                        const topology::Topology& topology, const PlanContext& context) const {
+  PlanningInstance inst;
+  uint64_t capacity = context.fastCapacityBytes;
+  if (capacity == 0)
+    for (int node : topology.nodesInTier(topology::Tier::Fast))
+      if (const auto* n = topology.node(node)) capacity += n->memory.totalBytes;
+  inst.problem.budgetBytes = context.fastBudgetBytes > 0 ? context.fastBudgetBytes : budgetFor(capacity);
+
+  const double bandwidth = context.migrationBytesPerSec > 0
+                               ? context.migrationBytesPerSec
+                               : static_cast<double>(config_.initial_migration_bandwidth());
+  const double penaltyNs = context.slowPenaltyNs > 0 ? context.slowPenaltyNs : config_.slow_access_penalty_ns();
+  const double copyNsPerPage = static_cast<double>(kBasePageSize) / (bandwidth / 1e9);
+  const double costWeight = config_.migration_cost_weight();
+  const double margin = config_.hysteresis_margin();
+  const double minBenefit = config_.min_benefit_ns_per_page();
+  const uint64_t blockBytes = uint64_t{std::max<uint32_t>(1, config_.chunk_pages())} * kBasePageSize;
+
+  const std::vector<int> fastNodes = topology.nodesInTier(topology::Tier::Fast);
+  std::map<pid_t, uint32_t> groupOf;
+  struct Nodes {
+    int fast = -1;
+    int slow = -1;
+  };
+  std::map<pid_t, Nodes> nodesOf;
+  auto groupFor = [&](pid_t tgid) {
+    auto [it, inserted] = groupOf.emplace(tgid, static_cast<uint32_t>(groupOf.size()));
+    if (inserted) {
+      uint64_t quota = config_.per_process_quota_bytes();
+      int home = -1;
+      for (const auto& p : context.processes)
+        if (p.tgid == tgid) {
+          if (p.quotaBytes > 0) quota = p.quotaBytes;
+          home = p.homeNode;
+        }
+      if (home < 0 || topology.node(home) == nullptr) home = fastNodes.empty() ? -1 : fastNodes.front();
+      Nodes n;
+      if (home >= 0) {
+        n.fast = topology.nearestInTier(home, topology::Tier::Fast).value_or(-1);
+        n.slow = topology.nearestInTier(home, topology::Tier::Slow).value_or(-1);
+      }
+      nodesOf[tgid] = n;
+      inst.problem.groupQuotaBytes.push_back(quota);
+    }
+    return it->second;
+  };
+
+  for (const heat::UnitHeat& unit : heat.units) {
+    const uint32_t group = groupFor(unit.tgid);
+    const Nodes nodes = nodesOf[unit.tgid];
+    const double soonPerPage = unit.expectedAccessesPerPage * penaltyNs;
+    const double longRunPerPage = config_.amortization_steps() * unit.accessesPerPagePerStep * penaltyNs;
+    for (uint64_t off = 0; off < unit.length; off += blockBytes) {
+      PlanBlock b;
+      b.tgid = unit.tgid;
+      b.start = unit.start + off;
+      b.length = std::min(blockBytes, unit.length - off);
+      b.regionId = unit.regionId;
+      b.residency = placement.residency(unit.tgid, b.start, b.length);
+      b.nextUseInNs = unit.nextUseInNs;
+      b.fastNode = nodes.fast;
+      b.slowNode = nodes.slow;
+      const uint64_t present = b.residency.fastPages + b.residency.slowPages;
+      if (present == 0) continue;
+      const auto fast = static_cast<double>(b.residency.fastPages);
+      const auto slow = static_cast<double>(b.residency.slowPages);
+      const double fastShare = fast / static_cast<double>(present);
+      SelectionItem item;
+      item.sizeBytes = present * kBasePageSize;
+      item.group = group;
+      // The margin applies to the short-term value: that is what fluctuates from plan to plan.
+      item.value = (soonPerPage * (1.0 + margin * fastShare) + longRunPerPage) * static_cast<double>(present) -
+                   slow * (copyNsPerPage * costWeight + minBenefit) + fast * copyNsPerPage * costWeight;
+      inst.fastUsedBytes += b.residency.fastPages * kBasePageSize;
+      inst.blocks.push_back(b);
+      inst.problem.items.push_back(item);
+    }
+  }
+  return inst;
+}
+
+MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery& placement,
+                            const topology::Topology& topology, const PlanContext& context) {
+  MigrationPlan plan;
+  plan.generation = ++generation_;
+  stats_ = PlanStats{};
+  if (!topology.isTiered()) {
+    stats_.tiered = false;
+    return plan;
+  }
+  const PlanningInstance inst = buildInstance(heat, placement, topology, context);
+  const Selection sel = selectHeuristic(inst.problem);
+  stats_.budgetBytes = inst.problem.budgetBytes;
+  stats_.fastUsedBytes = inst.fastUsedBytes;
+  stats_.blocks = inst.blocks.size();
+  stats_.objective = sel.objective;
+
+  const double bandwidth = context.migrationBytesPerSec > 0
+                               ? context.migrationBytesPerSec
+                               : static_cast<double>(config_.initial_migration_bandwidth());
+  const double intervalSec = context.intervalNs > 0 ? static_cast<double>(context.intervalNs) / 1e9
+                                                    : config_.plan_interval_ms() / 1e3;
+  const auto intervalBytes = static_cast<uint64_t>(bandwidth * intervalSec * config_.plan_bandwidth_factor());
+
+  std::vector<Candidate> promote, demote;
+  const size_t groups = inst.problem.groupQuotaBytes.size();
+  std::vector<uint64_t> groupUsed(groups, 0);
+  for (size_t i = 0; i < inst.blocks.size(); ++i) {
+    const PlanBlock& b = inst.blocks[i];
+    const SelectionItem& item = inst.problem.items[i];
+    groupUsed[item.group] += b.residency.fastPages * kBasePageSize;
+    const double density = item.value / static_cast<double>(std::max<uint64_t>(1, item.sizeBytes));
+    if (sel.chosen[i]) {
+      stats_.selectedBytes += item.sizeBytes;
+      if (b.residency.slowPages > 0 && b.fastNode >= 0) promote.push_back({i, b.residency.slowPages * kBasePageSize, density});
+    } else if (b.residency.fastPages > 0 && b.slowNode >= 0) {
+      demote.push_back({i, b.residency.fastPages * kBasePageSize, density});
+    }
+  }
+  // Soonest needed first; among equals, the most valuable per byte.
+  std::sort(promote.begin(), promote.end(), [&](const Candidate& a, const Candidate& b) {
+    const uint64_t na = inst.blocks[a.block].nextUseInNs, nb = inst.blocks[b.block].nextUseInNs;
+    if (na != nb) return na < nb;
+    return a.density > b.density;
+  });
+  std::sort(demote.begin(), demote.end(), [](const Candidate& a, const Candidate& b) { return a.density < b.density; });
+
+  std::vector<uint64_t> groupPromote(groups, 0);
+  std::vector<Candidate> promoteNow;
+  for (const Candidate& c : promote) {
+    if (stats_.promoteBytes > 0 && stats_.promoteBytes + c.bytes > intervalBytes) {
+      stats_.deferredPromoteBytes += c.bytes;
+      continue;
+    }
+    stats_.promoteBytes += c.bytes;
+    groupPromote[inst.problem.items[c.block].group] += c.bytes;
+    promoteNow.push_back(c);
+  }
+
+  // Demotions: first what each quota needs, then what the global budget needs, then headroom.
+  std::vector<uint8_t> demoted(demote.size(), 0);
+  std::vector<Candidate> demoteNow;
+  std::vector<uint64_t> groupFreed(groups, 0);
+  uint64_t freed = 0;
+  auto take = [&](size_t k) {
+    demoted[k] = 1;
+    freed += demote[k].bytes;
+    groupFreed[inst.problem.items[demote[k].block].group] += demote[k].bytes;
+    demoteNow.push_back(demote[k]);
+  };
+  for (size_t g = 0; g < groups; ++g) {
+    const uint64_t quota = inst.problem.groupQuotaBytes[g];
+    if (quota == 0) continue;
+    for (size_t k = 0; k < demote.size() && groupUsed[g] + groupPromote[g] > quota + groupFreed[g]; ++k)
+      if (!demoted[k] && inst.problem.items[demote[k].block].group == g) take(k);
+  }
+  const uint64_t budget = inst.problem.budgetBytes;
+  const uint64_t need = inst.fastUsedBytes + stats_.promoteBytes;
+  for (size_t k = 0; k < demote.size() && need > budget + freed; ++k)
+    if (!demoted[k]) take(k);
+  const uint64_t headroom = std::min(intervalBytes, budget);
+  for (size_t k = 0; k < demote.size() && need + headroom > budget + freed; ++k)
+    if (!demoted[k]) take(k);
+  stats_.demoteBytes = freed;
+
+  // Moves, merged into maximal contiguous runs per (process, target node).
+  struct Move {
+    pid_t tgid;
+    int node;
+    uint64_t start;
+    uint64_t length;
+    int priority;
+    uint64_t regionId;
+  };
+  std::vector<Move> moves;
+  const auto rankPriority = [](size_t rank, size_t count, int base) {
+    const size_t span = 999;
+    return base + static_cast<int>(span - (count > 1 ? rank * span / (count - 1) : 0));
+  };
+  for (size_t r = 0; r < demoteNow.size(); ++r) {
+    const PlanBlock& b = inst.blocks[demoteNow[r].block];
+    moves.push_back({b.tgid, b.slowNode, b.start, b.length, rankPriority(r, demoteNow.size(), 1000), b.regionId});
+  }
+  for (size_t r = 0; r < promoteNow.size(); ++r) {
+    const PlanBlock& b = inst.blocks[promoteNow[r].block];
+    moves.push_back({b.tgid, b.fastNode, b.start, b.length, rankPriority(r, promoteNow.size(), 0), b.regionId});
+  }
+  std::sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) {
+    if (a.tgid != b.tgid) return a.tgid < b.tgid;
+    if (a.node != b.node) return a.node < b.node;
+    return a.start < b.start;
+  });
+  const uint64_t maxRun = std::max<uint64_t>(kBasePageSize, config_.max_run_bytes() - config_.max_run_bytes() % kBasePageSize);
+  for (const Move& m : moves) {
+    if (!plan.moves.empty()) {
+      MoveRequest& last = plan.moves.back();
+      if (last.tgid == m.tgid && last.targetNode == m.node && last.start + last.length == m.start &&
+          last.length + m.length <= maxRun) {
+        last.length += m.length;
+        last.priority = std::max(last.priority, m.priority);
+        if (last.regionId != m.regionId) last.regionId = 0;
+        continue;
+      }
+    }
+    // A single block longer than the run limit (chunk_pages above it) is split.
+    for (uint64_t off = 0; off < m.length; off += maxRun)
+      plan.moves.push_back(MoveRequest{m.tgid, m.start + off, std::min(maxRun, m.length - off), m.node, m.priority, m.regionId});
+  }
+  std::stable_sort(plan.moves.begin(), plan.moves.end(),
+                   [](const MoveRequest& a, const MoveRequest& b) { return a.priority > b.priority; });
+  stats_.runs = plan.moves.size();
+  return plan;
+}
+
+}  // namespace tt::policy

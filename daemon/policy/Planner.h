@@ -1,0 +1,117 @@
+// The planner: chooses the fast-tier-resident set and emits the MigrationPlan that gets there.
+//
+// Each heat unit is cut into blocks of at most `chunk_pages` pages. A block's value of being fast
+// is (the accesses per page the heat model expects over its horizon + `amortization_steps` x its
+// accesses per page per step) x the slow tier's extra cost per access x the block's present pages; promoting costs its slow pages' copy time (weighted by
+// `migration_cost_weight`) plus `min_benefit_ns_per_page` per page, and keeping a fast block saves
+// the copy time of demoting it. Resident blocks get `hysteresis_margin` extra value, so a candidate
+// must beat a resident by that margin: no ping-pong on noise. The selection (Selection.h) maximises
+// the sum of net values under the global fast budget and per-process quotas.
+//
+// From the selection to moves: promotions go in order of need (soonest predicted use, then value
+// density), capped at what the engine can move in one planning interval at the measured
+// bandwidth; demotions free exactly the room those promotions and the quotas need, lowest value
+// first, plus one interval's worth of headroom taken from blocks the selection dropped (what stays
+// idle until a later phase leaves early, so the next phase's promotions need not wait). Adjacent
+// blocks going the same way are merged into maximal contiguous runs (DeepTM), each one MoveRequest.
+// Demotions carry higher priority than promotions, so the engine frees room first.
+//
+// Target nodes: a process's fast node is the fast node nearest its home node (the node it runs
+// on; the first fast node when unknown), its slow node the slow node nearest its home node.
+//
+// Threading: not thread-safe; the daemon's epoch loop owns it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/Types.h"
+#include "heat/HeatModel.h"
+#include "policy/Selection.h"
+#include "tensortier/v1/policy_config.pb.h"
+#include "topology/Topology.h"
+
+namespace tt::policy {
+
+struct Residency {
+  uint64_t fastPages = 0;  // present pages on fast-tier nodes
+  uint64_t slowPages = 0;  // present pages on slow-tier nodes
+};
+
+// Where the pages of a range are now. The daemon answers from move_pages(2) status queries (or its
+// own record of what it moved); the simulator from its page table; tests from a fake.
+class PlacementQuery {
+ public:
+  virtual ~PlacementQuery() = default;
+  [[nodiscard]] virtual Residency residency(pid_t tgid, uint64_t start, uint64_t length) const = 0;
+};
+
+struct ProcessPlacement {
+  pid_t tgid = 0;
+  int homeNode = -1;        // node the process runs on; -1 = unknown
+  uint64_t quotaBytes = 0;  // 0 = the config's per_process_quota_bytes
+};
+
+struct PlanContext {
+  std::vector<ProcessPlacement> processes;  // optional per-process details
+  uint64_t fastCapacityBytes = 0;           // 0 = total memory of the topology's fast nodes
+  // The usable fast bytes when the caller knows them exactly (the simulator's tier capacity is
+  // already what the process may use); replaces capacity x (1 - reserve). 0 = derive.
+  uint64_t fastBudgetBytes = 0;
+  double migrationBytesPerSec = 0;          // measured by the engine; 0 = the config's initial value
+  double slowPenaltyNs = 0;                 // extra cost of a slow access, ns; 0 = the config's
+  uint64_t intervalNs = 0;                  // time until the next plan; 0 = the config's plan_interval_ms
+};
+
+struct PlanBlock {
+  pid_t tgid = 0;
+  uint64_t start = 0;
+  uint64_t length = 0;
+  uint64_t regionId = 0;
+  Residency residency;
+  uint64_t nextUseInNs = UINT64_MAX;
+  int fastNode = -1;
+  int slowNode = -1;
+};
+
+// One planning problem: the blocks and the selection problem over them (item i = block i).
+struct PlanningInstance {
+  std::vector<PlanBlock> blocks;
+  SelectionProblem problem;
+  uint64_t fastUsedBytes = 0;
+};
+
+struct PlanStats {
+  uint64_t budgetBytes = 0;
+  uint64_t fastUsedBytes = 0;      // managed bytes on fast nodes before the plan
+  uint64_t selectedBytes = 0;      // bytes the selection wants fast
+  uint64_t promoteBytes = 0;       // in this plan
+  uint64_t demoteBytes = 0;
+  uint64_t deferredPromoteBytes = 0;  // wanted but over this interval's bandwidth
+  size_t blocks = 0;
+  size_t runs = 0;
+  double objective = 0;
+  bool tiered = true;              // false: the topology has no fast+slow pair, nothing to plan
+};
+
+class Planner {
+ public:
+  explicit Planner(const tensortier::v1::PolicyConfig& config);
+
+  [[nodiscard]] PlanningInstance buildInstance(const heat::HeatSnapshot& heat, const PlacementQuery& placement,
+                                               const topology::Topology& topology, const PlanContext& context) const;
+  [[nodiscard]] MigrationPlan plan(const heat::HeatSnapshot& heat, const PlacementQuery& placement,
+                                   const topology::Topology& topology, const PlanContext& context);
+  [[nodiscard]] const PlanStats& lastStats() const { return stats_; }
+  // A reloaded config (SIGHUP) takes effect at the next plan; generations keep increasing.
+  void applyConfig(const tensortier::v1::PolicyConfig& config) { config_ = config; }
+  // Global fast budget for a fast-tier capacity, after the reserve and the configured cap.
+  [[nodiscard]] uint64_t budgetFor(uint64_t fastCapacityBytes) const;
+
+ private:
+  tensortier::v1::PolicyConfig config_;
+  uint64_t generation_ = 0;
+  PlanStats stats_;
+};
+
+}  // namespace tt::policy

@@ -1,0 +1,313 @@
+#include "heat/HeatModel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+namespace {
+
+using tt::AccessEvidence;
+using tt::IterationMark;
+using tt::MarkType;
+using tt::RegionInfo;
+using tt::RegionKind;
+using tt::heat::HeatModel;
+using tt::heat::HeatSnapshot;
+using tt::heat::UnitHeat;
+
+constexpr uint64_t kMs = 1'000'000;
+constexpr uint64_t kPage = tt::kBasePageSize;
+constexpr pid_t kTgid = 77;
+
+tensortier::v1::PolicyConfig baseConfig() {
+  tensortier::v1::PolicyConfig c;
+  c.set_heat_half_life_ms(1000);
+  c.set_schedule_buckets(8);
+  c.set_period_bin_ms(5);
+  c.set_period_history_bins(1024);
+  c.set_period_min_ms(20);
+  c.set_period_max_ms(1000);
+  return c;
+}
+
+RegionInfo region(uint64_t id, uint64_t start, uint64_t pages, RegionKind kind = RegionKind::Other) {
+  RegionInfo r;
+  r.id = id;
+  r.tgid = kTgid;
+  r.start = start;
+  r.length = pages * kPage;
+  r.kind = kind;
+  return r;
+}
+
+AccessEvidence sample(uint64_t address, uint32_t weight = 1) {
+  AccessEvidence e;
+  e.tgid = kTgid;
+  e.page = address - address % kPage;
+  e.weight = weight;
+  e.kind = tt::AccessKind::Load;
+  return e;
+}
+
+const UnitHeat* unitAt(const HeatSnapshot& s, uint64_t start) {
+  for (const auto& u : s.units)
+    if (u.start == start) return &u;
+  return nullptr;
+}
+
+IterationMark mark(MarkType type, uint64_t step, uint64_t t, std::string phase = "") {
+  IterationMark m;
+  m.tgid = kTgid;
+  m.type = type;
+  m.step = step;
+  m.timestampNs = t;
+  m.phase = std::move(phase);
+  return m;
+}
+
+constexpr uint64_t kRegionA = 0x10000000;
+constexpr uint64_t kRegionB = 0x20000000;
+constexpr uint64_t kPagesPerRegion = 64;
+
+// Two tensors used in alternation: A in the first half of every 100 ms step, B in the second.
+// Every millisecond, four samples land on random pages of the active one. Epochs are 10 ms.
+void runTwoPhase(HeatModel& model, uint64_t fromNs, uint64_t steps, bool sendMarks, uint64_t seed,
+                 const std::function<void(uint64_t)>& afterEpoch = nullptr) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<uint64_t> page(0, kPagesPerRegion - 1);
+  const uint64_t period = 100 * kMs;
+  for (uint64_t t = fromNs; t < fromNs + steps * period; t += kMs) {
+    const uint64_t offset = (t - fromNs) % period;
+    if (offset == 0 && sendMarks) model.onMark(mark(MarkType::StepBegin, (t - fromNs) / period, t));
+    const uint64_t base = offset < period / 2 ? kRegionA : kRegionB;
+    std::vector<AccessEvidence> batch;
+    for (int i = 0; i < 4; ++i) batch.push_back(sample(base + page(rng) * kPage));
+    model.ingest(batch, t);
+    if ((t + kMs - fromNs) % (10 * kMs) == 0) {
+      model.advanceEpoch(t + kMs);
+      if (afterEpoch) afterEpoch(t + kMs);
+    }
+  }
+}
+
+TEST(HeatModel, PageAndUnitHeatDecayWithTheHalfLife) {
+  HeatModel model(baseConfig());
+  const uint64_t t0 = 5000 * kMs;
+  std::vector<AccessEvidence> batch{sample(0x1000, 100)};
+  model.ingest(batch, t0);
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x1000, t0), 100.0, 1e-9);
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x1000, t0 + 1000 * kMs), 50.0, 1e-6);
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x1000, t0 + 2000 * kMs), 25.0, 1e-6);
+  model.advanceEpoch(t0 + 1000 * kMs);
+  ASSERT_EQ(model.snapshot().units.size(), 1u);
+  EXPECT_NEAR(model.snapshot().units[0].heat, 50.0, 1e-6);
+  EXPECT_NEAR(model.snapshot().units[0].features[tt::heat::kRecency], 0.5, 1e-9);
+}
+
+TEST(HeatModel, RejectsBadRegions) {
+  HeatModel model(baseConfig());
+  ASSERT_TRUE(model.addRegion(region(1, 0x100000, 16)).ok());
+  EXPECT_FALSE(model.addRegion(region(2, 0x100800, 16)).ok());  // not page aligned
+  EXPECT_FALSE(model.addRegion(region(3, 0x108000, 16)).ok());  // overlaps region 1
+  EXPECT_FALSE(model.addRegion(region(1, 0x900000, 16)).ok());  // duplicate id
+  EXPECT_FALSE(model.addRegion(region(4, 0x900000, 0)).ok());   // empty
+  EXPECT_TRUE(model.addRegion(region(5, 0x110000, 16)).ok());   // adjacent is fine
+}
+
+TEST(HeatModel, SamplesWithoutRegionsClusterIntoAlignedChunks) {
+  auto config = baseConfig();
+  config.set_chunk_pages(16);
+  HeatModel model(config);
+  const uint64_t chunk = 16 * kPage;
+  std::vector<AccessEvidence> batch{sample(5 * chunk + 3 * kPage), sample(5 * chunk + 9 * kPage), sample(9 * chunk)};
+  model.ingest(batch, 10 * kMs);
+  model.advanceEpoch(20 * kMs);
+  const auto& units = model.snapshot().units;
+  ASSERT_EQ(units.size(), 2u);
+  EXPECT_EQ(units[0].start, 5 * chunk);
+  EXPECT_EQ(units[0].length, chunk);
+  EXPECT_EQ(units[0].regionId, 0u);
+  EXPECT_NEAR(units[0].heat, 2 * std::exp2(-10.0 / 1000.0), 1e-9);
+  EXPECT_EQ(units[1].start, 9 * chunk);
+
+  // A region registered over part of a chunk replaces it; pages sampled later around the region
+  // form chunks clipped to the region's edges.
+  ASSERT_TRUE(model.addRegion(region(7, 5 * chunk + 4 * kPage, 8)).ok());
+  std::vector<AccessEvidence> later{sample(5 * chunk + kPage), sample(5 * chunk + 5 * kPage), sample(5 * chunk + 14 * kPage)};
+  model.ingest(later, 30 * kMs);
+  model.advanceEpoch(40 * kMs);
+  const auto& after = model.snapshot().units;
+  ASSERT_EQ(after.size(), 4u);
+  EXPECT_EQ(after[0].start, 5 * chunk);
+  EXPECT_EQ(after[0].length, 4 * kPage);
+  EXPECT_EQ(after[1].regionId, 7u);
+  EXPECT_EQ(after[2].start, 5 * chunk + 12 * kPage);
+  EXPECT_EQ(after[2].length, 4 * kPage);
+}
+
+TEST(HeatModel, FeatureWeightsMoveTowardThePredictiveFeature) {
+  // Frequency and recency cannot tell the two alternating tensors apart over a long half-life;
+  // the learned step schedule (reuse) can. Size is identical for both and predicts nothing.
+  auto config = baseConfig();
+  config.set_heat_half_life_ms(2000);
+  config.set_heat_half_life_steps(0);  // keep the long half-life once the period is known
+  HeatModel model(config);
+  ASSERT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
+  ASSERT_TRUE(model.addRegion(region(2, kRegionB, kPagesPerRegion)).ok());
+  const auto initial = model.weights();
+  runTwoPhase(model, 1000 * kMs, 30, true, 11);
+  const auto& w = model.weights();
+  EXPECT_NEAR(initial[tt::heat::kReuse], 0.25, 1e-12);
+  EXPECT_GT(w[tt::heat::kReuse], 0.4);
+  EXPECT_GT(w[tt::heat::kReuse], w[tt::heat::kFrequency]);
+  EXPECT_GT(w[tt::heat::kReuse], w[tt::heat::kRecency]);
+  EXPECT_LT(w[tt::heat::kSize], 0.25);
+  double sum = 0;
+  for (double x : w) sum += x;
+  EXPECT_NEAR(sum, 1.0, 1e-9);
+}
+
+TEST(HeatModel, FrequencyWinsOnASteadySkewedWorkload) {
+  // No period: eight units with Zipf-like popularity, all touched every epoch. Recency is 1 for
+  // every unit and size is equal, so neither ranks them; decayed frequency does.
+  HeatModel model(baseConfig());
+  std::mt19937_64 rng(21);
+  std::uniform_int_distribution<uint64_t> page(0, 15);
+  std::discrete_distribution<int> unit({8, 4, 2.7, 2, 1.6, 1.3, 1.1, 1});
+  for (uint64_t e = 0; e < 200; ++e) {
+    const uint64_t t = 1000 * kMs + e * 10 * kMs;
+    std::vector<AccessEvidence> batch;
+    for (uint64_t u = 0; u < 8; ++u) batch.push_back(sample(0x40000000 + u * 0x1000000));
+    for (int i = 0; i < 64; ++i)
+      batch.push_back(sample(0x40000000 + static_cast<uint64_t>(unit(rng)) * 0x1000000 + page(rng) * kPage));
+    model.ingest(batch, t);
+    model.advanceEpoch(t + 10 * kMs);
+  }
+  const auto& w = model.weights();
+  EXPECT_GT(w[tt::heat::kFrequency], 0.25);
+  EXPECT_GT(w[tt::heat::kFrequency], w[tt::heat::kRecency]);
+  EXPECT_GT(w[tt::heat::kFrequency], w[tt::heat::kSize]);
+}
+
+TEST(HeatModel, StepPeriodFromMarksIncludingMissingOnes) {
+  HeatModel model(baseConfig());
+  for (uint64_t s = 0; s < 20; ++s)
+    if (s % 5 != 3) model.onMark(mark(MarkType::StepBegin, s, 500 * kMs + s * 73 * kMs));
+  const auto clock = model.clockOf(kTgid);
+  EXPECT_EQ(clock.source, tt::heat::PeriodSource::Marks);
+  EXPECT_EQ(clock.periodNs, 73 * kMs);
+  EXPECT_EQ(clock.anchorNs, 500 * kMs + 19 * 73 * kMs);
+}
+
+TEST(HeatModel, StepPeriodFromTheSampleStreamWithoutMarks) {
+  HeatModel model(baseConfig());
+  ASSERT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
+  ASSERT_TRUE(model.addRegion(region(2, kRegionB, kPagesPerRegion)).ok());
+  runTwoPhase(model, 1000 * kMs, 40, false, 12);
+  const auto clock = model.clockOf(kTgid);
+  EXPECT_EQ(clock.source, tt::heat::PeriodSource::Samples);
+  EXPECT_NEAR(static_cast<double>(clock.periodNs), 100.0 * kMs, 3.0 * kMs);
+  EXPECT_GT(clock.confidence, 0.5);
+}
+
+TEST(HeatModel, ConfiguredHintIsUsedWithoutMarks) {
+  auto config = baseConfig();
+  config.set_step_period_hint_ms(250);
+  HeatModel model(config);
+  std::vector<AccessEvidence> batch{sample(0x1000)};
+  model.ingest(batch, 10 * kMs);
+  model.advanceEpoch(20 * kMs);
+  EXPECT_EQ(model.clockOf(kTgid).source, tt::heat::PeriodSource::Hint);
+  EXPECT_EQ(model.clockOf(kTgid).periodNs, 250 * kMs);
+}
+
+TEST(HeatModel, LookaheadRaisesTheNextPhaseBeforeItStarts) {
+  HeatModel model(baseConfig());
+  ASSERT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
+  ASSERT_TRUE(model.addRegion(region(2, kRegionB, kPagesPerRegion)).ok());
+  const uint64_t t0 = 1000 * kMs;
+  runTwoPhase(model, t0, 20, true, 13);
+  // Step 20 starts at t0 + 2000 ms. B's phase starts 50 ms into it.
+  const uint64_t step = t0 + 2000 * kMs;
+  model.onMark(mark(MarkType::StepBegin, 20, step));
+  model.advanceEpoch(step + 10 * kMs);
+  const UnitHeat* a = unitAt(model.snapshot(), kRegionA);
+  const UnitHeat* b = unitAt(model.snapshot(), kRegionB);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->nextUseInNs, 0u);
+  EXPECT_GT(a->features[tt::heat::kReuse], b->features[tt::heat::kReuse]);  // B is far off
+  model.advanceEpoch(step + 40 * kMs);  // 10 ms before B's phase
+  a = unitAt(model.snapshot(), kRegionA);
+  b = unitAt(model.snapshot(), kRegionB);
+  ASSERT_TRUE(a && b);
+  EXPECT_GT(b->nextUseInNs, 0u);
+  EXPECT_LE(b->nextUseInNs, 12 * kMs + 500'000);
+  EXPECT_GT(b->features[tt::heat::kReuse], 0.5);
+  EXPECT_GT(b->expectedAccessesPerPage, 0.0);
+}
+
+TEST(HeatModel, RegionHintsAndPhaseMarksAloneGiveASchedule) {
+  auto config = baseConfig();
+  config.set_lookahead_step_fraction(0);  // judge the schedule itself, not the look-ahead horizon
+  HeatModel model(config);
+  ASSERT_TRUE(model.addRegion(region(1, 0x10000000, 64, RegionKind::Weight)).ok());
+  ASSERT_TRUE(model.addRegion(region(2, 0x20000000, 64, RegionKind::Activation)).ok());
+  ASSERT_TRUE(model.addRegion(region(3, 0x30000000, 64, RegionKind::OptimizerState)).ok());
+  const uint64_t t0 = 1000 * kMs;
+  for (uint64_t s = 0; s < 12; ++s) {
+    const uint64_t step = t0 + s * 100 * kMs;
+    model.onMark(mark(MarkType::StepBegin, s, step));
+    model.onMark(mark(MarkType::PhaseBegin, s, step, "forward"));
+    for (uint64_t e = 10; e <= 100; e += 10) {
+      if (e == 40) model.onMark(mark(MarkType::PhaseBegin, s, step + 35 * kMs, "backward"));
+      if (e == 80) model.onMark(mark(MarkType::PhaseBegin, s, step + 75 * kMs, "optimizer"));
+      model.advanceEpoch(step + e * kMs);
+    }
+  }
+  const uint64_t step = t0 + 1200 * kMs;
+  model.onMark(mark(MarkType::StepBegin, 12, step));
+  model.advanceEpoch(step + 10 * kMs);  // forward
+  const auto* act = unitAt(model.snapshot(), 0x20000000);
+  const auto* opt = unitAt(model.snapshot(), 0x30000000);
+  ASSERT_TRUE(act && opt);
+  EXPECT_GT(act->features[tt::heat::kReuse], opt->features[tt::heat::kReuse]);
+  EXPECT_EQ(act->nextUseInNs, 0u);
+  EXPECT_GT(opt->nextUseInNs, 50 * kMs);
+  model.advanceEpoch(step + 80 * kMs);  // optimizer
+  act = unitAt(model.snapshot(), 0x20000000);
+  opt = unitAt(model.snapshot(), 0x30000000);
+  ASSERT_TRUE(act && opt);
+  EXPECT_GT(opt->features[tt::heat::kReuse], act->features[tt::heat::kReuse]);
+  EXPECT_EQ(opt->nextUseInNs, 0u);
+}
+
+TEST(HeatModel, RemovingRegionsAndProcessesForgetsThem) {
+  HeatModel model(baseConfig());
+  ASSERT_TRUE(model.addRegion(region(1, 0x100000, 16)).ok());
+  ASSERT_TRUE(model.addRegion(region(2, 0x200000, 16)).ok());
+  model.advanceEpoch(10 * kMs);
+  EXPECT_EQ(model.snapshot().units.size(), 2u);
+  model.removeRegion(1);
+  model.advanceEpoch(20 * kMs);
+  ASSERT_EQ(model.snapshot().units.size(), 1u);
+  EXPECT_EQ(model.snapshot().units[0].regionId, 2u);
+  EXPECT_TRUE(model.addRegion(region(1, 0x100000, 16)).ok());  // the id and range are free again
+  model.removeProcess(kTgid);
+  model.advanceEpoch(30 * kMs);
+  EXPECT_TRUE(model.snapshot().units.empty());
+}
+
+TEST(HeatModel, HottestPagesAreOrdered) {
+  HeatModel model(baseConfig());
+  std::vector<AccessEvidence> batch{sample(0x1000, 3), sample(0x2000, 9), sample(0x3000, 1)};
+  model.ingest(batch, 10 * kMs);
+  const auto top = model.hottestPages(2, 10 * kMs);
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].page, 0x2000u);
+  EXPECT_EQ(top[1].page, 0x1000u);
+  EXPECT_EQ(top[0].tgid, kTgid);
+}
+
+}  // namespace

@@ -1,0 +1,115 @@
+#include "heat/StepClock.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace {
+
+using tt::heat::MarkPeriodEstimator;
+using tt::heat::SamplePeriodDetector;
+using tt::heat::SamplePeriodParams;
+using tt::heat::StepClock;
+
+constexpr uint64_t kMs = 1'000'000;
+
+TEST(StepClock, PhaseAndBucketWrapAroundTheAnchor) {
+  StepClock c{100 * kMs, 1000 * kMs, tt::heat::PeriodSource::Marks, 1};
+  EXPECT_DOUBLE_EQ(c.phaseAt(1000 * kMs), 0.0);
+  EXPECT_NEAR(c.phaseAt(1025 * kMs), 0.25, 1e-9);
+  EXPECT_NEAR(c.phaseAt(1375 * kMs), 0.75, 1e-9);
+  EXPECT_NEAR(c.phaseAt(990 * kMs), 0.9, 1e-9);  // before the anchor: the previous step
+  EXPECT_EQ(c.bucketAt(1025 * kMs, 8), 2u);
+  EXPECT_EQ(c.bucketAt(1099 * kMs, 8), 7u);
+}
+
+TEST(MarkPeriod, CleanMarks) {
+  MarkPeriodEstimator est;
+  EXPECT_FALSE(est.periodNs());
+  for (uint64_t s = 0; s < 10; ++s) est.add(s, 5 * kMs + s * 80 * kMs);
+  ASSERT_TRUE(est.periodNs());
+  EXPECT_EQ(*est.periodNs(), 80 * kMs);
+}
+
+TEST(MarkPeriod, NoisyMarksAverageOut) {
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int64_t> jitter(-4 * static_cast<int64_t>(kMs), 4 * static_cast<int64_t>(kMs));
+  MarkPeriodEstimator est;
+  for (uint64_t s = 0; s < 30; ++s) est.add(s, static_cast<uint64_t>(static_cast<int64_t>(1000 * kMs + s * 80 * kMs) + jitter(rng)));
+  ASSERT_TRUE(est.periodNs());
+  EXPECT_NEAR(static_cast<double>(*est.periodNs()), 80.0 * kMs, 0.02 * 80 * kMs);
+}
+
+TEST(MarkPeriod, MissingMarksWithStepNumbers) {
+  MarkPeriodEstimator est;
+  for (uint64_t s = 0; s < 30; ++s)
+    if (s % 3 != 1 && s % 7 != 4) est.add(s, s * 120 * kMs);
+  ASSERT_TRUE(est.periodNs());
+  EXPECT_EQ(*est.periodNs(), 120 * kMs);
+}
+
+TEST(MarkPeriod, MissingMarksWithoutStepNumbers) {
+  // A client that sends no step numbers (all zero): gaps spanning two or three steps must not
+  // inflate the period.
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<int64_t> jitter(-2 * static_cast<int64_t>(kMs), 2 * static_cast<int64_t>(kMs));
+  MarkPeriodEstimator est;
+  for (uint64_t s = 0; s < 40; ++s)
+    if (s % 4 != 1 && s % 9 != 5) est.add(0, static_cast<uint64_t>(static_cast<int64_t>(s * 50 * kMs) + jitter(rng)) + 10 * kMs);
+  ASSERT_TRUE(est.periodNs());
+  EXPECT_NEAR(static_cast<double>(*est.periodNs()), 50.0 * kMs, 0.02 * 50 * kMs);
+}
+
+// A stream where unit u is accessed during the u-th quarter of every period.
+void feedPeriodic(SamplePeriodDetector& det, uint64_t periodNs, uint64_t durationNs, double noise, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u01(0, 1);
+  for (uint64_t t = 0; t < durationNs; t += kMs / 2) {
+    const uint64_t quarter = (t % periodNs) * 4 / periodNs;
+    det.add(t, 1000 + quarter, 1.0);
+    if (u01(rng) < noise) det.add(t, 2000 + static_cast<uint64_t>(u01(rng) * 50), 1.0);
+  }
+}
+
+TEST(SamplePeriod, CleanPeriodicStream) {
+  SamplePeriodParams p;
+  p.binNs = 5 * kMs;
+  p.historyBins = 1024;
+  p.minPeriodNs = 20 * kMs;
+  p.maxPeriodNs = 1000 * kMs;
+  SamplePeriodDetector det(p);
+  feedPeriodic(det, 137 * kMs, 3000 * kMs, 0, 1);
+  auto est = det.estimate();
+  ASSERT_TRUE(est);
+  EXPECT_NEAR(est->periodNs, 137.0 * kMs, 0.01 * 137 * kMs);
+  EXPECT_GT(est->confidence, 0.8);
+}
+
+TEST(SamplePeriod, NoisyPeriodicStream) {
+  SamplePeriodParams p;
+  p.binNs = 5 * kMs;
+  p.historyBins = 1024;
+  p.minPeriodNs = 20 * kMs;
+  p.maxPeriodNs = 1000 * kMs;
+  SamplePeriodDetector det(p);
+  feedPeriodic(det, 90 * kMs, 3000 * kMs, 0.8, 2);
+  auto est = det.estimate();
+  ASSERT_TRUE(est);
+  EXPECT_NEAR(est->periodNs, 90.0 * kMs, 0.02 * 90 * kMs);
+}
+
+TEST(SamplePeriod, AperiodicStreamHasNoPeriod) {
+  SamplePeriodParams p;
+  p.binNs = 5 * kMs;
+  p.historyBins = 1024;
+  p.minPeriodNs = 20 * kMs;
+  p.maxPeriodNs = 1000 * kMs;
+  p.minConfidence = 0.5;
+  SamplePeriodDetector det(p);
+  std::mt19937_64 rng(5);
+  std::uniform_int_distribution<uint64_t> unit(0, 63);
+  for (uint64_t t = 0; t < 3000 * kMs; t += kMs / 2) det.add(t, unit(rng), 1.0);
+  EXPECT_FALSE(det.estimate());
+}
+
+}  // namespace

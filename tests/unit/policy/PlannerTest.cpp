@@ -1,0 +1,339 @@
+#include "policy/Planner.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "fakes/policy/FakePlacement.h"
+#include "heat/HeatModel.h"
+
+namespace {
+
+using tt::MigrationPlan;
+using tt::fakes::FakePlacement;
+using tt::heat::HeatSnapshot;
+using tt::heat::UnitHeat;
+using tt::policy::PlanContext;
+using tt::policy::Planner;
+
+constexpr uint64_t kPage = tt::kBasePageSize;
+constexpr uint64_t kChunkPages = 16;
+constexpr uint64_t kChunk = kChunkPages * kPage;
+constexpr pid_t kTgid = 42;
+constexpr uint64_t kMs = 1'000'000;
+
+tensortier::v1::PolicyConfig plannerConfig() {
+  tensortier::v1::PolicyConfig c;
+  c.set_chunk_pages(kChunkPages);
+  c.set_fast_reserve_fraction(0);
+  c.set_initial_migration_bandwidth(100'000'000'000ULL);  // effectively unlimited unless a test says
+  return c;
+}
+
+UnitHeat unit(pid_t tgid, uint64_t start, uint64_t length, double accessesPerPage, uint64_t regionId = 0) {
+  UnitHeat u;
+  u.tgid = tgid;
+  u.start = start;
+  u.length = length;
+  u.regionId = regionId;
+  u.expectedAccessesPerPage = accessesPerPage;
+  return u;
+}
+
+// `count` one-chunk units 4 chunks apart (not adjacent), values 10, 20, ..., all on the slow node.
+HeatSnapshot spreadUnits(FakePlacement& placement, pid_t tgid, size_t count, uint64_t base, double scale = 1) {
+  HeatSnapshot snap;
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t start = base + i * 4 * kChunk;
+    snap.units.push_back(unit(tgid, start, kChunk, scale * 10.0 * static_cast<double>(i + 1)));
+    placement.map(tgid, start, kChunk, 1);
+  }
+  return snap;
+}
+
+bool isFastUnit(const FakePlacement& p, pid_t tgid, uint64_t start) {
+  for (uint64_t a = start; a < start + kChunk; a += kPage)
+    if (p.nodeOf(tgid, a) != 0) return false;
+  return true;
+}
+
+TEST(Planner, GlobalBudgetIsNeverExceededAndHoldsTheHottest) {
+  Planner planner(plannerConfig());
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  HeatSnapshot snap = spreadUnits(placement, kTgid, 20, 0x1000000);
+  PlanContext ctx;
+  ctx.fastCapacityBytes = 5 * kChunk;
+  for (int round = 0; round < 3; ++round) {
+    placement.apply(planner.plan(snap, placement, topo, ctx));
+    EXPECT_LE(placement.fastBytes(), 5 * kChunk);
+    EXPECT_LE(planner.lastStats().selectedBytes, 5 * kChunk);
+  }
+  EXPECT_EQ(placement.fastBytes(), 5 * kChunk);
+  for (size_t i = 15; i < 20; ++i) EXPECT_TRUE(isFastUnit(placement, kTgid, snap.units[i].start)) << i;
+}
+
+TEST(Planner, PerProcessQuotasAreEnforced) {
+  auto config = plannerConfig();
+  config.set_per_process_quota_bytes(3 * kChunk);
+  Planner planner(config);
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  HeatSnapshot snap = spreadUnits(placement, 1, 10, 0x1000000, 10.0);  // process 1 is much hotter
+  HeatSnapshot other = spreadUnits(placement, 2, 10, 0x1000000, 1.0);
+  snap.units.insert(snap.units.end(), other.units.begin(), other.units.end());
+  PlanContext ctx;
+  ctx.fastCapacityBytes = 8 * kChunk;
+  ctx.processes.push_back({2, -1, 2 * kChunk});  // a tighter quota for process 2
+  for (int round = 0; round < 3; ++round) placement.apply(planner.plan(snap, placement, topo, ctx));
+  EXPECT_EQ(placement.fastBytes(1), 3 * kChunk);
+  EXPECT_EQ(placement.fastBytes(2), 2 * kChunk);
+}
+
+TEST(Planner, DemotionsMakeRoomAndComeFirst) {
+  Planner planner(plannerConfig());
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  HeatSnapshot snap;
+  for (uint64_t i = 0; i < 4; ++i) {  // cold units filling the fast tier
+    snap.units.push_back(unit(kTgid, 0x1000000 + i * 4 * kChunk, kChunk, 0.0));
+    placement.map(kTgid, 0x1000000 + i * 4 * kChunk, kChunk, 0);
+  }
+  snap.units.push_back(unit(kTgid, 0x9000000, kChunk, 1000.0));
+  placement.map(kTgid, 0x9000000, kChunk, 1);
+  PlanContext ctx;
+  ctx.fastCapacityBytes = 4 * kChunk;
+  const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
+  ASSERT_GE(plan.moves.size(), 2u);
+  EXPECT_EQ(plan.moves.front().targetNode, 1);  // a demotion first
+  EXPECT_EQ(plan.moves.back().targetNode, 0);
+  EXPECT_EQ(plan.moves.back().start, 0x9000000u);
+  EXPECT_GT(plan.moves.front().priority, plan.moves.back().priority);
+  placement.apply(plan);
+  EXPECT_LE(placement.fastBytes(), 4 * kChunk);
+  EXPECT_TRUE(isFastUnit(placement, kTgid, 0x9000000));
+}
+
+TEST(Planner, HysteresisPreventsPingPongOnNoise) {
+  // Two equally hot tensors, room for one; their measured heat alternates +-5% every epoch.
+  auto run = [](double margin, double costWeight) {
+    auto config = plannerConfig();
+    config.set_hysteresis_margin(margin);
+    config.set_migration_cost_weight(costWeight);
+    Planner planner(config);
+    FakePlacement placement;
+    const auto topo = tt::fakes::twoNodeTopology();
+    placement.map(kTgid, 0x1000000, kChunk, 1);
+    placement.map(kTgid, 0x2000000, kChunk, 1);
+    PlanContext ctx;
+    ctx.fastCapacityBytes = kChunk;
+    int moves = 0;
+    for (int e = 0; e < 40; ++e) {
+      const double noise = (e % 2 == 0) ? 0.05 : -0.05;
+      HeatSnapshot snap;
+      snap.units.push_back(unit(kTgid, 0x1000000, kChunk, 100 * (1 + noise)));
+      snap.units.push_back(unit(kTgid, 0x2000000, kChunk, 100 * (1 - noise)));
+      const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
+      if (e > 0) moves += static_cast<int>(plan.moves.size());
+      placement.apply(plan);
+      EXPECT_LE(placement.fastBytes(), kChunk);
+    }
+    return moves;
+  };
+  EXPECT_EQ(run(0.25, 0.0), 0);  // the margin alone holds the resident
+  EXPECT_EQ(run(0.25, 0.5), 0);
+  EXPECT_GT(run(0.0, 0.0), 20);  // without it the same input ping-pongs: the test can tell
+}
+
+TEST(Planner, EmitsMaximalContiguousRuns) {
+  Planner planner(plannerConfig());
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  HeatSnapshot snap;
+  // A 64-chunk hot tensor and two adjacent 4-chunk tensors right after it, all on the slow node.
+  snap.units.push_back(unit(kTgid, 0x10000000, 64 * kChunk, 50.0, 1));
+  snap.units.push_back(unit(kTgid, 0x10000000 + 64 * kChunk, 4 * kChunk, 50.0, 2));
+  snap.units.push_back(unit(kTgid, 0x10000000 + 68 * kChunk, 4 * kChunk, 50.0, 3));
+  placement.map(kTgid, 0x10000000, 72 * kChunk, 1);
+  PlanContext ctx;
+  ctx.fastCapacityBytes = 100 * kChunk;
+  const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
+  ASSERT_EQ(plan.moves.size(), 1u);
+  EXPECT_EQ(plan.moves[0].start, 0x10000000u);
+  EXPECT_EQ(plan.moves[0].length, 72 * kChunk);
+  EXPECT_EQ(plan.moves[0].targetNode, 0);
+  EXPECT_EQ(plan.moves[0].regionId, 0u);  // spans three regions
+
+  auto config = plannerConfig();
+  config.set_max_run_bytes(16 * kChunk);
+  Planner limited(config);
+  const MigrationPlan split = limited.plan(snap, placement, topo, ctx);
+  ASSERT_EQ(split.moves.size(), 5u);  // 72 chunks in runs of at most 16
+  uint64_t covered = 0;
+  for (const auto& m : split.moves) {
+    EXPECT_LE(m.length, 16 * kChunk);
+    covered += m.length;
+  }
+  EXPECT_EQ(covered, 72 * kChunk);
+}
+
+TEST(Planner, PromotionsPerPlanAreCappedByMigrationBandwidth) {
+  auto config = plannerConfig();
+  config.set_plan_interval_ms(10);
+  config.set_plan_bandwidth_factor(1.0);
+  Planner planner(config);
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  // Hot enough that even at this bandwidth every promotion pays for its copy.
+  HeatSnapshot snap = spreadUnits(placement, kTgid, 20, 0x1000000, 1000.0);
+  PlanContext ctx;
+  ctx.fastCapacityBytes = 100 * kChunk;
+  ctx.migrationBytesPerSec = 4.0 * kChunk / 0.010;  // four chunks per 10 ms interval
+  int plans = 0;
+  while (placement.fastBytes() < 20 * kChunk && plans < 20) {
+    placement.apply(planner.plan(snap, placement, topo, ctx));
+    EXPECT_LE(planner.lastStats().promoteBytes, 4 * kChunk);
+    ++plans;
+  }
+  EXPECT_EQ(plans, 5);
+  // The hottest went first.
+  EXPECT_EQ(placement.fastBytes(), 20 * kChunk);
+}
+
+TEST(Planner, TargetNodesAreTheNearestOfEachTier) {
+  Planner planner(plannerConfig());
+  FakePlacement placement;
+  placement.setFastNodes({0, 1});
+  const auto topo = tt::fakes::twoSocketTopology(4 * kChunk);
+  HeatSnapshot snap;
+  snap.units.push_back(unit(kTgid, 0x1000000, kChunk, 100.0));
+  snap.units.push_back(unit(kTgid, 0x2000000, kChunk, 0.0));
+  placement.map(kTgid, 0x1000000, kChunk, 3);
+  placement.map(kTgid, 0x2000000, kChunk, 1);
+  PlanContext ctx;
+  ctx.fastCapacityBytes = kChunk;
+  ctx.processes.push_back({kTgid, 1, 0});  // runs on socket 1
+  const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
+  ASSERT_EQ(plan.moves.size(), 2u);
+  EXPECT_EQ(plan.moves[0].start, 0x2000000u);
+  EXPECT_EQ(plan.moves[0].targetNode, 3);  // socket 1's slow node
+  EXPECT_EQ(plan.moves[1].start, 0x1000000u);
+  EXPECT_EQ(plan.moves[1].targetNode, 1);  // socket 1's DRAM
+}
+
+TEST(Planner, UntieredTopologyPlansNothing) {
+  Planner planner(plannerConfig());
+  FakePlacement placement;
+  auto topo = tt::fakes::twoNodeTopology();
+  topo.nodes[1].tier = tt::topology::Tier::Fast;
+  HeatSnapshot snap = spreadUnits(placement, kTgid, 3, 0x1000000);
+  const MigrationPlan plan = planner.plan(snap, placement, topo, PlanContext{});
+  EXPECT_TRUE(plan.moves.empty());
+  EXPECT_FALSE(planner.lastStats().tiered);
+  const uint64_t first = plan.generation;
+  EXPECT_GT(planner.plan(snap, placement, topo, PlanContext{}).generation, first);
+}
+
+TEST(Planner, LookaheadPromotesTheNextPhaseBeforeItStarts) {
+  // Heat model + planner + a fake page table, as the daemon's epoch loop runs them. Two tensors of
+  // 64 pages used in alternation (A in the first half of each 100 ms step, B in the second); the
+  // fast tier holds one. After a few steps, B must be fast before its phase begins, every step.
+  tensortier::v1::PolicyConfig config = plannerConfig();
+  config.set_schedule_buckets(10);
+  config.set_heat_half_life_ms(500);
+  config.set_lookahead_step_fraction(0.1);
+  tt::heat::HeatModel heat(config);
+  Planner planner(config);
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  constexpr uint64_t kA = 0x10000000, kB = 0x20000000, kPages = 64;
+  for (uint64_t id : {1, 2}) {
+    tt::RegionInfo r;
+    r.id = id;
+    r.tgid = kTgid;
+    r.start = id == 1 ? kA : kB;
+    r.length = kPages * kPage;
+    ASSERT_TRUE(heat.addRegion(r).ok());
+    placement.map(kTgid, r.start, r.length, 1);
+  }
+  PlanContext ctx;
+  ctx.fastCapacityBytes = kPages * kPage;
+  ctx.migrationBytesPerSec = 100e6;  // a whole tensor in 2.6 ms
+  heat.setMigrationBandwidth(ctx.migrationBytesPerSec);
+  std::mt19937_64 rng(4);
+  std::uniform_int_distribution<uint64_t> page(0, kPages - 1);
+  const uint64_t t0 = 1000 * kMs;
+  int checked = 0, readyOnTime = 0;
+  for (uint64_t t = t0; t < t0 + 30 * 100 * kMs; t += kMs) {
+    const uint64_t offset = (t - t0) % (100 * kMs);
+    const uint64_t step = (t - t0) / (100 * kMs);
+    if (offset == 0) {
+      tt::IterationMark m;
+      m.tgid = kTgid;
+      m.type = tt::MarkType::StepBegin;
+      m.step = step;
+      m.timestampNs = t;
+      heat.onMark(m);
+    }
+    const uint64_t base = offset < 50 * kMs ? kA : kB;
+    if (step >= 10 && (offset == 0 || offset == 50 * kMs)) {
+      ++checked;
+      if (placement.residency(kTgid, base, kPages * kPage).fastPages == kPages) ++readyOnTime;
+    }
+    std::vector<tt::AccessEvidence> batch;
+    for (int i = 0; i < 4; ++i) {
+      tt::AccessEvidence e;
+      e.tgid = kTgid;
+      e.page = base + page(rng) * kPage;
+      batch.push_back(e);
+    }
+    heat.ingest(batch, t, 1000.0);  // a sampler that keeps 1 access in 1000
+    if ((offset + kMs) % (10 * kMs) == 0) {
+      heat.advanceEpoch(t + kMs);
+      placement.apply(planner.plan(heat.snapshot(), placement, topo, ctx));
+      ASSERT_LE(placement.fastBytes(), kPages * kPage);
+    }
+  }
+  EXPECT_EQ(checked, 40);
+  EXPECT_EQ(readyOnTime, checked);
+}
+
+TEST(Planner, PageSamplesAloneArePlannedAsContiguousRuns) {
+  // No regions, no marks: samples over 8 adjacent chunks (and one far away) form chunk units; the
+  // planner promotes the adjacent ones as one run, not chunk by chunk or page by page.
+  auto config = plannerConfig();
+  tt::heat::HeatModel heat(config);
+  Planner planner(config);
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  const uint64_t base = 0x40000000;
+  placement.map(kTgid, base, 8 * kChunk, 1);
+  placement.map(kTgid, 0x80000000, kChunk, 1);
+  std::vector<tt::AccessEvidence> batch;
+  for (uint64_t p = 0; p < 8 * kChunkPages; p += 3) {
+    tt::AccessEvidence e;
+    e.tgid = kTgid;
+    e.page = base + p * kPage;
+    e.weight = 500;
+    batch.push_back(e);
+  }
+  tt::AccessEvidence far;
+  far.tgid = kTgid;
+  far.page = 0x80000000 + 5 * kPage;
+  far.weight = 500;
+  batch.push_back(far);
+  heat.ingest(batch, 100 * kMs);
+  heat.advanceEpoch(110 * kMs);
+  ASSERT_EQ(heat.snapshot().units.size(), 9u);
+  PlanContext ctx;
+  ctx.fastCapacityBytes = 64 * kChunk;
+  const MigrationPlan plan = planner.plan(heat.snapshot(), placement, topo, ctx);
+  ASSERT_EQ(plan.moves.size(), 2u);
+  EXPECT_EQ(plan.moves[0].start, base);
+  EXPECT_EQ(plan.moves[0].length, 8 * kChunk);
+  EXPECT_EQ(plan.moves[1].start, 0x80000000u);
+  EXPECT_EQ(plan.moves[1].length, kChunk);
+  for (const auto& m : plan.moves) EXPECT_EQ(m.targetNode, 0);
+}
+
+}  // namespace
