@@ -1,0 +1,169 @@
+// The trace file format (proto/tensortier/v1/trace.proto): round trip and bad input.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "Trace.h"
+#include "traces/ModelTraces.h"
+
+namespace tt::tiersim {
+namespace {
+
+class TempFile {
+ public:
+  TempFile() {
+    char name[] = "/tmp/tiersim-test-XXXXXX";
+    const int fd = mkstemp(name);
+    EXPECT_GE(fd, 0);
+    if (fd >= 0) close(fd);
+    path_ = name;
+  }
+  ~TempFile() { std::remove(path_.c_str()); }
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(TiersimTraceFile, GeneratedTraceRoundTrips) {
+  ModelTraceOptions options;
+  options.steps = 2;
+  options.scaleDivisor = 64;
+  auto trace = generateModelTrace("bert-base", options);
+  ASSERT_TRUE(trace.ok());
+  TempFile file;
+  auto written = writeTraceFile(*trace, file.path());
+  ASSERT_TRUE(written.ok()) << written.error().message();
+  ReadTraceStats stats;
+  auto read = readTraceFile(file.path(), &stats);
+  ASSERT_TRUE(read.ok()) << read.error().message();
+  EXPECT_EQ(stats.droppedAccesses, 0U);
+  EXPECT_EQ(read->name, trace->name);
+  EXPECT_EQ(read->description, trace->description);
+  EXPECT_EQ(read->scaleDivisor, trace->scaleDivisor);
+  EXPECT_EQ(read->samplePeriod, trace->samplePeriod);
+  EXPECT_EQ(read->computeOnlyTime, trace->computeOnlyTime);
+  EXPECT_EQ(read->totalPages, trace->totalPages);
+  ASSERT_EQ(read->regions.size(), trace->regions.size());
+  for (size_t i = 0; i < trace->regions.size(); ++i) {
+    EXPECT_EQ(read->regions[i].id, trace->regions[i].id);
+    EXPECT_EQ(read->regions[i].firstPage, trace->regions[i].firstPage);
+    EXPECT_EQ(read->regions[i].pages, trace->regions[i].pages);
+    EXPECT_EQ(read->regions[i].kind, trace->regions[i].kind);
+    EXPECT_EQ(read->regions[i].name, trace->regions[i].name);
+  }
+  ASSERT_EQ(read->accesses.size(), trace->accesses.size());
+  for (size_t i = 0; i < trace->accesses.size(); ++i) {
+    const auto& a = read->accesses[i];
+    const auto& b = trace->accesses[i];
+    ASSERT_TRUE(a.timeNs == b.timeNs && a.page == b.page && a.count == b.count && a.write == b.write)
+        << "access " << i;
+  }
+  ASSERT_EQ(read->marks.size(), trace->marks.size());
+  for (size_t i = 0; i < trace->marks.size(); ++i) {
+    EXPECT_EQ(read->marks[i].type, trace->marks[i].type);
+    EXPECT_EQ(read->marks[i].step, trace->marks[i].step);
+    EXPECT_EQ(read->marks[i].phase, trace->marks[i].phase);
+    EXPECT_EQ(read->marks[i].timestampNs, trace->marks[i].timestampNs);
+  }
+  // Compact: a few bytes per record.
+  std::ifstream in(file.path(), std::ios::binary | std::ios::ate);
+  EXPECT_LT(static_cast<double>(in.tellg()), 6.0 * static_cast<double>(trace->accesses.size()));
+}
+
+// What the daemon records: virtual addresses of registered regions, a sampled access outside them.
+TEST(TiersimTraceFile, LiveRecordingMapsAddressesToRegions) {
+  TempFile file;
+  {
+    TraceWriter writer;
+    TraceWriter::Header header;
+    header.name = "live";
+    header.tgid = 1234;
+    header.samplePeriod = 100;
+    RegionInfo high{7, 1234, 0x7f0000200000, 2 * 4096, RegionKind::Activation, "act", 0};
+    RegionInfo low{3, 1234, 0x7f0000000000, 3 * 4096, RegionKind::Weight, "w", 0};
+    header.regions = {high, low};
+    ASSERT_TRUE(writer.open(file.path(), header).ok());
+    ASSERT_TRUE(writer.addMark(IterationMark{1234, MarkType::StepBegin, 0, "", 5}).ok());
+    ASSERT_TRUE(writer.addAccess(10, 0x7f0000201010, 1, true).ok());   // act page 1
+    ASSERT_TRUE(writer.addAccess(11, 0x7f0000000000, 2, false).ok());  // w page 0
+    ASSERT_TRUE(writer.addAccess(12, 0x7f0000100000, 1, false).ok());  // no region
+    ASSERT_TRUE(writer.addAccess(13, 0x7f0000002fff, 4, false).ok());  // w page 2
+    ASSERT_TRUE(writer.flush().ok());
+    // Registered later: a new region, and one overlapping "act" (an allocator reusing addresses).
+    RegionInfo later{9, 1234, 0x7f0000400000, 4096, RegionKind::Gradient, "g", 0};
+    RegionInfo overlap{10, 1234, 0x7f0000201000, 2 * 4096, RegionKind::Activation, "act2", 0};
+    ASSERT_TRUE(writer.addRegion(later).ok());
+    ASSERT_TRUE(writer.addRegion(overlap).ok());
+    ASSERT_TRUE(writer.addAccess(20, 0x7f0000400008, 1, true).ok());   // g page 0
+    ASSERT_TRUE(writer.addAccess(21, 0x7f0000202000, 1, false).ok());  // merged act, page 2
+    ASSERT_TRUE(writer.close().ok());
+  }
+  ReadTraceStats stats;
+  auto trace = readTraceFile(file.path(), &stats);
+  ASSERT_TRUE(trace.ok()) << trace.error().message();
+  EXPECT_EQ(stats.droppedAccesses, 1U);
+  EXPECT_EQ(stats.mergedRegions, 1U);
+  EXPECT_EQ(trace->samplePeriod, 100U);
+  ASSERT_EQ(trace->regions.size(), 3U);
+  EXPECT_EQ(trace->regions[0].name, "w");  // address order
+  EXPECT_EQ(trace->regions[1].name, "act");
+  EXPECT_EQ(trace->regions[1].firstPage, 3U);
+  EXPECT_EQ(trace->regions[1].pages, 3U) << "act [0x200000, 0x202000) merged with act2 up to 0x203000";
+  EXPECT_EQ(trace->regions[2].name, "g");
+  EXPECT_EQ(trace->regions[2].firstPage, 6U);
+  EXPECT_EQ(trace->totalPages, 7U);
+  ASSERT_EQ(trace->accesses.size(), 5U);
+  EXPECT_EQ(trace->accesses[3].page, 6U);
+  EXPECT_EQ(trace->accesses[4].page, 5U);
+  EXPECT_EQ(trace->accesses[0].page, 4U);
+  EXPECT_TRUE(trace->accesses[0].write);
+  EXPECT_EQ(trace->accesses[1].page, 0U);
+  EXPECT_EQ(trace->accesses[1].count, 2U);
+  EXPECT_EQ(trace->accesses[2].page, 2U);
+  ASSERT_EQ(trace->marks.size(), 1U);
+  EXPECT_EQ(trace->marks[0].timestampNs, 5U);
+}
+
+TEST(TiersimTraceFile, BadFilesGetAnErrorNotACrash) {
+  TempFile file;
+  {
+    std::ofstream out(file.path(), std::ios::binary);
+    out << "not a trace at all";
+  }
+  auto bad = readTraceFile(file.path());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message().find("bad magic"), std::string::npos) << bad.error().message();
+
+  // A valid file cut in the middle of a chunk.
+  ModelTraceOptions options;
+  options.steps = 1;
+  options.scaleDivisor = 256;
+  auto trace = generateModelTrace("resnet50", options);
+  ASSERT_TRUE(trace.ok());
+  ASSERT_TRUE(writeTraceFile(*trace, file.path()).ok());
+  std::string bytes;
+  {
+    std::ifstream in(file.path(), std::ios::binary | std::ios::ate);
+    bytes.resize(static_cast<size_t>(in.tellg()));
+    in.seekg(0);
+    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  ASSERT_GT(bytes.size(), 1000U);
+  {
+    std::ofstream out(file.path(), std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size() - 100));
+  }
+  auto cut = readTraceFile(file.path());
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.error().message().find("corrupt chunk"), std::string::npos) << cut.error().message();
+
+  auto missing = readTraceFile("/nonexistent/trace.tt");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code, ENOENT);
+}
+
+}  // namespace
+}  // namespace tt::tiersim

@@ -1,0 +1,349 @@
+#include "Simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+namespace tt::tiersim {
+namespace {
+
+// Uniform double in [0, 1) from 53 random bits: identical on every platform, unlike
+// std::uniform_real_distribution, whose algorithm is implementation-defined.
+double uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
+
+struct StepAccumulator {
+  double stallNs = 0;
+  double migrationNs = 0;
+  double hintFaultNs = 0;
+  uint64_t migratedBytes = 0;
+  uint64_t fastLines = 0;
+  uint64_t totalLines = 0;
+};
+
+class Replay {
+ public:
+  Replay(const Trace& trace, Policy& policy, const SimConfig& config)
+      : trace_(trace), policy_(policy), config_(config), rng_(config.seed) {}
+
+  SimResult run(bool offline);
+
+ private:
+  [[nodiscard]] double now(uint64_t traceTimeNs) const { return static_cast<double>(traceTimeNs) + extraNs_; }
+  void closeWindow(double computeNs);
+  void runEpoch(double nowNs);
+  void scanForHints(double nowNs);
+  void onAccess(const SimAccess& access);
+  void onMark(const IterationMark& mark);
+  TierId placeFirstTouch(PageId page);
+
+  const Trace& trace_;
+  Policy& policy_;
+  const SimConfig& config_;
+  std::mt19937_64 rng_;
+
+  std::vector<TierInfo> tiers_;
+  std::vector<TierId> tierOf_;
+  std::vector<uint8_t> present_;
+  std::vector<uint8_t> accessed_;
+  std::vector<double> hintArmedAt_;  // 0: not armed; else the scan time + 1
+  std::vector<TierTraffic> traffic_;
+  std::vector<PageMove> moves_;
+
+  double extraNs_ = 0;            // simulated time = trace time + extraNs_
+  uint64_t windowStart_ = 0;
+  uint64_t windowEnd_ = 0;
+  double nextEpochNs_ = 0;
+  uint64_t epoch_ = 0;
+  PageId scanCursor_ = 0;
+  double scanCarryPages_ = 0;
+  uint32_t lastSampleCount_ = 0;
+  double lastSampleProbability_ = 0;
+
+  StepAccumulator step_;
+  bool inStep_ = false;
+  uint64_t stepNumber_ = 0;
+  double stepStartSimNs_ = 0;
+  uint64_t stepStartTraceNs_ = 0;
+  uint64_t currentTraceNs_ = 0;
+
+  SimResult result_;
+};
+
+TierId Replay::placeFirstTouch(PageId page) {
+  TierId tier = policy_.firstTouchTier(page, tiers_);
+  if (tier >= tiers_.size()) tier = static_cast<TierId>(tiers_.size() - 1);
+  // The kernel falls back to the next node in the tier order when the preferred one is full.
+  while (tiers_[tier].usedPages >= tiers_[tier].capacityPages && tier + 1U < tiers_.size()) ++tier;
+  if (tiers_[tier].usedPages >= tiers_[tier].capacityPages) {
+    for (size_t t = 0; t < tiers_.size(); ++t) {
+      if (tiers_[t].usedPages < tiers_[t].capacityPages) {
+        tier = static_cast<TierId>(t);
+        break;
+      }
+    }
+  }
+  return tier;
+}
+
+void Replay::closeWindow(double computeNs) {
+  double stall = 0;
+  bool any = false;
+  for (size_t t = 0; t < traffic_.size(); ++t) {
+    const auto& traffic = traffic_[t];
+    if (traffic.readLines == 0 && traffic.writeLines == 0 && traffic.extraReadBytes == 0 &&
+        traffic.extraWriteBytes == 0) {
+      continue;
+    }
+    any = true;
+    stall += tierStallNs(config_.tiers[t].spec, traffic, config_.memoryParallelism);
+  }
+  if (!any) return;
+  const double compute = std::max(0.0, computeNs);
+  const double added = windowTimeNs(compute, stall, config_.computeOverlap) - compute;
+  extraNs_ += added;
+  step_.stallNs += added;
+  for (auto& traffic : traffic_) traffic = TierTraffic{};
+}
+
+void Replay::scanForHints(double nowNs) {
+  if (config_.hintScanBytesPerSec <= 0 || trace_.totalPages == 0) return;
+  scanCarryPages_ += config_.hintScanBytesPerSec * static_cast<double>(config_.epochNs) / 1e9 / kPageBytes;
+  auto pages = static_cast<uint64_t>(scanCarryPages_);
+  scanCarryPages_ -= static_cast<double>(pages);
+  pages = std::min<uint64_t>(pages, trace_.totalPages);
+  for (uint64_t i = 0; i < pages; ++i) {
+    const PageId page = scanCursor_;
+    scanCursor_ = scanCursor_ + 1 == trace_.totalPages ? 0 : scanCursor_ + 1;
+    // Memory-tiering NUMA balancing (Linux >= 5.18, NUMA_BALANCING_MEMORY_TIERING) skips pages
+    // already on a top-tier node: only slow-tier pages are made to hint-fault.
+    if (present_[page] != 0 && tierOf_[page] != 0) hintArmedAt_[page] = nowNs + 1;
+  }
+}
+
+void Replay::runEpoch(double nowNs) {
+  ++epoch_;
+  scanForHints(nowNs);
+  EpochContext context;
+  context.nowNs = static_cast<uint64_t>(nowNs);
+  context.epoch = epoch_;
+  context.tiers = tiers_;
+  context.tierOf = &tierOf_;
+  context.present = &present_;
+  context.accessedBits = &accessed_;
+  context.promoteBytesPerNs = copyBytesPerNs(config_.tiers[1].spec, config_.tiers[0].spec,
+                                             config_.migrationCopyBytesPerNs);
+  context.demoteBytesPerNs = copyBytesPerNs(config_.tiers[0].spec, config_.tiers[1].spec,
+                                            config_.migrationCopyBytesPerNs);
+  moves_.clear();
+  policy_.onEpoch(context, moves_);
+  double copyNs = 0;
+  const double overlap = std::clamp(config_.migrationOverlap, 0.0, 1.0);
+  for (const auto& move : moves_) {
+    if (move.page >= trace_.totalPages || present_[move.page] == 0 || move.to >= tiers_.size()) {
+      ++result_.refusedMoves;
+      continue;
+    }
+    const TierId from = tierOf_[move.page];
+    if (from == move.to) continue;
+    if (tiers_[move.to].usedPages >= tiers_[move.to].capacityPages) {
+      ++result_.refusedMoves;
+      continue;
+    }
+    --tiers_[from].usedPages;
+    ++tiers_[move.to].usedPages;
+    tierOf_[move.page] = move.to;
+    if (move.to < from) {
+      ++result_.promotedPages;
+    } else {
+      ++result_.demotedPages;
+      if (!hintArmedAt_.empty()) hintArmedAt_[move.page] = 0;
+    }
+    copyNs += kPageBytes / copyBytesPerNs(config_.tiers[from].spec, config_.tiers[move.to].spec,
+                                          config_.migrationCopyBytesPerNs);
+    traffic_[from].extraReadBytes += overlap * kPageBytes;
+    traffic_[move.to].extraWriteBytes += overlap * kPageBytes;
+    step_.migratedBytes += static_cast<uint64_t>(kPageBytes);
+  }
+  const double charged = (1.0 - overlap) * copyNs;
+  extraNs_ += charged;
+  step_.migrationNs += charged;
+}
+
+void Replay::onMark(const IterationMark& traceMark) {
+  IterationMark mark = traceMark;
+  mark.tgid = kSimTgid;
+  const double simNow = now(traceMark.timestampNs);
+  mark.timestampNs = static_cast<uint64_t>(simNow);
+  if (mark.type == MarkType::StepBegin) {
+    inStep_ = true;
+    stepNumber_ = mark.step;
+    stepStartSimNs_ = simNow;
+    stepStartTraceNs_ = traceMark.timestampNs;
+    step_ = StepAccumulator{};
+  }
+  policy_.onMark(mark);
+  if (mark.type == MarkType::StepEnd && inStep_) {
+    StepStats stats;
+    stats.step = stepNumber_;
+    stats.timeNs = simNow - stepStartSimNs_;
+    stats.computeNs = static_cast<double>(traceMark.timestampNs - stepStartTraceNs_);
+    stats.stallNs = step_.stallNs;
+    stats.migrationNs = step_.migrationNs;
+    stats.hintFaultNs = step_.hintFaultNs;
+    stats.migratedBytes = step_.migratedBytes;
+    stats.fastLines = step_.fastLines;
+    stats.totalLines = step_.totalLines;
+    result_.steps.push_back(stats);
+    inStep_ = false;
+  }
+}
+
+void Replay::onAccess(const SimAccess& access) {
+  const PageId page = access.page;
+  if (present_[page] == 0) {
+    const TierId tier = placeFirstTouch(page);
+    present_[page] = 1;
+    tierOf_[page] = tier;
+    ++tiers_[tier].usedPages;
+  }
+  const TierId tier = tierOf_[page];
+  const uint64_t lines = static_cast<uint64_t>(access.count) * trace_.samplePeriod;
+  if (access.write) {
+    traffic_[tier].writeLines += lines;
+  } else {
+    traffic_[tier].readLines += lines;
+  }
+  step_.totalLines += lines;
+  if (tier == 0) step_.fastLines += lines;
+  accessed_[page] = 1;
+
+  if (config_.samplePeriod > 0) {
+    if (access.count != lastSampleCount_) {
+      lastSampleCount_ = access.count;
+      lastSampleProbability_ =
+          1.0 - std::pow(1.0 - 1.0 / config_.samplePeriod, static_cast<double>(access.count));
+    }
+    if (uniform01(rng_) < lastSampleProbability_) {
+      SimAccess sample = access;
+      sample.timeNs = static_cast<uint64_t>(now(access.timeNs));
+      ++result_.samples;
+      policy_.onSample(sample);
+    }
+  }
+  if (!hintArmedAt_.empty() && hintArmedAt_[page] != 0) {
+    hintArmedAt_[page] = 0;
+    if (tier != 0) {
+      SimAccess fault = access;
+      fault.timeNs = static_cast<uint64_t>(now(access.timeNs));
+      ++result_.hintFaults;
+      extraNs_ += config_.hintFaultNs;
+      step_.hintFaultNs += config_.hintFaultNs;
+      policy_.onHintFault(fault);
+    }
+  }
+}
+
+SimResult Replay::run(bool offline) {
+  const uint64_t total = trace_.totalPages;
+  const size_t tierCount = config_.tiers.size();
+  tiers_.resize(tierCount);
+  for (size_t t = 0; t < tierCount; ++t) {
+    const auto& spec = config_.tiers[t].spec;
+    auto& info = tiers_[t];
+    info.capacityPages = config_.tiers[t].capacityPages;
+    if (t + 1 == tierCount || (t == 0 && config_.unboundedFastTier)) {
+      info.capacityPages = std::max(info.capacityPages, total);
+    }
+    info.readLatencyNs = spec.readLatencyNs;
+    info.writeLatencyNs = spec.writeLatencyNs;
+    info.readBandwidthBytesPerNs = spec.readBandwidthBytesPerNs;
+    info.writeBandwidthBytesPerNs = spec.writeBandwidthBytesPerNs;
+  }
+  tierOf_.assign(total, 0);
+  present_.assign(total, 0);
+  accessed_.assign(total, 0);
+  if (config_.hintScanBytesPerSec > 0) hintArmedAt_.assign(total, 0);
+  traffic_.assign(tierCount, TierTraffic{});
+  result_.policy = policy_.name();
+  result_.trace = trace_.name;
+
+  policy_.init(trace_.regions, total, tiers_, offline ? &trace_.accesses : nullptr);
+
+  const uint64_t window = std::max<uint64_t>(1, config_.windowNs);
+  const double epochNs = static_cast<double>(std::max<uint64_t>(1, config_.epochNs));
+  nextEpochNs_ = epochNs;
+  const auto& accesses = trace_.accesses;
+  const auto& marks = trace_.marks;
+  size_t a = 0;
+  size_t m = 0;
+  windowStart_ = 0;
+  windowEnd_ = window;
+  while (a < accesses.size() || m < marks.size()) {
+    const bool takeMark = m < marks.size() && (a >= accesses.size() || marks[m].timestampNs <= accesses[a].timeNs);
+    const uint64_t t = takeMark ? marks[m].timestampNs : accesses[a].timeNs;
+    currentTraceNs_ = t;
+    // Epochs due by now run first, so the bandwidth their copies steal is charged in the window
+    // that closes next, inside the step that paid for it.
+    while (now(t) >= nextEpochNs_) {
+      runEpoch(nextEpochNs_);
+      nextEpochNs_ += epochNs;
+    }
+    if (t >= windowEnd_) {
+      closeWindow(static_cast<double>(windowEnd_ - windowStart_));
+      windowStart_ = t;
+      windowEnd_ = t + window;
+    }
+    if (takeMark) {
+      // A step's last window closes with the step, so its stall is charged to that step.
+      if (marks[m].type == MarkType::StepEnd) {
+        closeWindow(static_cast<double>(t - windowStart_));
+        windowStart_ = t;
+        windowEnd_ = t + window;
+      }
+      onMark(marks[m++]);
+    } else {
+      onAccess(accesses[a++]);
+    }
+  }
+  closeWindow(static_cast<double>(currentTraceNs_ - windowStart_));
+  result_.epochs = epoch_;
+  result_.totalTimeNs = now(currentTraceNs_);
+
+  const auto& steps = result_.steps;
+  const size_t first = steps.size() > config_.warmupSteps ? config_.warmupSteps : 0;
+  double time = 0;
+  double bytes = 0;
+  double fast = 0;
+  double lines = 0;
+  for (size_t i = first; i < steps.size(); ++i) {
+    time += steps[i].timeNs;
+    bytes += static_cast<double>(steps[i].migratedBytes);
+    fast += static_cast<double>(steps[i].fastLines);
+    lines += static_cast<double>(steps[i].totalLines);
+  }
+  const double n = static_cast<double>(steps.size() - first);
+  if (n > 0) {
+    result_.meanStepNs = time / n;
+    result_.meanMigratedBytesPerStep = bytes / n;
+  }
+  result_.fastHitFraction = lines > 0 ? fast / lines : 0;
+  return result_;
+}
+
+}  // namespace
+
+Result<SimResult> simulate(const Trace& trace, Policy& policy, const SimConfig& config, bool offline) {
+  if (config.tiers.size() < 2 || config.tiers.size() > 3) {
+    return logicError("tiersim: " + std::to_string(config.tiers.size()) + " tiers configured (2 or 3 supported)");
+  }
+  for (const auto& tier : config.tiers) {
+    if (tier.spec.readBandwidthBytesPerNs <= 0 || tier.spec.writeBandwidthBytesPerNs <= 0) {
+      return logicError("tiersim: tier '" + tier.spec.name + "' has no bandwidth");
+    }
+  }
+  if (auto valid = validateTrace(trace); !valid) return valid.error();
+  Replay replay(trace, policy, config);
+  return replay.run(offline);
+}
+
+}  // namespace tt::tiersim

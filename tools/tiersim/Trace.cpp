@@ -1,0 +1,394 @@
+#include "Trace.h"
+
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <google/protobuf/util/delimited_message_util.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+#include "tensortier/v1/trace.pb.h"
+
+namespace tt::tiersim {
+namespace {
+
+namespace pb = tensortier::v1;
+
+constexpr char kMagic[8] = {'T', 'T', 'T', 'R', 'A', 'C', 'E', '1'};
+constexpr size_t kChunkAccesses = 65536;
+constexpr uint32_t kMaxCount = 0x7fffffffU;
+
+pb::TraceRegionKind toProto(RegionKind kind) {
+  switch (kind) {
+    case RegionKind::Weight: return pb::TRACE_REGION_WEIGHT;
+    case RegionKind::Gradient: return pb::TRACE_REGION_GRADIENT;
+    case RegionKind::OptimizerState: return pb::TRACE_REGION_OPTIMIZER_STATE;
+    case RegionKind::Activation: return pb::TRACE_REGION_ACTIVATION;
+    case RegionKind::Workspace: return pb::TRACE_REGION_WORKSPACE;
+    case RegionKind::Other: break;
+  }
+  return pb::TRACE_REGION_OTHER;
+}
+
+RegionKind fromProto(pb::TraceRegionKind kind) {
+  switch (kind) {
+    case pb::TRACE_REGION_WEIGHT: return RegionKind::Weight;
+    case pb::TRACE_REGION_GRADIENT: return RegionKind::Gradient;
+    case pb::TRACE_REGION_OPTIMIZER_STATE: return RegionKind::OptimizerState;
+    case pb::TRACE_REGION_ACTIVATION: return RegionKind::Activation;
+    case pb::TRACE_REGION_WORKSPACE: return RegionKind::Workspace;
+    case pb::TRACE_REGION_OTHER: break;
+  }
+  return RegionKind::Other;
+}
+
+pb::TraceMarkType toProto(MarkType type) {
+  switch (type) {
+    case MarkType::StepBegin: return pb::TRACE_MARK_STEP_BEGIN;
+    case MarkType::StepEnd: return pb::TRACE_MARK_STEP_END;
+    case MarkType::PhaseBegin: break;
+  }
+  return pb::TRACE_MARK_PHASE_BEGIN;
+}
+
+MarkType fromProto(pb::TraceMarkType type) {
+  switch (type) {
+    case pb::TRACE_MARK_STEP_BEGIN: return MarkType::StepBegin;
+    case pb::TRACE_MARK_STEP_END: return MarkType::StepEnd;
+    case pb::TRACE_MARK_PHASE_BEGIN: break;
+  }
+  return MarkType::PhaseBegin;
+}
+
+void fillRegion(pb::TraceRegionRecord* r, const RegionInfo& region) {
+  r->set_id(region.id);
+  r->set_start(region.start);
+  r->set_length(region.length);
+  r->set_kind(toProto(region.kind));
+  r->set_name(region.name);
+}
+
+}  // namespace
+
+uint64_t footprintPages(const Trace& trace) {
+  uint64_t pages = 0;
+  for (const auto& region : trace.regions) pages += region.pages;
+  return pages;
+}
+
+Result<void> validateTrace(const Trace& trace) {
+  std::vector<std::pair<PageId, uint64_t>> spans;
+  for (const auto& region : trace.regions) {
+    if (region.pages == 0 || region.firstPage + region.pages > trace.totalPages) {
+      return logicError("trace '" + trace.name + "': region '" + region.name +
+                        "' is empty or outside the address space");
+    }
+    spans.emplace_back(region.firstPage, region.pages);
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i) {
+    if (spans[i - 1].first + spans[i - 1].second > spans[i].first) {
+      return logicError("trace '" + trace.name + "': regions overlap at page " +
+                        std::to_string(spans[i].first));
+    }
+  }
+  for (size_t i = 0; i < trace.accesses.size(); ++i) {
+    const auto& access = trace.accesses[i];
+    if (access.page >= trace.totalPages) {
+      return logicError("trace '" + trace.name + "': access " + std::to_string(i) + " to page " +
+                        std::to_string(access.page) + " outside " + std::to_string(trace.totalPages) +
+                        " pages");
+    }
+    if (i > 0 && access.timeNs < trace.accesses[i - 1].timeNs) {
+      return logicError("trace '" + trace.name + "': access " + std::to_string(i) + " goes back in time");
+    }
+  }
+  for (size_t i = 1; i < trace.marks.size(); ++i) {
+    if (trace.marks[i].timestampNs < trace.marks[i - 1].timestampNs) {
+      return logicError("trace '" + trace.name + "': mark " + std::to_string(i) + " goes back in time");
+    }
+  }
+  return {};
+}
+
+// ---- Writer -------------------------------------------------------------------------------------
+
+struct TraceWriter::Impl {
+  std::ofstream out;
+  std::string path;
+  pb::TraceChunk chunk;
+  uint64_t lastTime = 0;
+  uint64_t lastPage = 0;
+  bool chunkStarted = false;
+};
+
+TraceWriter::~TraceWriter() {
+  if (impl_ != nullptr) {
+    (void)close();
+  }
+}
+
+Result<void> TraceWriter::open(const std::string& path, const Header& header) {
+  if (impl_ != nullptr) return logicError("trace writer: " + path + ": already open");
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  impl->out.open(path, std::ios::binary | std::ios::trunc);
+  if (!impl->out) return errnoError("open trace file " + path + " for writing");
+  impl->out.write(kMagic, sizeof kMagic);
+  pb::TraceHeader proto;
+  proto.set_name(header.name);
+  proto.set_tgid(header.tgid);
+  proto.set_sample_period(header.samplePeriod);
+  proto.set_compute_only_time(header.computeOnlyTime);
+  proto.set_scale_divisor(header.scaleDivisor);
+  proto.set_description(header.description);
+  for (const auto& region : header.regions) fillRegion(proto.add_regions(), region);
+  if (!google::protobuf::util::SerializeDelimitedToOstream(proto, &impl->out) || !impl->out) {
+    return errnoError("write trace header to " + path);
+  }
+  impl_ = impl.release();
+  return {};
+}
+
+Result<void> TraceWriter::addAccess(uint64_t timeNs, uint64_t address, uint32_t count, bool write) {
+  if (impl_ == nullptr) return logicError("trace writer: addAccess before open");
+  auto& s = *impl_;
+  const uint64_t page = address / kBasePageSize;
+  if (!s.chunkStarted) {
+    s.chunk.set_base_time_ns(timeNs);
+    s.chunk.set_base_page(page);
+    s.lastTime = timeNs;
+    s.lastPage = page;
+    s.chunkStarted = true;
+  }
+  if (timeNs < s.lastTime) return logicError("trace writer " + s.path + ": access goes back in time");
+  s.chunk.add_time_delta_ns(timeNs - s.lastTime);
+  s.chunk.add_page_delta(static_cast<int64_t>(page - s.lastPage));
+  s.chunk.add_count_and_write((std::min(count, kMaxCount) << 1) | (write ? 1U : 0U));
+  s.lastTime = timeNs;
+  s.lastPage = page;
+  if (static_cast<size_t>(s.chunk.time_delta_ns_size()) >= kChunkAccesses) return flush();
+  return {};
+}
+
+Result<void> TraceWriter::addMark(const IterationMark& mark) {
+  if (impl_ == nullptr) return logicError("trace writer: addMark before open");
+  auto* m = impl_->chunk.add_marks();
+  m->set_time_ns(mark.timestampNs);
+  m->set_type(toProto(mark.type));
+  m->set_step(mark.step);
+  m->set_phase(mark.phase);
+  return {};
+}
+
+Result<void> TraceWriter::addRegion(const RegionInfo& region) {
+  if (impl_ == nullptr) return logicError("trace writer: addRegion before open");
+  fillRegion(impl_->chunk.add_regions(), region);
+  return {};
+}
+
+Result<void> TraceWriter::flush() {
+  if (impl_ == nullptr) return logicError("trace writer: flush before open");
+  auto& s = *impl_;
+  if (s.chunk.time_delta_ns_size() == 0 && s.chunk.marks_size() == 0 && s.chunk.regions_size() == 0) return {};
+  if (!google::protobuf::util::SerializeDelimitedToOstream(s.chunk, &s.out) || !s.out.flush()) {
+    return errnoError("write trace chunk to " + s.path);
+  }
+  s.chunk.Clear();
+  s.chunkStarted = false;
+  return {};
+}
+
+Result<void> TraceWriter::close() {
+  if (impl_ == nullptr) return {};
+  auto flushed = flush();
+  impl_->out.close();
+  const bool closedOk = !impl_->out.fail();
+  const std::string path = impl_->path;
+  delete impl_;
+  impl_ = nullptr;
+  if (!flushed) return flushed;
+  if (!closedOk) return errnoError("close trace file " + path);
+  return {};
+}
+
+Result<void> writeTraceFile(const Trace& trace, const std::string& path) {
+  if (auto valid = validateTrace(trace); !valid) return withContext(valid.error(), "writing " + path);
+  TraceWriter writer;
+  TraceWriter::Header header;
+  header.name = trace.name;
+  header.tgid = kSimTgid;
+  header.samplePeriod = trace.samplePeriod;
+  header.computeOnlyTime = trace.computeOnlyTime;
+  header.scaleDivisor = trace.scaleDivisor;
+  header.description = trace.description;
+  for (const auto& region : trace.regions) {
+    RegionInfo info;
+    info.id = region.id;
+    info.tgid = kSimTgid;
+    info.start = kSimBase + region.firstPage * kBasePageSize;
+    info.length = region.pages * kBasePageSize;
+    info.kind = region.kind;
+    info.name = region.name;
+    header.regions.push_back(info);
+  }
+  if (auto opened = writer.open(path, header); !opened) return opened;
+  // Marks go into the chunk that holds the accesses around their time.
+  size_t mark = 0;
+  for (const auto& access : trace.accesses) {
+    while (mark < trace.marks.size() && trace.marks[mark].timestampNs <= access.timeNs) {
+      if (auto added = writer.addMark(trace.marks[mark++]); !added) return added;
+    }
+    if (auto added = writer.addAccess(access.timeNs, kSimBase + access.page * kBasePageSize,
+                                      access.count, access.write);
+        !added) {
+      return added;
+    }
+  }
+  while (mark < trace.marks.size()) {
+    if (auto added = writer.addMark(trace.marks[mark++]); !added) return added;
+  }
+  return writer.close();
+}
+
+// ---- Reader -------------------------------------------------------------------------------------
+
+Result<Trace> readTraceFile(const std::string& path, ReadTraceStats* stats) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return errnoError("open trace file " + path);
+  char magic[sizeof kMagic] = {};
+  in.read(magic, sizeof magic);
+  if (!in || std::memcmp(magic, kMagic, sizeof kMagic) != 0) {
+    return logicError("trace file " + path + ": not a tensortier trace (bad magic)");
+  }
+  google::protobuf::io::IstreamInputStream stream(&in);
+  bool eof = false;
+  pb::TraceHeader header;
+  if (!google::protobuf::util::ParseDelimitedFromZeroCopyStream(&header, &stream, &eof)) {
+    return logicError("trace file " + path + ": unreadable header");
+  }
+  if (header.version() != 1) {
+    return logicError("trace file " + path + ": unsupported version " + std::to_string(header.version()));
+  }
+  if (header.page_size() != kBasePageSize) {
+    return logicError("trace file " + path + ": page size " + std::to_string(header.page_size()) +
+                      " (only 4096 is supported)");
+  }
+  Trace trace;
+  trace.name = header.name();
+  trace.samplePeriod = std::max<uint32_t>(1, header.sample_period());
+  trace.computeOnlyTime = header.compute_only_time();
+  trace.scaleDivisor = std::max<uint32_t>(1, header.scale_divisor());
+  trace.description = header.description();
+
+  // First pass: every chunk, with raw virtual page numbers; the layout needs all regions first.
+  struct RawAccess {
+    uint64_t timeNs;
+    uint64_t vpn;
+    uint32_t countAndWrite;
+  };
+  std::vector<RawAccess> raw;
+  std::vector<pb::TraceRegionRecord> records(header.regions().begin(), header.regions().end());
+  pb::TraceChunk chunk;
+  while (true) {
+    chunk.Clear();
+    if (!google::protobuf::util::ParseDelimitedFromZeroCopyStream(&chunk, &stream, &eof)) {
+      if (eof) break;
+      return logicError("trace file " + path + ": corrupt chunk after " + std::to_string(raw.size()) +
+                        " accesses");
+    }
+    const int n = chunk.time_delta_ns_size();
+    if (chunk.page_delta_size() != n || chunk.count_and_write_size() != n) {
+      return logicError("trace file " + path + ": chunk columns differ in length");
+    }
+    uint64_t time = chunk.base_time_ns();
+    uint64_t vpn = chunk.base_page();
+    for (int i = 0; i < n; ++i) {
+      time += chunk.time_delta_ns(i);
+      vpn += static_cast<uint64_t>(chunk.page_delta(i));
+      raw.push_back(RawAccess{time, vpn, chunk.count_and_write(i)});
+    }
+    for (const auto& m : chunk.marks()) {
+      IterationMark mark;
+      mark.tgid = header.tgid();
+      mark.type = fromProto(m.type());
+      mark.step = m.step();
+      mark.phase = m.phase();
+      mark.timestampNs = m.time_ns();
+      trace.marks.push_back(mark);
+    }
+    records.insert(records.end(), chunk.regions().begin(), chunk.regions().end());
+  }
+
+  // Dense layout: regions in address order, overlapping registrations merged.
+  struct Span {
+    uint64_t firstVpn;
+    uint64_t pages;
+    PageId firstPage;
+  };
+  std::stable_sort(records.begin(), records.end(),
+                   [](const auto& a, const auto& b) { return a.start() < b.start(); });
+  std::vector<Span> spans;
+  uint64_t merged = 0;
+  for (const auto& r : records) {
+    if (r.start() % kBasePageSize != 0 || r.length() == 0 || r.length() % kBasePageSize != 0) {
+      return logicError("trace file " + path + ": region '" + r.name() + "' is not page aligned");
+    }
+    const uint64_t vpn = r.start() / kBasePageSize;
+    const uint64_t pages = r.length() / kBasePageSize;
+    if (!spans.empty() && spans.back().firstVpn + spans.back().pages > vpn) {
+      auto& last = spans.back();
+      last.pages = std::max(last.pages, vpn + pages - last.firstVpn);
+      trace.regions.back().pages = last.pages;
+      ++merged;
+      continue;
+    }
+    TraceRegion region;
+    region.id = r.id();
+    region.pages = pages;
+    region.kind = fromProto(r.kind());
+    region.name = r.name();
+    trace.regions.push_back(region);
+    spans.push_back(Span{vpn, pages, 0});
+  }
+  PageId next = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    spans[i].firstPage = next;
+    trace.regions[i].firstPage = next;
+    next += spans[i].pages;
+  }
+  trace.totalPages = next;
+
+  uint64_t dropped = 0;
+  size_t spanHint = 0;
+  auto lookup = [&](uint64_t vpn) -> int64_t {
+    if (spanHint < spans.size() && vpn >= spans[spanHint].firstVpn &&
+        vpn < spans[spanHint].firstVpn + spans[spanHint].pages) {
+      return static_cast<int64_t>(spans[spanHint].firstPage + (vpn - spans[spanHint].firstVpn));
+    }
+    auto it = std::upper_bound(spans.begin(), spans.end(), vpn,
+                               [](uint64_t v, const Span& s) { return v < s.firstVpn; });
+    if (it == spans.begin()) return -1;
+    --it;
+    if (vpn >= it->firstVpn + it->pages) return -1;
+    spanHint = static_cast<size_t>(it - spans.begin());
+    return static_cast<int64_t>(it->firstPage + (vpn - it->firstVpn));
+  };
+  trace.accesses.reserve(raw.size());
+  for (const auto& r : raw) {
+    const int64_t page = lookup(r.vpn);
+    if (page < 0) {
+      ++dropped;
+      continue;
+    }
+    trace.accesses.push_back(SimAccess{r.timeNs, static_cast<PageId>(page), r.countAndWrite >> 1,
+                                       (r.countAndWrite & 1U) != 0});
+  }
+  if (stats != nullptr) stats->mergedRegions = merged;
+  if (stats != nullptr) stats->droppedAccesses = dropped;
+  if (auto valid = validateTrace(trace); !valid) return withContext(valid.error(), "reading " + path);
+  return trace;
+}
+
+}  // namespace tt::tiersim

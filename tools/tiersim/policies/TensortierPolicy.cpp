@@ -1,0 +1,167 @@
+#include "policies/TensortierPolicy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/Log.h"
+#include "heat/HeatModel.h"
+#include "policy/Planner.h"
+#include "topology/Topology.h"
+
+namespace tt::tiersim {
+namespace {
+
+// The simulator delivers 1 in kSimSamplePeriod cache-line accesses (SimConfig::samplePeriod's
+// default) and does not scale counts: a sample stands for max(count, period) lines. The Policy
+// interface does not carry the period; see the note in the report.
+constexpr double kSimSamplePeriod = 199;
+// Cache-line misses in flight the simulator's cost model assumes (SimConfig::memoryParallelism).
+constexpr double kMemoryParallelism = 64;
+// The daemon plans once per epoch loop tick; here at most once per this much simulated time (the
+// simulator's epochs are much shorter than the daemon's).
+constexpr uint64_t kPlanEveryNs = 250'000;
+
+// The simulator's page table, as the planner's PlacementQuery: prefix sums rebuilt once per plan.
+class SimPlacement : public policy::PlacementQuery {
+ public:
+  void rebuild(const std::vector<TierId>& tierOf, const std::vector<uint8_t>& present) {
+    const size_t n = tierOf.size();
+    fast_.assign(n + 1, 0);
+    present_.assign(n + 1, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const bool p = present[i] != 0;
+      present_[i + 1] = present_[i] + (p ? 1 : 0);
+      fast_[i + 1] = fast_[i] + (p && tierOf[i] == 0 ? 1 : 0);
+    }
+  }
+  [[nodiscard]] policy::Residency residency(pid_t tgid, uint64_t start, uint64_t length) const override {
+    if (tgid != kSimTgid || start < kSimBase || fast_.empty()) return {};
+    const uint64_t n = fast_.size() - 1;
+    const uint64_t first = std::min(n, (start - kSimBase) / kBasePageSize);
+    const uint64_t last = std::min(n, first + length / kBasePageSize);
+    const uint64_t fast = fast_[last] - fast_[first];
+    const uint64_t present = present_[last] - present_[first];
+    return {fast, present - fast};
+  }
+
+ private:
+  std::vector<uint64_t> fast_;
+  std::vector<uint64_t> present_;
+};
+
+class TensortierPolicy : public Policy {
+ public:
+  explicit TensortierPolicy(const tensortier::v1::PolicyConfig& config)
+      : heat_(config), planner_(config) {}
+
+  [[nodiscard]] std::string name() const override { return "tensortier"; }
+
+  void init(const std::vector<TraceRegion>& regions, uint64_t totalPages, const std::vector<TierInfo>& tiers,
+            const std::vector<SimAccess>* fullTrace) override {
+    (void)fullTrace;  // online: never peeks
+    totalPages_ = totalPages;
+    for (const TraceRegion& r : regions) {
+      RegionInfo info;
+      info.id = r.id + 1;  // 0 is reserved in the daemon
+      info.tgid = kSimTgid;
+      info.start = kSimBase + r.firstPage * kBasePageSize;
+      info.length = r.pages * kBasePageSize;
+      info.kind = r.kind;
+      info.name = r.name;
+      if (auto added = heat_.addRegion(info); !added) {
+        TT_LOG(Warn) << "tiersim tensortier: region " << r.name << ": " << added.error().message();
+      }
+    }
+    // One NUMA node per simulated tier: node 0 fast with the CPUs, the others slow, farther each.
+    topology_ = topology::Topology{};
+    for (size_t t = 0; t < tiers.size(); ++t) {
+      topology::NumaNode node;
+      node.id = static_cast<int>(t);
+      if (t == 0) node.cpus = {0};
+      node.memory = {tiers[t].capacityPages * kBasePageSize, tiers[t].capacityPages * kBasePageSize};
+      for (size_t o = 0; o < tiers.size(); ++o) node.distances.push_back(o == t ? 10 : 10 + 10 * static_cast<int>(std::max(o, t)));
+      node.tier = t == 0 ? topology::Tier::Fast : topology::Tier::Slow;
+      topology_.nodes.push_back(node);
+    }
+    if (tiers.size() >= 2) {
+      // The cost of a line served by the slow tier instead of the fast one, as the simulator's
+      // roofline charges it: bandwidth-bound streams pay the bandwidth difference, sparse ones the
+      // latency difference over the misses in flight.
+      const TierInfo& f = tiers[0];
+      const TierInfo& s = tiers[1];
+      const double bw = 64.0 / s.readBandwidthBytesPerNs - 64.0 / f.readBandwidthBytesPerNs;
+      const double lat = (s.readLatencyNs - f.readLatencyNs) / kMemoryParallelism;
+      slowPenaltyNs_ = std::max({bw, lat, 0.1});
+    }
+  }
+
+  void onSample(const SimAccess& access) override {
+    AccessEvidence e;
+    e.tgid = kSimTgid;
+    e.page = kSimBase + access.page * kBasePageSize;
+    e.weight = static_cast<uint32_t>(std::max<double>(access.count, kSimSamplePeriod));
+    e.kind = access.write ? AccessKind::Store : AccessKind::Load;
+    heat_.ingest(std::span<const AccessEvidence>(&e, 1), access.timeNs);
+  }
+
+  void onMark(const IterationMark& mark) override { heat_.onMark(mark); }
+
+  void onEpoch(const EpochContext& context, std::vector<PageMove>& moves) override {
+    if (context.nowNs < nextPlanNs_ || context.tierOf == nullptr || context.present == nullptr) return;
+    const uint64_t interval = lastPlanNs_ > 0 ? context.nowNs - lastPlanNs_ : kPlanEveryNs;
+    lastPlanNs_ = context.nowNs;
+    nextPlanNs_ = context.nowNs + kPlanEveryNs;
+    const double bandwidth = context.promoteBytesPerNs * 1e9;
+    if (bandwidth > 0) heat_.setMigrationBandwidth(bandwidth);
+    heat_.advanceEpoch(context.nowNs);
+    placement_.rebuild(*context.tierOf, *context.present);
+    policy::PlanContext plan;
+    plan.fastCapacityBytes = context.tiers.empty() ? 0 : context.tiers[0].capacityPages * kBasePageSize;
+    // The simulated fast tier is exactly what the trained process may use: no kernel reserve.
+    plan.fastBudgetBytes = plan.fastCapacityBytes;
+    plan.migrationBytesPerSec = bandwidth;
+    plan.slowPenaltyNs = slowPenaltyNs_;
+    plan.intervalNs = std::max(interval, kPlanEveryNs);
+    const MigrationPlan migration = planner_.plan(heat_.snapshot(), placement_, topology_, plan);
+    if (log::enabled(log::Level::Debug)) {
+      const auto& st = planner_.lastStats();
+      TT_LOG(Debug) << "tensortier sim plan t=" << context.nowNs << " budget=" << st.budgetBytes << " used=" << st.fastUsedBytes
+                    << " selected=" << st.selectedBytes << " promote=" << st.promoteBytes << " demote=" << st.demoteBytes
+                    << " deferred=" << st.deferredPromoteBytes << " blocks=" << st.blocks << " clock="
+                    << heat_.clockOf(kSimTgid).periodNs << " w=" << heat_.weights()[0] << "," << heat_.weights()[1] << ","
+                    << heat_.weights()[2] << "," << heat_.weights()[3];
+      for (const auto& u : heat_.snapshot().units)
+        TT_LOG(Debug) << "  unit " << u.regionId << " soon=" << u.expectedAccessesPerPage << " perStep=" << u.accessesPerPagePerStep
+                      << " next=" << u.nextUseInNs << " reuse=" << u.features[3];
+    }
+    // The plan lists demotions first (higher priority): the simulator applies moves in order.
+    const auto& tierOf = *context.tierOf;
+    const auto& present = *context.present;
+    for (const MoveRequest& m : migration.moves) {
+      if (m.start < kSimBase) continue;
+      const auto to = static_cast<TierId>(m.targetNode);
+      const uint64_t first = (m.start - kSimBase) / kBasePageSize;
+      const uint64_t last = std::min<uint64_t>(totalPages_, first + m.length / kBasePageSize);
+      for (uint64_t p = first; p < last; ++p)
+        if (present[p] != 0 && tierOf[p] != to) moves.push_back({p, to});
+    }
+  }
+
+ private:
+  heat::HeatModel heat_;
+  policy::Planner planner_;
+  topology::Topology topology_;
+  SimPlacement placement_;
+  uint64_t totalPages_ = 0;
+  double slowPenaltyNs_ = 1;
+  uint64_t nextPlanNs_ = 0;
+  uint64_t lastPlanNs_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Policy> makeTensortierPolicy(const tensortier::v1::PolicyConfig& config) {
+  return std::make_unique<TensortierPolicy>(config);
+}
+
+}  // namespace tt::tiersim

@@ -1,0 +1,16 @@
+// tensortier's own policy in the simulator: the daemon's heat model (daemon/heat) and planner
+// (daemon/policy), the same code, behind the simulator's Policy interface (tools/tiersim/Policy.h).
+#pragma once
+
+#include <memory>
+
+#include "Policy.h"
+#include "tensortier/v1/policy_config.pb.h"
+
+namespace tt::tiersim {
+
+// The simulator registers it as "tensortier" (Sweep.cpp) with a default PolicyConfig, i.e. the
+// daemon's defaults.
+[[nodiscard]] std::unique_ptr<Policy> makeTensortierPolicy(const tensortier::v1::PolicyConfig& config);
+
+}  // namespace tt::tiersim
