@@ -3,17 +3,22 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "config/Config.h"
 #include "core/Log.h"
+#include "service/Daemon.h"
 
 namespace {
 
 void usage(FILE* out) {
   std::fprintf(out,
-               "usage: tensortierd [--config PATH] [--check-config] [--print-config] [--version]\n"
+               "usage: tensortierd [--config PATH] [--socket PATH] [--foreground] [--check-config] [--print-config]\n"
+               "                   [--version]\n"
                "  --config PATH    config file (default %s; absent = built-in defaults)\n"
+               "  --socket PATH    serve on this socket (overrides service.socket_path and socket activation)\n"
+               "  --foreground     run in the foreground (the only mode: systemd runs it as Type=notify)\n"
                "  --check-config   parse and validate the config, print the verdict, exit 0 if valid\n"
                "  --print-config   print the effective config (defaults filled in) and exit\n",
                std::string(tt::config::kDefaultConfigPath).c_str());
@@ -23,16 +28,21 @@ void usage(FILE* out) {
 
 int main(int argc, char** argv) {
   std::string configPath(tt::config::kDefaultConfigPath);
+  std::optional<std::string> socketPath;
   bool explicitConfig = false, checkOnly = false, printOnly = false;
   static const option longOptions[] = {{"config", required_argument, nullptr, 'c'},
+                                       {"socket", required_argument, nullptr, 's'},
+                                       {"foreground", no_argument, nullptr, 'f'},
                                        {"check-config", no_argument, nullptr, 'C'},
                                        {"print-config", no_argument, nullptr, 'P'},
                                        {"version", no_argument, nullptr, 'V'},
                                        {"help", no_argument, nullptr, 'h'},
                                        {nullptr, 0, nullptr, 0}};
-  for (int opt; (opt = getopt_long(argc, argv, "c:h", longOptions, nullptr)) != -1;) {
+  for (int opt; (opt = getopt_long(argc, argv, "c:s:fh", longOptions, nullptr)) != -1;) {
     switch (opt) {
       case 'c': configPath = optarg, explicitConfig = true; break;
+      case 's': socketPath = optarg; break;
+      case 'f': break;
       case 'C': checkOnly = true; break;
       case 'P': printOnly = true; break;
       case 'V': std::printf("tensortierd %s\n", TT_VERSION); return 0;
@@ -40,9 +50,14 @@ int main(int argc, char** argv) {
       default: usage(stderr); return 2;
     }
   }
+  if (optind < argc) {
+    usage(stderr);
+    return 2;
+  }
 
   tt::config::DaemonConfig config;
-  if (explicitConfig || access(configPath.c_str(), F_OK) == 0) {
+  const bool haveFile = explicitConfig || access(configPath.c_str(), F_OK) == 0;
+  if (haveFile) {
     auto loaded = tt::config::loadConfigFile(configPath);
     if (!loaded) {
       TT_LOG(Error) << loaded.error().message();
@@ -54,14 +69,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (checkOnly) {
-    std::printf("%s: valid\n", explicitConfig || access(configPath.c_str(), F_OK) == 0 ? configPath.c_str()
-                                                                                       : "built-in defaults");
+    std::printf("%s: valid\n", haveFile ? configPath.c_str() : "built-in defaults");
     return 0;
   }
   if (printOnly) {
     std::fputs(tt::config::effectiveConfigText(config).c_str(), stdout);
     return 0;
   }
-  TT_LOG(Error) << "the serving loop is not built yet; only --check-config and --print-config work";
-  return 2;
+  if (socketPath && socketPath->empty()) {
+    TT_LOG(Error) << "--socket needs a path";
+    return 2;
+  }
+  return tt::service::runDaemon({haveFile ? configPath : std::string(), socketPath, TT_VERSION}, std::move(config));
 }

@@ -1,0 +1,212 @@
+#include "ipc/Protocol.h"
+
+#include "core/Log.h"
+
+namespace tt::ipc {
+
+pb::ErrorCode errorCodeFor(const Error& error) {
+  switch (error.code) {
+    case EINVAL: return pb::BAD_REQUEST;
+    case EFAULT: return pb::REGION_NOT_MAPPED;
+    case EEXIST: return pb::REGION_OVERLAPS;
+    case ENOENT: return pb::NO_SUCH_REGION;
+    case EDQUOT:
+    case EUSERS: return pb::LIMIT_EXCEEDED;
+    case EPERM:
+    case EACCES: return pb::PERMISSION_DENIED;
+    default: return pb::INTERNAL;
+  }
+}
+
+void setError(pb::DaemonMessage& reply, pb::ErrorCode code, const std::string& message) {
+  auto* e = reply.mutable_error();
+  e->set_code(code);
+  e->set_message(message);
+}
+
+RegionKind regionKindFromProto(pb::RegionKind kind) {
+  switch (kind) {
+    case pb::WEIGHT: return RegionKind::Weight;
+    case pb::GRADIENT: return RegionKind::Gradient;
+    case pb::OPTIMIZER_STATE: return RegionKind::OptimizerState;
+    case pb::ACTIVATION: return RegionKind::Activation;
+    case pb::WORKSPACE: return RegionKind::Workspace;
+    default: return RegionKind::Other;
+  }
+}
+
+pb::RegionKind regionKindToProto(RegionKind kind) {
+  switch (kind) {
+    case RegionKind::Weight: return pb::WEIGHT;
+    case RegionKind::Gradient: return pb::GRADIENT;
+    case RegionKind::OptimizerState: return pb::OPTIMIZER_STATE;
+    case RegionKind::Activation: return pb::ACTIVATION;
+    case RegionKind::Workspace: return pb::WORKSPACE;
+    case RegionKind::Other: return pb::OTHER;
+  }
+  return pb::OTHER;
+}
+
+ProtocolHandler::ProtocolHandler(registry::Registry& registry, PlacementReader& placement,
+                                 ProcessLifetime* lifetime, AdminHandler* admin, std::string daemonVersion)
+    : registry_(registry), placement_(placement), lifetime_(lifetime), admin_(admin),
+      daemonVersion_(std::move(daemonVersion)) {}
+
+bool ProtocolHandler::handle(Session& s, const pb::ClientMessage& req, pb::DaemonMessage& reply) {
+  reply.Clear();
+  reply.set_seq(req.seq());
+  using B = pb::ClientMessage::BodyCase;
+  const B body = req.body_case();
+  if (body == B::BODY_NOT_SET) {
+    // Also what a newer client's unknown oneof case parses to: answer, do not guess.
+    setError(reply, pb::BAD_REQUEST, "empty or unknown message (this daemon speaks protocol version " +
+                                         std::to_string(kProtocolVersion) + ")");
+    return true;
+  }
+  if (body == B::kHello) {
+    hello(s, req.hello(), reply);
+    return true;
+  }
+  if (!s.hello) {
+    setError(reply, pb::NOT_REGISTERED, "send Hello first");
+    return true;
+  }
+  switch (body) {
+    case B::kRegisterRegion: registerRegion(s, req.register_region(), reply); return true;
+    case B::kUnregisterRegion: {
+      if (auto r = registry_.unregisterRegion(s.peer, req.unregister_region().region_id()); !r)
+        setError(reply, errorCodeFor(r.error()), r.error().message());
+      else
+        reply.mutable_ack();
+      return true;
+    }
+    case B::kIterationMark: {
+      const auto& m = req.iteration_mark();
+      if (m.type() == pb::IterationMark::TYPE_UNSPECIFIED) {
+        setError(reply, pb::BAD_REQUEST, "IterationMark needs a type");
+        return req.seq() != 0;
+      }
+      if (!attach(s, reply)) return true;
+      IterationMark mark;
+      mark.type = m.type() == pb::IterationMark::STEP_BEGIN ? MarkType::StepBegin
+                  : m.type() == pb::IterationMark::STEP_END ? MarkType::StepEnd
+                                                             : MarkType::PhaseBegin;
+      mark.step = m.step();
+      mark.phase = m.phase().substr(0, 64);
+      timespec ts{};
+      ::clock_gettime(CLOCK_MONOTONIC, &ts);
+      mark.timestampNs = static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+      registry_.mark(s.peer, std::move(mark));
+      if (req.seq() == 0) return false;  // fire-and-forget on the client's hot path
+      reply.mutable_ack();
+      return true;
+    }
+    case B::kQueryPlacement: queryPlacement(s, req.query_placement(), reply); return true;
+    case B::kMbindResult:
+      if (mbindSink_) mbindSink_(s, req.mbind_result().request_id(), req.mbind_result().errno_value());
+      return false;
+    default:
+      if (static_cast<int>(body) >= 20 && admin_) {
+        admin_->handleAdmin(s, req, reply);
+        reply.set_seq(req.seq());
+        return true;
+      }
+      setError(reply, pb::BAD_REQUEST, "request not supported by this daemon");
+      return true;
+  }
+}
+
+void ProtocolHandler::hello(Session& s, const pb::Hello& m, pb::DaemonMessage& reply) {
+  if (s.hello) {
+    setError(reply, pb::BAD_REQUEST, "Hello was already sent on this connection");
+    return;
+  }
+  uint32_t best = 0;
+  for (uint32_t v : m.versions())
+    if (v >= kOldestProtocolVersion && v <= kProtocolVersion && v > best) best = v;
+  if (best == 0) {
+    setError(reply, pb::UNSUPPORTED_VERSION,
+             "no common protocol version: this daemon speaks " + std::to_string(kOldestProtocolVersion) + ".." +
+                 std::to_string(kProtocolVersion));
+    return;
+  }
+  s.hello = true;
+  s.version = best;
+  s.acceptsMbind = m.accepts_mbind();
+  s.clientName = m.client_name().substr(0, 128);
+  auto* r = reply.mutable_hello_reply();
+  r->set_version(best);
+  r->set_daemon_version(daemonVersion_);
+  r->set_session_id(s.id);
+}
+
+bool ProtocolHandler::attach(Session& s, pb::DaemonMessage& reply) {
+  if (s.attached) return true;
+  // Pid reuse: a process we knew under this pid has exited but its pidfd event is not handled
+  // yet; its regions must not become the new process's.
+  if (lifetime_ && registry_.hasProcess(s.peer.pid) && lifetime_->exited(s.peer.pid))
+    registry_.removeProcess(s.peer.pid);
+  const bool isNew = registry_.attachProcess(s.peer, s.clientName, s.acceptsMbind);
+  if (isNew && lifetime_ && !lifetime_->watch(s.peer.pid)) {
+    registry_.removeProcess(s.peer.pid);
+    setError(reply, pb::INTERNAL, "process " + std::to_string(s.peer.pid) + " has exited");
+    return false;
+  }
+  s.attached = true;
+  return true;
+}
+
+void ProtocolHandler::sessionClosed(Session& s) {
+  if (s.attached) registry_.detachProcess(s.peer.pid);
+  s.attached = false;
+}
+
+void ProtocolHandler::registerRegion(Session& s, const pb::RegisterRegion& m, pb::DaemonMessage& reply) {
+  if (!attach(s, reply)) return;
+  registry::RegisterRequest r;
+  r.address = m.address();
+  r.length = m.length();
+  r.kind = regionKindFromProto(m.kind());
+  r.name = m.name();
+  r.expectedLifetimeSteps = m.hints().expected_lifetime_steps();
+  auto info = registry_.registerRegion(s.peer, r);
+  if (!info) {
+    setError(reply, errorCodeFor(info.error()), info.error().message());
+    return;
+  }
+  auto* out = reply.mutable_register_region_reply();
+  out->set_region_id(info->id);
+  out->set_client_tag(m.client_tag());
+}
+
+void ProtocolHandler::queryPlacement(Session& s, const pb::QueryPlacement& m, pb::DaemonMessage& reply) {
+  std::vector<uint64_t> ids(m.region_ids().begin(), m.region_ids().end());
+  auto regions = registry_.regionsOf(s.peer.pid, ids);
+  if (!regions) {
+    setError(reply, errorCodeFor(regions.error()), regions.error().message());
+    return;
+  }
+  auto* out = reply.mutable_placement();
+  for (const auto& rec : *regions) {
+    auto* rp = out->add_regions();
+    rp->set_region_id(rec.info.id);
+    rp->set_name(rec.info.name);
+    rp->set_kind(regionKindToProto(rec.info.kind));
+    rp->set_address(rec.info.start);
+    rp->set_length(rec.info.length);
+    rp->set_heat(rec.heat);
+    auto placement = placement_.read(rec.info.tgid, rec.info.start, rec.info.length);
+    if (!placement) {
+      setError(reply, pb::INTERNAL, placement.error().message());  // replaces the partial placement
+      return;
+    }
+    for (const auto& [node, bytes] : placement->bytesPerNode) {
+      auto* nb = rp->add_bytes_per_node();
+      nb->set_node(node);
+      nb->set_bytes(bytes);
+    }
+    rp->set_unmapped_bytes(placement->unmappedBytes);
+  }
+}
+
+}  // namespace tt::ipc

@@ -1,0 +1,96 @@
+// Request handling of the client protocol, without I/O: a Session per connection (the peer's
+// kernel-given identity, the negotiated version) and a ProtocolHandler that turns one
+// ClientMessage into at most one DaemonMessage. daemon/ipc/Server drives it from the Asio loop;
+// unit tests drive it directly.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/Result.h"
+#include "ipc/Placement.h"
+#include "registry/Registry.h"
+#include "tensortier/v1/protocol.pb.h"
+
+namespace tt::ipc {
+
+namespace pb = tensortier::v1;
+
+inline constexpr uint32_t kProtocolVersion = 1;  // the highest version this daemon speaks
+inline constexpr uint32_t kOldestProtocolVersion = 1;
+
+struct Session {
+  uint64_t id = 0;
+  registry::Peer peer;  // SO_PEERCRED, taken once at accept
+  bool hello = false;
+  uint32_t version = 0;
+  bool acceptsMbind = false;
+  bool attached = false;  // the process is in the registry through this connection
+  std::string clientName;
+};
+
+// Admin requests (oneof cases 20+) go to the service, which knows the pipeline and the config.
+class AdminHandler {
+ public:
+  virtual ~AdminHandler() = default;
+  // Fills `reply` (body and seq are set by the caller only for errors).
+  virtual void handleAdmin(const Session& session, const pb::ClientMessage& request, pb::DaemonMessage& reply) = 0;
+};
+
+// Starts watching a process's lifetime when it first registers (pidfd); knows whether a known
+// pid's old process has exited (pid reuse).
+class ProcessLifetime {
+ public:
+  virtual ~ProcessLifetime() = default;
+  // True when a process with this pid is known and its pidfd says it exited.
+  [[nodiscard]] virtual bool exited(pid_t pid) = 0;
+  // Begin watching; false when the process is already gone (pidfd_open ESRCH).
+  [[nodiscard]] virtual bool watch(pid_t pid) = 0;
+};
+
+// The result of an MbindRequest from a client.
+using MbindResultSink = std::function<void(const Session& session, uint64_t requestId, int errnoValue)>;
+
+// errno of a registry error -> protocol error code.
+[[nodiscard]] pb::ErrorCode errorCodeFor(const Error& error);
+void setError(pb::DaemonMessage& reply, pb::ErrorCode code, const std::string& message);
+
+class ProtocolHandler {
+ public:
+  // `lifetime` may be set later (the Server sets itself); without one, processes are not watched.
+  ProtocolHandler(registry::Registry& registry, PlacementReader& placement, ProcessLifetime* lifetime,
+                  AdminHandler* admin, std::string daemonVersion);
+  void setProcessLifetime(ProcessLifetime* lifetime) { lifetime_ = lifetime; }
+
+  void setMbindResultSink(MbindResultSink sink) { mbindSink_ = std::move(sink); }
+  void setAdminHandler(AdminHandler* admin) { admin_ = admin; }
+
+  // Handles one request. Returns whether `reply` is to be sent (IterationMark with seq 0 and
+  // MbindResult expect none). `reply` is cleared first.
+  [[nodiscard]] bool handle(Session& session, const pb::ClientMessage& request, pb::DaemonMessage& reply);
+
+  // The connection closed: release the process if this session attached it.
+  void sessionClosed(Session& session);
+
+  [[nodiscard]] uint64_t nextSessionId() { return ++sessionIds_; }
+
+ private:
+  void hello(Session& s, const pb::Hello& m, pb::DaemonMessage& reply);
+  [[nodiscard]] bool attach(Session& s, pb::DaemonMessage& reply);
+  void registerRegion(Session& s, const pb::RegisterRegion& m, pb::DaemonMessage& reply);
+  void queryPlacement(Session& s, const pb::QueryPlacement& m, pb::DaemonMessage& reply);
+
+  registry::Registry& registry_;
+  PlacementReader& placement_;
+  ProcessLifetime* lifetime_;
+  AdminHandler* admin_;
+  std::string daemonVersion_;
+  MbindResultSink mbindSink_;
+  uint64_t sessionIds_ = 0;
+};
+
+[[nodiscard]] RegionKind regionKindFromProto(pb::RegionKind kind);
+[[nodiscard]] pb::RegionKind regionKindToProto(RegionKind kind);
+
+}  // namespace tt::ipc

@@ -1,0 +1,335 @@
+#include "ipc/Server.h"
+
+#include <array>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+#include <deque>
+
+#include "core/Log.h"
+#include "ipc/FrameCodec.h"
+#include "sys/service/PeerCred.h"
+#include "sys/service/SocketFile.h"
+
+namespace tt::ipc {
+
+namespace asio = boost::asio;
+using local = asio::local::stream_protocol;
+using boost::system::error_code;
+
+class Server::Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(Server& server, local::socket socket, Session initial)
+      : session(std::move(initial)), server_(server), socket_(std::move(socket)) {}
+
+  Session session;
+  bool counted = false;  // holds a slot in the registry's connection limits
+
+  void start() { read(); }
+
+  // Queues one message. Returns false (and closes) when the client stopped reading.
+  bool send(const pb::DaemonMessage& message) {
+    if (closed_) return false;
+    std::string frame;
+    if (!appendFrame(message, frame)) {
+      TT_LOG(Error) << "cannot serialise a reply for session " << session.id;
+      return false;
+    }
+    queued_ += frame.size();
+    if (queued_ > server_.options_.maxSendQueueBytes) {
+      TT_LOG(Warn) << "pid " << session.peer.pid << " does not read its replies (" << queued_
+                   << " bytes queued): disconnecting";
+      close();
+      return false;
+    }
+    queue_.push_back(std::move(frame));
+    if (!writing_) write();
+    return true;
+  }
+
+  // Sends what is queued, then closes (after FRAME_TOO_LARGE, refused connections).
+  void closeAfterFlush() {
+    closing_ = true;
+    if (!writing_) close();
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    error_code ignored;
+    socket_.shutdown(local::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+    server_.connectionClosed(session.id);
+  }
+
+ private:
+  void read() {
+    socket_.async_read_some(asio::buffer(buffer_), [self = shared_from_this()](error_code ec, size_t n) {
+      self->onRead(ec, n);
+    });
+  }
+
+  void onRead(error_code ec, size_t n) {
+    if (closed_) return;
+    if (ec) {
+      close();
+      return;
+    }
+    decoder_.append(buffer_.data(), n);
+    std::string_view frame;
+    for (;;) {
+      const auto status = decoder_.next(server_.options_.maxFrameBytes, frame);
+      if (status == FrameDecoder::Status::NeedMore) break;
+      if (status == FrameDecoder::Status::TooLarge) {
+        TT_LOG(Warn) << "pid " << session.peer.pid << " sent a " << decoder_.announcedLength()
+                     << "-byte frame (limit " << server_.options_.maxFrameBytes << "): closing the connection";
+        reply_.Clear();
+        setError(reply_, pb::FRAME_TOO_LARGE,
+                 "frame of " + std::to_string(decoder_.announcedLength()) + " bytes exceeds the limit of " +
+                     std::to_string(server_.options_.maxFrameBytes));
+        send(reply_);
+        closeAfterFlush();
+        return;
+      }
+      if (!request_.ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
+        reply_.Clear();
+        setError(reply_, pb::BAD_REQUEST, "frame does not parse as a ClientMessage");
+        if (!send(reply_)) return;
+        continue;
+      }
+      if (server_.handler_.handle(session, request_, reply_) && !send(reply_)) return;
+      if (closed_) return;
+    }
+    if (!closing_) read();
+  }
+
+  void write() {
+    writing_ = true;
+    asio::async_write(socket_, asio::buffer(queue_.front()), [self = shared_from_this()](error_code ec, size_t) {
+      self->writing_ = false;
+      if (self->closed_) return;
+      if (ec) {
+        self->close();
+        return;
+      }
+      self->queued_ -= self->queue_.front().size();
+      self->queue_.pop_front();
+      if (!self->queue_.empty()) self->write();
+      else if (self->closing_) self->close();
+    });
+  }
+
+  Server& server_;
+  local::socket socket_;
+  FrameDecoder decoder_;
+  std::array<char, 65536> buffer_{};
+  std::deque<std::string> queue_;
+  size_t queued_ = 0;
+  bool writing_ = false;
+  bool closing_ = false;
+  bool closed_ = false;
+  pb::ClientMessage request_;  // reused: no per-message allocation of the top-level objects
+  pb::DaemonMessage reply_;
+};
+
+Server::Server(asio::io_context& io, registry::Registry& registry, ProtocolHandler& handler, ServerOptions options)
+    : io_(io), registry_(registry), handler_(handler), options_(options), acceptor_(io) {
+  handler_.setProcessLifetime(this);
+  handler_.setMbindResultSink(
+      [this](const Session& s, uint64_t requestId, int errnoValue) { mbindResult(s, requestId, errnoValue); });
+}
+
+Server::~Server() { stop(); }
+
+Result<void> Server::listen(const std::string& path) {
+  if (auto dir = sys::ensureSocketDirectory(path); !dir) return dir.error();
+  if (auto stale = sys::removeStaleSocket(path); !stale) return stale.error();
+  error_code ec;
+  acceptor_.open(local(), ec);
+  if (!ec) acceptor_.bind(local::endpoint(path), ec);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    error_code ignored;
+    acceptor_.close(ignored);
+    return systemError(ec.value(), "listen on " + path);
+  }
+  accept();
+  return {};
+}
+
+Result<void> Server::adopt(int listeningFd) {
+  error_code ec;
+  acceptor_.assign(local(), listeningFd, ec);
+  if (ec) return systemError(ec.value(), "adopt activation socket fd " + std::to_string(listeningFd));
+  accept();
+  return {};
+}
+
+void Server::stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  error_code ignored;
+  acceptor_.close(ignored);
+  auto connections = connections_;  // close() erases from the map
+  for (auto& [id, c] : connections) c->close();
+  for (auto& [id, pending] : pendingMbinds_) {
+    pending.timer->cancel();
+    if (pending.done) pending.done(ECANCELED);
+  }
+  pendingMbinds_.clear();
+  for (auto& [pid, w] : watches_) (void)w.descriptor->release();
+  watches_.clear();
+}
+
+void Server::accept() {
+  acceptor_.async_accept([this](error_code ec, local::socket socket) {
+    if (ec == asio::error::operation_aborted || stopped_) return;
+    if (ec) {
+      // EMFILE and friends: log, and keep accepting (a later accept may succeed).
+      TT_LOG(Warn) << "accept: " << ec.message();
+      accept();
+      return;
+    }
+    Session session;
+    session.id = handler_.nextSessionId();
+    auto cred = sys::peerCredentials(socket.native_handle());
+    if (!cred) {
+      TT_LOG(Warn) << cred.error().message();
+      accept();
+      return;
+    }
+    session.peer = {cred->pid, cred->uid, cred->gid};
+    auto connection = std::make_shared<Connection>(*this, std::move(socket), session);
+    connections_.emplace(session.id, connection);
+    if (auto slot = registry_.openConnection(cred->uid); !slot) {
+      pb::DaemonMessage refusal;
+      setError(refusal, pb::LIMIT_EXCEEDED, slot.error().message());
+      connection->send(refusal);
+      connection->closeAfterFlush();
+    } else {
+      connection->counted = true;
+      connection->start();
+    }
+    accept();
+  });
+}
+
+void Server::connectionClosed(uint64_t id) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  auto connection = it->second;
+  connections_.erase(it);
+  if (connection->counted) registry_.closeConnection(connection->session.peer.uid);
+  handler_.sessionClosed(connection->session);
+  std::vector<uint64_t> failed;
+  for (const auto& [requestId, pending] : pendingMbinds_)
+    if (pending.connectionId == id) failed.push_back(requestId);
+  for (uint64_t requestId : failed) finishMbind(requestId, ECONNRESET);
+}
+
+bool Server::exited(pid_t pid) {
+  auto it = watches_.find(pid);
+  if (it == watches_.end()) return false;
+  auto gone = sys::pidfdExited(it->second.pidfd);
+  return gone.ok() && *gone;
+}
+
+bool Server::watch(pid_t pid) {
+  if (auto old = watches_.find(pid); old != watches_.end()) {
+    (void)old->second.descriptor->release();
+    watches_.erase(old);
+  }
+  auto pidfd = sys::openPidfd(pid);
+  if (!pidfd) {
+    TT_LOG(Warn) << pidfd.error().message();
+    return false;
+  }
+  ProcessWatch w;
+  w.descriptor = std::make_unique<asio::posix::stream_descriptor>(io_, pidfd->fd());
+  w.pidfd = std::move(*pidfd);
+  const int fd = w.pidfd.fd();
+  w.descriptor->async_wait(asio::posix::stream_descriptor::wait_read, [this, pid, fd](error_code ec) {
+    if (ec == asio::error::operation_aborted) return;
+    // The watch may have been replaced (pid reuse): act only if it is still this pidfd.
+    auto it = watches_.find(pid);
+    if (it == watches_.end() || it->second.pidfd.fd() != fd) return;
+    processExited(pid);
+  });
+  watches_.emplace(pid, std::move(w));
+  return true;
+}
+
+void Server::processExited(pid_t pid) {
+  if (auto it = watches_.find(pid); it != watches_.end()) {
+    (void)it->second.descriptor->release();
+    watches_.erase(it);
+  }
+  const size_t regions = registry_.removeProcess(pid);
+  TT_LOG(Info) << "pid " << pid << " exited: dropped its " << regions << " region(s)";
+  // Connections it leaked to children stay open but no longer speak for a registered process.
+  for (auto& [id, c] : connections_)
+    if (c->session.peer.pid == pid) c->session.attached = false;
+  if (onExit_) onExit_(pid);
+}
+
+bool Server::acceptsMbind(pid_t pid) const {
+  for (const auto& [id, c] : connections_)
+    if (c->session.peer.pid == pid && c->session.hello && c->session.acceptsMbind) return true;
+  return false;
+}
+
+void Server::requestMbind(const MbindCall& call, MbindDone done) {
+  asio::post(io_, [this, call, done = std::move(done)]() mutable {
+    if (stopped_) {
+      done(ECANCELED);
+      return;
+    }
+    std::shared_ptr<Connection> target;
+    for (const auto& [id, c] : connections_)
+      if (c->session.peer.pid == call.pid && c->session.hello && c->session.acceptsMbind) {
+        target = c;
+        break;
+      }
+    if (!target) {
+      done(ENOTCONN);
+      return;
+    }
+    const uint64_t requestId = nextMbindId_++;
+    pb::DaemonMessage message;
+    auto* m = message.mutable_mbind_request();
+    m->set_request_id(requestId);
+    m->set_region_id(call.regionId);
+    m->set_address(call.address);
+    m->set_length(call.length);
+    m->set_node(call.node);
+    PendingMbind pending;
+    pending.connectionId = target->session.id;
+    pending.done = std::move(done);
+    pending.timer = std::make_unique<asio::steady_timer>(io_, options_.mbindTimeout);
+    pending.timer->async_wait([this, requestId](error_code ec) {
+      if (!ec) finishMbind(requestId, ETIMEDOUT);
+    });
+    pendingMbinds_.emplace(requestId, std::move(pending));
+    if (!target->send(message)) finishMbind(requestId, ECONNRESET);
+  });
+}
+
+void Server::mbindResult(const Session& session, uint64_t requestId, int errnoValue) {
+  auto it = pendingMbinds_.find(requestId);
+  // Only the connection the request went to may answer it.
+  if (it == pendingMbinds_.end() || it->second.connectionId != session.id) {
+    TT_LOG(Debug) << "session " << session.id << " answered unknown mbind request " << requestId;
+    return;
+  }
+  finishMbind(requestId, errnoValue);
+}
+
+void Server::finishMbind(uint64_t requestId, int errnoValue) {
+  auto it = pendingMbinds_.find(requestId);
+  if (it == pendingMbinds_.end()) return;
+  PendingMbind pending = std::move(it->second);
+  pendingMbinds_.erase(it);
+  pending.timer->cancel();
+  if (pending.done) pending.done(errnoValue);
+}
+
+}  // namespace tt::ipc

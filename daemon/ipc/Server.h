@@ -1,0 +1,109 @@
+// The Unix-socket server on the daemon's Boost.Asio event loop: accepts connections (from a
+// socket it binds or one systemd passed), reads frames, hands requests to the ProtocolHandler,
+// queues replies; watches client processes through pidfds; carries MbindRequests to clients.
+//
+// A bad client never takes the daemon down: a frame that does not parse gets BAD_REQUEST and the
+// connection stays; an oversized frame gets FRAME_TOO_LARGE and the connection closes (the
+// stream cannot be resynchronised); a client that stops reading is dropped when its queued
+// replies pass max_send_queue_bytes.
+//
+// Threads: everything runs on the thread that runs the io_context, except requestMbind(), which
+// any thread may call (it posts onto the loop).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "core/Result.h"
+#include "ipc/Protocol.h"
+#include "sys/service/Pidfd.h"
+
+namespace tt::ipc {
+
+struct ServerOptions {
+  uint32_t maxFrameBytes = 1 << 20;
+  uint32_t maxSendQueueBytes = 8 << 20;
+  std::chrono::milliseconds mbindTimeout{5000};
+};
+
+struct MbindCall {
+  pid_t pid = 0;
+  uint64_t regionId = 0;
+  uint64_t address = 0;
+  uint64_t length = 0;
+  int node = 0;
+};
+
+class Server final : public ProcessLifetime {
+ public:
+  using ProcessExitCallback = std::function<void(pid_t pid)>;
+  using MbindDone = std::function<void(int errnoValue)>;  // 0 = done; ENOTCONN, ETIMEDOUT, ...
+
+  Server(boost::asio::io_context& io, registry::Registry& registry, ProtocolHandler& handler, ServerOptions options);
+  ~Server() override;
+
+  // Binds `path` (after removing a stale socket file), listens. Access bits are set by the caller.
+  [[nodiscard]] Result<void> listen(const std::string& path);
+  // Serves an already listening socket (systemd socket activation).
+  [[nodiscard]] Result<void> adopt(int listeningFd);
+  // Stops accepting and closes every connection (pending mbinds fail with ECANCELED).
+  void stop();
+
+  void setOptions(const ServerOptions& options) { options_ = options; }
+  // Called on the loop after a watched process exited and its regions were removed.
+  void onProcessExit(ProcessExitCallback callback) { onExit_ = std::move(callback); }
+
+  // Thread-safe. Asks a connection of `call.pid` that accepts mbind to bind the range; `done`
+  // runs on the loop thread exactly once.
+  void requestMbind(const MbindCall& call, MbindDone done);
+  // Whether some connection of `pid` accepts MbindRequest (loop thread).
+  [[nodiscard]] bool acceptsMbind(pid_t pid) const;
+
+  [[nodiscard]] size_t connectionCount() const { return connections_.size(); }
+
+  // ProcessLifetime (loop thread).
+  bool exited(pid_t pid) override;
+  bool watch(pid_t pid) override;
+
+ private:
+  class Connection;
+  struct ProcessWatch {
+    sys::Pidfd pidfd;
+    std::unique_ptr<boost::asio::posix::stream_descriptor> descriptor;
+  };
+  struct PendingMbind {
+    uint64_t connectionId = 0;
+    MbindDone done;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+  };
+
+  void accept();
+  void connectionClosed(uint64_t id);
+  void processExited(pid_t pid);
+  void mbindResult(const Session& session, uint64_t requestId, int errnoValue);
+  void finishMbind(uint64_t requestId, int errnoValue);
+
+  boost::asio::io_context& io_;
+  registry::Registry& registry_;
+  ProtocolHandler& handler_;
+  ServerOptions options_;
+  boost::asio::local::stream_protocol::acceptor acceptor_;
+  std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;
+  std::unordered_map<pid_t, ProcessWatch> watches_;
+  std::unordered_map<uint64_t, PendingMbind> pendingMbinds_;
+  uint64_t nextMbindId_ = 1;
+  ProcessExitCallback onExit_;
+  bool stopped_ = false;
+};
+
+}  // namespace tt::ipc

@@ -1,0 +1,155 @@
+#include "service/Adapters.h"
+
+#include <future>
+#include <thread>
+
+#include "core/Log.h"
+
+namespace tt::service {
+
+namespace {
+bool isFast(const topology::Topology& topology, int node) {
+  const auto* n = topology.node(node);
+  return n && n->tier == topology::Tier::Fast;
+}
+}  // namespace
+
+std::vector<SourceReport> SourceSetEvidence::status() const {
+  std::vector<SourceReport> out;
+  for (const auto& s : set_->sources()) {
+    const auto c = s->counters();
+    out.push_back({std::string(s->name()), s->status().available, s->status().detail, c.samples, c.costPercent});
+  }
+  return out;
+}
+
+Result<void> SourceSetEvidence::applyConfig(const tensortier::v1::SourcesConfig& config) {
+  // The sources open their kernel facilities with their config and have no live setters yet.
+  if (config.SerializeAsString() == config_.SerializeAsString()) return {};
+  return logicError("sources: changes take effect at the next restart (the sources have no live tuning)");
+}
+
+MovePagesPlacement::MovePagesPlacement(sys::PageMover& mover, const topology::Topology& topology)
+    : reader_(mover), topology_(topology) {}
+
+policy::Residency MovePagesPlacement::residency(pid_t tgid, uint64_t start, uint64_t length) const {
+  policy::Residency out;
+  auto placement = reader_.read(tgid, start, length);
+  if (!placement) return out;  // the process is gone: nothing present
+  for (const auto& [node, bytes] : placement->bytesPerNode)
+    (isFast(topology_, node) ? out.fastPages : out.slowPages) += bytes / kBasePageSize;
+  return out;
+}
+
+HeatPlannerPolicy::HeatPlannerPolicy(const tensortier::v1::PolicyConfig& config, const topology::Topology& topology,
+                                     sys::PageMover& mover)
+    : topology_(topology),
+      placement_(mover, topology),
+      heat_(config),
+      planner_(std::make_unique<policy::Planner>(config)),
+      config_(config) {}
+
+MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, double migrationBytesPerSec) {
+  if (migrationBytesPerSec > 0) heat_.setMigrationBandwidth(migrationBytesPerSec);
+  heat_.advanceEpoch(nowNs);
+  policy::PlanContext context;
+  context.migrationBytesPerSec = migrationBytesPerSec;
+  return planner_->plan(heat_.snapshot(), placement_, topology_, context);
+}
+
+std::vector<std::pair<uint64_t, double>> HeatPlannerPolicy::regionHeat() const {
+  std::vector<std::pair<uint64_t, double>> out;
+  for (const auto& u : heat_.snapshot().units)
+    if (u.regionId != 0) out.emplace_back(u.regionId, u.heat);
+  return out;
+}
+
+PolicyView HeatPlannerPolicy::view() const {
+  const auto& s = planner_->lastStats();
+  return {s.budgetBytes, s.fastUsedBytes};
+}
+
+Result<void> HeatPlannerPolicy::applyConfig(const tensortier::v1::PolicyConfig& config) {
+  // The planner is stateless between plans (the loop numbers generations): replace it. The heat
+  // model's learned state is worth more than a live change of its parameters.
+  planner_ = std::make_unique<policy::Planner>(config);
+  tensortier::v1::PolicyConfig heatOnlyOld = config_, heatOnlyNew = config;
+  config_ = config;
+  for (auto* c : {&heatOnlyOld, &heatOnlyNew}) {
+    c->clear_fast_budget_bytes();
+    c->clear_fast_reserve_fraction();
+    c->clear_per_process_quota_bytes();
+  }
+  if (heatOnlyOld.SerializeAsString() != heatOnlyNew.SerializeAsString()) {
+    TT_LOG(Warn) << "policy: planner settings applied; heat-model settings take effect at the next restart";
+  }
+  return {};
+}
+
+ExecutorCounters EngineExecutor::counters() const {
+  const auto c = engine_.counters();
+  ExecutorCounters out;
+  const auto& p = c.of(migrate::Direction::Promote);
+  const auto& d = c.of(migrate::Direction::Demote);
+  out.promotedPages = p.pages.moved;
+  out.demotedPages = d.pages.moved;
+  out.promotedBytes = p.bytesMoved;
+  out.demotedBytes = d.bytesMoved;
+  for (const auto* dir : {&p, &d}) {
+    out.failedPages["busy"] += dir->pages.busy;
+    out.failedPages["not_mapped"] += dir->pages.notMapped;
+    out.failedPages["no_memory"] += dir->pages.noMemory;
+    out.failedPages["permission_denied"] += dir->pages.permissionDenied;
+    out.failedPages["other"] += dir->pages.failed;
+    out.failedPages["target_full"] += dir->pages.skippedTargetFull;
+    out.failedPages["cancelled"] += dir->pages.cancelled;
+  }
+  out.plans = c.plansExecuted;
+  return out;
+}
+
+void EngineExecutor::shutdown(uint32_t graceMs) {
+  // Give the in-flight plan the grace period, then cancel what is left: a batch inside the
+  // kernel always finishes (move_pages cannot be interrupted), so no page is half-moved.
+  auto idle = std::make_shared<std::promise<void>>();
+  auto done = idle->get_future();
+  std::thread waiter([this, idle] {
+    engine_.waitIdle();
+    idle->set_value();
+  });
+  if (done.wait_for(std::chrono::milliseconds(graceMs)) != std::future_status::ready) {
+    TT_LOG(Info) << "shutdown: cancelling the in-flight migration plan";
+  }
+  engine_.shutdown();
+  waiter.join();
+}
+
+Result<void> SocketInProcessMover::requestBind(pid_t tgid, uint64_t regionId, uint64_t start, uint64_t length,
+                                               int node) {
+  if (cancelled_.load()) return systemError(ECANCELED, "mbind request to pid " + std::to_string(tgid));
+  auto result = std::make_shared<std::promise<int>>();
+  auto future = result->get_future();
+  server_.requestMbind({tgid, regionId, start, length, node}, [result](int errnoValue) { result->set_value(errnoValue); });
+  // The server's own timer answers ETIMEDOUT after the timeout; the extra second covers a loop
+  // that has stopped and will never run the request. Waiting in slices notices cancelAll().
+  const auto deadline = std::chrono::steady_clock::now() + timeout_ + std::chrono::seconds(1);
+  while (future.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+    if (cancelled_.load()) return systemError(ECANCELED, "mbind request to pid " + std::to_string(tgid));
+    if (std::chrono::steady_clock::now() > deadline)
+      return systemError(ETIMEDOUT, "mbind request to pid " + std::to_string(tgid));
+  }
+  const int e = future.get();
+  if (e != 0) return systemError(e, "mbind of region " + std::to_string(regionId) + " in pid " + std::to_string(tgid));
+  return {};
+}
+
+Result<uint64_t> PageMoverResidency::fastBytes(pid_t tgid, uint64_t start, uint64_t length, uint64_t stride) {
+  auto placement = reader_.read(tgid, start, length, stride);
+  if (!placement) return placement.error();
+  uint64_t fast = 0;
+  for (const auto& [node, bytes] : placement->bytesPerNode)
+    if (isFast(topology_, node)) fast += bytes;
+  return fast;
+}
+
+}  // namespace tt::service

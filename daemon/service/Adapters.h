@@ -1,0 +1,116 @@
+// Adapters from the epoch loop's stage interfaces (Stages.h) to the real roles:
+//   SourceSetEvidence    -> sources::SourceSet
+//   HeatPlannerPolicy    -> heat::HeatModel + policy::Planner (placement from move_pages queries)
+//   EngineExecutor       -> migrate::Engine
+//   SocketInProcessMover -> ipc::Server (migrate::InProcessMover over MbindRequest/MbindResult)
+//   PageMoverResidency   -> sys::PageMover (per-process fast-tier bytes)
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+
+#include "heat/HeatModel.h"
+#include "ipc/Placement.h"
+#include "ipc/Server.h"
+#include "migrate/Engine.h"
+#include "migrate/InProcessMover.h"
+#include "policy/Planner.h"
+#include "registry/Registry.h"
+#include "service/EpochLoop.h"
+#include "service/Stages.h"
+#include "sources/SourceSet.h"
+#include "topology/Topology.h"
+
+namespace tt::service {
+
+class SourceSetEvidence final : public EvidenceSource {
+ public:
+  SourceSetEvidence(std::unique_ptr<sources::SourceSet> set, const tensortier::v1::SourcesConfig& config)
+      : set_(std::move(set)), config_(config) {}
+  Result<void> addProcess(pid_t tgid) override { return set_->addProcess(tgid); }
+  Result<void> removeProcess(pid_t tgid) override { return set_->removeProcess(tgid); }
+  Result<void> collect(std::vector<AccessEvidence>& out) override { return set_->collect(out); }
+  std::vector<SourceReport> status() const override;
+  Result<void> applyConfig(const tensortier::v1::SourcesConfig& config) override;
+  void shutdown() override { set_->shutdown(); }
+
+ private:
+  std::unique_ptr<sources::SourceSet> set_;
+  tensortier::v1::SourcesConfig config_;
+};
+
+// Where pages are, for the planner: move_pages(2) status queries, fast/slow by the topology.
+class MovePagesPlacement final : public policy::PlacementQuery {
+ public:
+  MovePagesPlacement(sys::PageMover& mover, const topology::Topology& topology);
+  policy::Residency residency(pid_t tgid, uint64_t start, uint64_t length) const override;
+
+ private:
+  mutable ipc::PlacementReader reader_;
+  const topology::Topology& topology_;
+};
+
+class HeatPlannerPolicy final : public PlacementPolicy {
+ public:
+  HeatPlannerPolicy(const tensortier::v1::PolicyConfig& config, const topology::Topology& topology,
+                    sys::PageMover& mover);
+  Result<void> addRegion(const RegionInfo& region) override { return heat_.addRegion(region); }
+  void removeRegion(uint64_t regionId) override { heat_.removeRegion(regionId); }
+  void removeProcess(pid_t tgid) override { heat_.removeProcess(tgid); }
+  void observe(std::span<const AccessEvidence> evidence, uint64_t nowNs) override { heat_.ingest(evidence, nowNs); }
+  void onMark(const IterationMark& mark) override { heat_.onMark(mark); }
+  MigrationPlan plan(uint64_t nowNs, double migrationBytesPerSec) override;
+  std::vector<std::pair<uint64_t, double>> regionHeat() const override;
+  PolicyView view() const override;
+  Result<void> applyConfig(const tensortier::v1::PolicyConfig& config) override;
+
+ private:
+  const topology::Topology& topology_;
+  MovePagesPlacement placement_;
+  heat::HeatModel heat_;
+  std::unique_ptr<policy::Planner> planner_;
+  tensortier::v1::PolicyConfig config_;
+};
+
+class EngineExecutor final : public PlanExecutor {
+ public:
+  explicit EngineExecutor(migrate::Engine& engine) : engine_(engine) {}
+  Result<void> submit(MigrationPlan plan) override { return engine_.submit(std::move(plan)); }
+  void cancelProcess(pid_t tgid) override { engine_.cancelProcess(tgid); }
+  ExecutorCounters counters() const override;
+  Result<void> applyConfig(const tensortier::v1::MigrationConfig& config) override { return engine_.applyConfig(config); }
+  void shutdown(uint32_t graceMs) override;
+
+ private:
+  migrate::Engine& engine_;
+};
+
+class SocketInProcessMover final : public migrate::InProcessMover {
+ public:
+  SocketInProcessMover(ipc::Server& server, const registry::Registry& registry, std::chrono::milliseconds timeout)
+      : server_(server), registry_(registry), timeout_(timeout) {}
+  bool acceptsMbind(pid_t tgid) const override { return registry_.acceptsMbind(tgid); }
+  Result<void> requestBind(pid_t tgid, uint64_t regionId, uint64_t start, uint64_t length, int node) override;
+  // Shutdown: waiting and future requests fail with ECANCELED at once.
+  void cancelAll() { cancelled_.store(true); }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+  ipc::Server& server_;
+  const registry::Registry& registry_;
+  std::chrono::milliseconds timeout_;
+};
+
+class PageMoverResidency final : public ResidencyProbe {
+ public:
+  PageMoverResidency(sys::PageMover& mover, const topology::Topology& topology)
+      : reader_(mover), topology_(topology) {}
+  Result<uint64_t> fastBytes(pid_t tgid, uint64_t start, uint64_t length, uint64_t stride) override;
+
+ private:
+  ipc::PlacementReader reader_;
+  const topology::Topology& topology_;
+};
+
+}  // namespace tt::service

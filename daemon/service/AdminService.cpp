@@ -1,0 +1,197 @@
+#include "service/AdminService.h"
+
+#include <algorithm>
+
+#include "core/Log.h"
+
+namespace tt::service {
+
+namespace pb = tensortier::v1;
+
+AdminService::AdminService(AdminContext context) : ctx_(std::move(context)), started_(std::chrono::steady_clock::now()) {}
+
+void AdminService::handleAdmin(const ipc::Session& session, const pb::ClientMessage& request, pb::DaemonMessage& reply) {
+  using B = pb::ClientMessage::BodyCase;
+  const bool privileged = request.body_case() == B::kTune || request.body_case() == B::kMigrate;
+  if (privileged && !(ctx_.isAdmin && ctx_.isAdmin(session.peer))) {
+    TT_LOG(Info) << "refused " << (request.body_case() == B::kTune ? "tune" : "migrate") << " from uid "
+                 << session.peer.uid << " (pid " << session.peer.pid << "): not root or in the admin group";
+    ipc::setError(reply, pb::PERMISSION_DENIED, "tune and migrate need root or the admin group");
+    return;
+  }
+  switch (request.body_case()) {
+    case B::kStatus: status(reply); return;
+    case B::kProcesses: processes(reply); return;
+    case B::kRegions: regions(request.regions(), reply); return;
+    case B::kTop: top(request.top(), reply); return;
+    case B::kTune: {
+      if (!ctx_.tune) {
+        ipc::setError(reply, pb::INTERNAL, "tuning is not available");
+        return;
+      }
+      auto applied = ctx_.tune(request.tune());
+      if (!applied) ipc::setError(reply, pb::BAD_REQUEST, applied.error().message());
+      else reply.mutable_tune()->set_effective_config(*applied);
+      return;
+    }
+    case B::kMigrate: migrate(request.migrate(), reply); return;
+    default: ipc::setError(reply, pb::BAD_REQUEST, "unknown admin request"); return;
+  }
+}
+
+void AdminService::status(pb::DaemonMessage& reply) {
+  auto* s = reply.mutable_status();
+  s->set_daemon_version(ctx_.daemonVersion);
+  s->set_uptime_ms(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_).count()));
+  if (ctx_.topology)
+    for (const auto& n : ctx_.topology->nodes) {
+      auto* tn = s->add_nodes();
+      tn->set_node(n.id);
+      tn->set_tier(topology::tierName(n.tier));
+      tn->set_tier_source(topology::tierSourceName(n.tierSource));
+      tn->set_total_bytes(n.memory.totalBytes);
+      tn->set_free_bytes(n.memory.freeBytes);
+      for (int c : n.cpus) tn->add_cpus(c);
+    }
+  const EpochStats st = ctx_.epochLoop ? ctx_.epochLoop->stats() : EpochStats{};
+  s->set_fast_tier_budget_bytes(st.policy.fastBudgetBytes);
+  uint64_t fastUsed = 0;
+  if (ctx_.epochLoop)
+    for (const auto& [pid, bytes] : ctx_.epochLoop->fastBytesByProcess()) fastUsed += bytes;
+  s->set_fast_tier_used_bytes(fastUsed);
+  for (const auto& src : st.sources) {
+    auto* o = s->add_sources();
+    o->set_name(src.name);
+    o->set_active(src.active);
+    o->set_detail(src.detail);
+    o->set_samples(src.samples);
+  }
+  s->set_epochs(st.epochs);
+  s->set_epoch_ms(ctx_.epochMs ? ctx_.epochMs() : 0);
+  s->set_last_epoch_ms(st.lastEpochMs);
+  if (ctx_.executor) {
+    const auto c = ctx_.executor->counters();
+    s->set_bytes_promoted(c.promotedBytes);
+    s->set_bytes_demoted(c.demotedBytes);
+  }
+  s->set_promote_bytes_per_sec(st.promoteBytesPerSec);
+  s->set_demote_bytes_per_sec(st.demoteBytesPerSec);
+  const auto totals = ctx_.registry->totals();
+  s->set_processes(totals.processes);
+  s->set_regions(totals.regions);
+  s->set_registered_bytes(totals.registeredBytes);
+  s->set_connections(totals.connections);
+  for (const auto& m : ctx_.stagesMissing) s->add_stages_missing(m);
+}
+
+void AdminService::processes(pb::DaemonMessage& reply) {
+  auto* out = reply.mutable_processes();
+  const auto fast = ctx_.epochLoop ? ctx_.epochLoop->fastBytesByProcess() : std::map<pid_t, uint64_t>{};
+  for (const auto& p : ctx_.registry->processes()) {
+    auto* e = out->add_processes();
+    e->set_pid(p.pid);
+    e->set_uid(p.uid);
+    e->set_client_name(p.clientName);
+    e->set_regions(p.regions);
+    e->set_registered_bytes(p.registeredBytes);
+    if (auto it = fast.find(p.pid); it != fast.end()) e->set_fast_tier_bytes(it->second);
+    e->set_last_step(p.lastStep);
+    e->set_accepts_mbind(p.acceptsMbind);
+  }
+}
+
+bool AdminService::fillRegion(const registry::RegionRecord& r, pb::RegionEntry& e) {
+  e.set_pid(r.info.tgid);
+  e.set_region_id(r.info.id);
+  e.set_name(r.info.name);
+  e.set_kind(regionKindName(r.info.kind));
+  e.set_address(r.info.start);
+  e.set_length(r.info.length);
+  e.set_heat(r.heat);
+  if (!ctx_.placement) return true;
+  auto placement = ctx_.placement->read(r.info.tgid, r.info.start, r.info.length);
+  if (!placement) return false;  // exited since the snapshot
+  for (const auto& [node, bytes] : placement->bytesPerNode) {
+    auto* nb = e.add_bytes_per_node();
+    nb->set_node(node);
+    nb->set_bytes(bytes);
+  }
+  e.set_unmapped_bytes(placement->unmappedBytes);
+  return true;
+}
+
+void AdminService::regions(const pb::RegionsRequest& request, pb::DaemonMessage& reply) {
+  auto* out = reply.mutable_regions();
+  for (const auto& r : ctx_.registry->allRegions(request.pid())) {
+    pb::RegionEntry entry;
+    if (fillRegion(r, entry)) *out->add_regions() = std::move(entry);
+  }
+}
+
+void AdminService::top(const pb::TopRequest& request, pb::DaemonMessage& reply) {
+  const size_t count = request.count() == 0 ? 10 : std::min<size_t>(request.count(), 1000);
+  auto all = ctx_.registry->allRegions();
+  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.heat > b.heat; });
+  auto* out = reply.mutable_top();
+  for (size_t i = 0; i < all.size() && i < count; ++i) {
+    pb::RegionEntry e;
+    if (fillRegion(all[i], e)) *out->add_hottest() = std::move(e);
+  }
+  for (size_t i = 0; i < all.size() && i < count; ++i) {
+    pb::RegionEntry e;
+    if (fillRegion(all[all.size() - 1 - i], e)) *out->add_coldest() = std::move(e);
+  }
+}
+
+void AdminService::migrate(const pb::MigrateRequest& request, pb::DaemonMessage& reply) {
+  if (!ctx_.executor || !ctx_.epochLoop) {
+    ipc::setError(reply, pb::INTERNAL, "no migration engine in this daemon");
+    return;
+  }
+  if (!ctx_.topology || !ctx_.topology->node(request.node())) {
+    ipc::setError(reply, pb::BAD_REQUEST, "node " + std::to_string(request.node()) + " is not an online memory node");
+    return;
+  }
+  std::vector<registry::RegionRecord> targets;
+  if (request.target_case() == pb::MigrateRequest::kRegionId) {
+    auto r = ctx_.registry->region(request.region_id());
+    if (!r) {
+      ipc::setError(reply, pb::NO_SUCH_REGION, "no region " + std::to_string(request.region_id()));
+      return;
+    }
+    targets.push_back(*r);
+  } else if (request.target_case() == pb::MigrateRequest::kPid) {
+    targets = ctx_.registry->allRegions(request.pid());
+    if (targets.empty()) {
+      ipc::setError(reply, pb::NO_SUCH_REGION, "pid " + std::to_string(request.pid()) + " has no registered regions");
+      return;
+    }
+  } else {
+    ipc::setError(reply, pb::BAD_REQUEST, "migrate needs a region id or a pid");
+    return;
+  }
+  MigrationPlan plan;
+  uint64_t bytes = 0;
+  for (const auto& t : targets) {
+    MoveRequest m;
+    m.tgid = t.info.tgid;
+    m.start = t.info.start;
+    m.length = t.info.length;
+    m.targetNode = request.node();
+    m.priority = 1000;  // by hand: before anything else
+    m.regionId = t.info.id;
+    plan.moves.push_back(m);
+    bytes += t.info.length;
+  }
+  if (auto r = ctx_.epochLoop->submitManual(std::move(plan)); !r) {
+    ipc::setError(reply, pb::INTERNAL, r.error().message());
+    return;
+  }
+  auto* out = reply.mutable_migrate();
+  out->set_requested_bytes(bytes);
+  out->set_queued(true);
+  out->set_detail("queued to the migration engine; the policy may move it again in a later epoch");
+}
+
+}  // namespace tt::service

@@ -1,0 +1,55 @@
+// The admin requests of tensortierctl (admin.proto): status, processes, regions, top (read-only,
+// any peer that can connect), tune and migrate (root or the configured admin group).
+// Runs on the event-loop thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ipc/Placement.h"
+#include "ipc/Protocol.h"
+#include "registry/Registry.h"
+#include "service/EpochLoop.h"
+#include "service/Stages.h"
+#include "topology/Topology.h"
+
+namespace tt::service {
+
+struct AdminContext {
+  registry::Registry* registry = nullptr;
+  const topology::Topology* topology = nullptr;
+  EpochLoop* epochLoop = nullptr;
+  PlanExecutor* executor = nullptr;  // null when no engine is wired
+  ipc::PlacementReader* placement = nullptr;
+  std::string daemonVersion;
+  std::vector<std::string> stagesMissing;
+  // Whether a peer may tune and migrate.
+  std::function<bool(const registry::Peer&)> isAdmin;
+  // Applies a tune request like a SIGHUP reload; returns the effective sections or the error.
+  std::function<Result<std::string>(const tensortier::v1::TuneRequest&)> tune;
+  std::function<uint32_t()> epochMs;
+};
+
+class AdminService final : public ipc::AdminHandler {
+ public:
+  explicit AdminService(AdminContext context);
+  void handleAdmin(const ipc::Session& session, const ipc::pb::ClientMessage& request,
+                   ipc::pb::DaemonMessage& reply) override;
+
+ private:
+  void status(ipc::pb::DaemonMessage& reply);
+  void processes(ipc::pb::DaemonMessage& reply);
+  void regions(const tensortier::v1::RegionsRequest& request, ipc::pb::DaemonMessage& reply);
+  void top(const tensortier::v1::TopRequest& request, ipc::pb::DaemonMessage& reply);
+  void migrate(const tensortier::v1::MigrateRequest& request, ipc::pb::DaemonMessage& reply);
+  [[nodiscard]] bool fillRegion(const registry::RegionRecord& record, tensortier::v1::RegionEntry& entry);
+
+  AdminContext ctx_;
+  std::chrono::steady_clock::time_point started_;
+};
+
+}  // namespace tt::service

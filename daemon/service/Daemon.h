@@ -1,0 +1,28 @@
+// tensortierd's serving part: builds every role from the config, runs the Boost.Asio event loop
+// (IPC, pidfds, signals, metrics HTTP, timers) on the calling thread and the epoch loop on its
+// own, and handles SIGHUP (validated reload, live parts applied) and SIGTERM/SIGINT (clean exit).
+//
+// Threads of the daemon:
+//   main         Asio event loop: client and admin requests, pidfd exits, signals, metrics HTTP
+//   epoch        EpochLoop: sources.collect -> heat -> planner -> engine.submit, keep-alives
+//   migrate      migrate::Engine's coordinator and `migration.workers` worker threads
+//   waiter       short-lived, only during SIGTERM (waits for the in-flight plan, bounded)
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "config/Config.h"
+
+namespace tt::service {
+
+struct DaemonOptions {
+  std::string configPath;  // reloaded on SIGHUP; empty = built-in defaults (SIGHUP keeps them)
+  std::optional<std::string> socketPath;  // --socket: overrides config and socket activation
+  std::string version;
+};
+
+// Runs until SIGTERM/SIGINT; returns the process exit code (0 after a clean shutdown).
+[[nodiscard]] int runDaemon(const DaemonOptions& options, config::DaemonConfig config);
+
+}  // namespace tt::service

@@ -1,0 +1,297 @@
+#include "service/EpochLoop.h"
+
+#include <time.h>
+
+#include <algorithm>
+
+#include "core/Log.h"
+
+namespace tt::service {
+
+uint64_t EpochLoop::monotonicNowNs() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+EpochLoop::EpochLoop(registry::Registry& registry, EpochStages stages, metrics::Registry& metrics)
+    : registry_(registry),
+      stages_(stages),
+      metrics_(metrics),
+      epochs_(metrics.counter("tensortier_epochs_total", "Epochs run (collect, heat, plan, submit)")),
+      epochDuration_(metrics.histogram("tensortier_epoch_duration_seconds", "Duration of one epoch",
+                                       {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5})),
+      promotedPages_(metrics.counter("tensortier_promoted_pages_total", "4 KiB pages moved to a fast node")),
+      demotedPages_(metrics.counter("tensortier_demoted_pages_total", "4 KiB pages moved to a slow node")),
+      promotedBytes_(metrics.counter("tensortier_promoted_bytes_total", "Bytes moved to a fast node")),
+      demotedBytes_(metrics.counter("tensortier_demoted_bytes_total", "Bytes moved to a slow node")),
+      planMoves_(metrics.counter("tensortier_plan_moves_total", "Move requests in submitted plans")) {}
+
+EpochLoop::~EpochLoop() { stop(); }
+
+void EpochLoop::setPeriod(std::chrono::milliseconds period) {
+  periodMs_.store(std::max<int64_t>(1, period.count()));
+  waitCv_.notify_all();  // a shorter period takes effect now, not after the old one
+}
+
+void EpochLoop::start() {
+  if (thread_.joinable()) return;
+  {
+    std::lock_guard lock(waitMutex_);
+    stopRequested_ = false;
+  }
+  thread_ = std::thread([this] { threadMain(); });
+}
+
+void EpochLoop::stop() {
+  {
+    std::lock_guard lock(waitMutex_);
+    stopRequested_ = true;
+  }
+  waitCv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void EpochLoop::threadMain() {
+  auto next = std::chrono::steady_clock::now();
+  for (;;) {
+    {
+      std::unique_lock lock(waitMutex_);
+      next += std::chrono::milliseconds(periodMs_.load());
+      const auto now = std::chrono::steady_clock::now();
+      if (next < now) next = now;  // an overlong epoch: do not try to catch up
+      while (!stopRequested_) {
+        auto until = next;
+        const bool slice = keepAlive_ && keepAliveInterval_.count() > 0 &&
+                           std::chrono::steady_clock::now() + keepAliveInterval_ < next;
+        if (slice) until = std::chrono::steady_clock::now() + keepAliveInterval_;
+        if (waitCv_.wait_until(lock, until) == std::cv_status::timeout) {
+          if (!slice) break;
+          lock.unlock();
+          keepAlive_();
+          lock.lock();
+        }
+      }
+      if (stopRequested_) return;
+    }
+    runOnce(monotonicNowNs());
+  }
+}
+
+void EpochLoop::applyEvents() {
+  using T = registry::RegistryEvent::Type;
+  for (auto& ev : registry_.drainEvents()) {
+    switch (ev.type) {
+      case T::ProcessAdded:
+        if (stages_.source) {
+          if (auto r = stages_.source->addProcess(ev.tgid); !r) {
+            TT_LOG(Warn) << "sources: tracking pid " << ev.tgid << ": " << r.error().message();
+          }
+        }
+        break;
+      case T::ProcessRemoved:
+        if (stages_.executor) stages_.executor->cancelProcess(ev.tgid);
+        if (stages_.source) (void)stages_.source->removeProcess(ev.tgid);
+        if (stages_.policy) stages_.policy->removeProcess(ev.tgid);
+        regions_.erase(ev.tgid);
+        metrics_.removeSeries("tensortier_process_fast_tier_bytes", {{"pid", std::to_string(ev.tgid)}});
+        {
+          std::lock_guard lock(statsMutex_);
+          fastBytes_.erase(ev.tgid);
+        }
+        break;
+      case T::RegionAdded:
+        if (stages_.policy) {
+          if (auto r = stages_.policy->addRegion(ev.region); !r) {
+            TT_LOG(Warn) << "policy: region " << ev.region.id << ": " << r.error().message();
+          }
+        }
+        regions_[ev.tgid][ev.region.start] = ev.region;
+        break;
+      case T::RegionRemoved:
+        if (stages_.policy) stages_.policy->removeRegion(ev.region.id);
+        if (auto p = regions_.find(ev.tgid); p != regions_.end()) {
+          p->second.erase(ev.region.start);
+          if (p->second.empty()) regions_.erase(p);
+        }
+        break;
+      case T::Mark:
+        if (stages_.policy) stages_.policy->onMark(ev.mark);
+        break;
+    }
+  }
+}
+
+void EpochLoop::runBeforeNextEpoch(std::function<void()> task) {
+  std::lock_guard lock(tasksMutex_);
+  tasks_.push_back(std::move(task));
+}
+
+void EpochLoop::runOnce(uint64_t nowNs) {
+  std::lock_guard run(runMutex_);
+  std::vector<std::function<void()>> tasks;
+  {
+    std::lock_guard lock(tasksMutex_);
+    tasks.swap(tasks_);
+  }
+  for (auto& task : tasks) task();
+  const auto began = std::chrono::steady_clock::now();
+  const double epochSeconds = lastNowNs_ == 0 || nowNs <= lastNowNs_ ? static_cast<double>(periodMs_.load()) / 1000.0
+                                                                     : static_cast<double>(nowNs - lastNowNs_) / 1e9;
+  lastNowNs_ = nowNs;
+  applyEvents();
+
+  evidence_.clear();
+  if (stages_.source) {
+    if (auto r = stages_.source->collect(evidence_); !r) {
+      TT_LOG(Debug) << "sources: " << r.error().message();
+    }
+  }
+
+  // The engine's achievable bandwidth is not bytes moved per epoch (the engine idles when the
+  // plan is small, and that would shrink the next plan); until the engine reports its busy-time
+  // throughput the policy uses its configured initial bandwidth (0 = unknown).
+  const double bandwidth = 0;
+  ExecutorCounters counters;
+  if (stages_.executor) counters = stages_.executor->counters();
+
+  if (log::enabled(log::Level::Debug) && !evidence_.empty()) {
+    uint64_t weight = 0;
+    for (const auto& e : evidence_) weight += e.weight;
+    TT_LOG(Debug) << "epoch: " << evidence_.size() << " evidence records, weight " << weight;
+  }
+  uint64_t moves = 0;
+  PolicyView view;
+  if (stages_.policy) {
+    stages_.policy->observe(evidence_, nowNs);
+    MigrationPlan plan = stages_.policy->plan(nowNs, bandwidth);
+    moves = plan.moves.size();
+    if (!plan.moves.empty() && stages_.executor) {
+      plan.generation = ++generation_;
+      if (auto r = stages_.executor->submit(std::move(plan)); !r) {
+        TT_LOG(Warn) << "engine refused plan " << generation_ << ": " << r.error().message();
+      } else {
+        planMoves_.add(static_cast<double>(moves));
+        std::lock_guard lock(statsMutex_);
+        ++stats_.plansSubmitted;
+      }
+    }
+    const auto heat = stages_.policy->regionHeat();
+    registry_.publishHeat(heat);
+    view = stages_.policy->view();
+  }
+
+  updateResidency();
+  exportCounters(epochSeconds, counters);
+
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+  epochs_.inc();
+  epochDuration_.observe(ms / 1000.0);
+  {
+    std::lock_guard lock(statsMutex_);
+    ++stats_.epochs;
+    stats_.lastEpochMs = ms;
+    stats_.lastPlanMoves = moves;
+    stats_.policy = view;
+    if (stages_.executor && epochSeconds > 0) {
+      stats_.promoteBytesPerSec =
+          static_cast<double>(counters.promotedBytes - std::min(counters.promotedBytes, lastCounters_.promotedBytes)) /
+          epochSeconds;
+      stats_.demoteBytesPerSec =
+          static_cast<double>(counters.demotedBytes - std::min(counters.demotedBytes, lastCounters_.demotedBytes)) /
+          epochSeconds;
+    }
+  }
+  if (stages_.executor) lastCounters_ = counters;
+  if (keepAlive_) keepAlive_();
+}
+
+void EpochLoop::updateResidency() {
+  if (!stages_.residency || regions_.empty()) return;
+  uint64_t totalPages = 0;
+  for (const auto& [pid, regions] : regions_)
+    for (const auto& [start, r] : regions) totalPages += r.length / kBasePageSize;
+  const uint64_t stride = std::max<uint64_t>(1, (totalPages + kResidencyPagesPerEpoch - 1) / kResidencyPagesPerEpoch);
+  std::map<pid_t, uint64_t> result;
+  for (const auto& [pid, regions] : regions_) {
+    uint64_t bytes = 0;
+    bool ok = true;
+    for (const auto& [start, r] : regions) {
+      auto fast = stages_.residency->fastBytes(pid, r.start, r.length, stride);
+      if (!fast) {
+        ok = false;  // the process is exiting; its removal event follows
+        break;
+      }
+      bytes += *fast;
+    }
+    if (!ok) continue;
+    result[pid] = bytes;
+    metrics_.gauge("tensortier_process_fast_tier_bytes", "Registered bytes of a process on fast nodes (sampled)",
+                   {{"pid", std::to_string(pid)}})
+        .set(static_cast<double>(bytes));
+  }
+  std::lock_guard lock(statsMutex_);
+  fastBytes_ = std::move(result);
+}
+
+void EpochLoop::exportCounters(double epochSeconds, const ExecutorCounters& c) {
+  const registry::Totals totals = registry_.totals();
+  metrics_.gauge("tensortier_registered_processes", "Client processes with registrations")
+      .set(static_cast<double>(totals.processes));
+  metrics_.gauge("tensortier_registered_regions", "Registered regions").set(static_cast<double>(totals.regions));
+  metrics_.gauge("tensortier_registered_bytes", "Bytes in registered regions")
+      .set(static_cast<double>(totals.registeredBytes));
+  metrics_.gauge("tensortier_connections", "Open client connections").set(static_cast<double>(totals.connections));
+
+  if (stages_.executor) {
+    auto delta = [](uint64_t now, uint64_t before) { return static_cast<double>(now >= before ? now - before : now); };
+    promotedPages_.add(delta(c.promotedPages, lastCounters_.promotedPages));
+    demotedPages_.add(delta(c.demotedPages, lastCounters_.demotedPages));
+    promotedBytes_.add(delta(c.promotedBytes, lastCounters_.promotedBytes));
+    demotedBytes_.add(delta(c.demotedBytes, lastCounters_.demotedBytes));
+    for (const auto& [reason, pages] : c.failedPages) {
+      const auto before = lastCounters_.failedPages.find(reason);
+      metrics_.counter("tensortier_migration_failed_pages_total", "Pages not migrated, by reason", {{"reason", reason}})
+          .add(delta(pages, before == lastCounters_.failedPages.end() ? 0 : before->second));
+    }
+    // lastCounters_ is advanced by runOnce after the rates are computed.
+  }
+  if (stages_.source) {
+    auto reports = stages_.source->status();
+    {
+      std::lock_guard lock(statsMutex_);
+      stats_.sources = reports;
+    }
+    for (const auto& s : reports) {
+      const auto before = lastSamples_.find(s.name);
+      const uint64_t prev = before == lastSamples_.end() ? 0 : before->second;
+      metrics_.counter("tensortier_samples_total", "Samples/events seen by each source", {{"source", s.name}})
+          .add(static_cast<double>(s.samples >= prev ? s.samples - prev : s.samples));
+      lastSamples_[s.name] = s.samples;
+      metrics_.counter("tensortier_sampling_cpu_seconds_total", "CPU time spent sampling, by source",
+                       {{"source", s.name}})
+          .add(s.cpuPercent / 100.0 * epochSeconds);
+      metrics_.gauge("tensortier_source_active", "1 when the source runs", {{"source", s.name}})
+          .set(s.active ? 1 : 0);
+    }
+  }
+}
+
+Result<void> EpochLoop::submitManual(MigrationPlan plan) {
+  if (!stages_.executor) return logicError("no migration engine in this daemon");
+  std::lock_guard run(runMutex_);
+  plan.generation = ++generation_;
+  return stages_.executor->submit(std::move(plan));
+}
+
+EpochStats EpochLoop::stats() const {
+  std::lock_guard lock(statsMutex_);
+  return stats_;
+}
+
+std::map<pid_t, uint64_t> EpochLoop::fastBytesByProcess() const {
+  std::lock_guard lock(statsMutex_);
+  return fastBytes_;
+}
+
+}  // namespace tt::service

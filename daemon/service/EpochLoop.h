@@ -1,0 +1,132 @@
+// The epoch loop: every `epoch_ms`, on its own thread,
+//   registry changes -> sources (add/remove process) and policy (regions, marks)
+//   sources.collect -> policy.observe -> policy.plan -> executor.submit
+//   heat -> registry (for QueryPlacement), counters -> metrics, keep-alive -> systemd watchdog.
+// Missing stages (null) are skipped; the daemon still serves registrations and queries.
+//
+// runOnce() is one epoch on the caller's thread: unit tests drive the loop with fakes through it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "metrics/Metrics.h"
+#include "registry/Registry.h"
+#include "service/Stages.h"
+
+namespace tt::service {
+
+// Fast-tier bytes of a range (sampled every `stride` pages), for per-process gauges.
+class ResidencyProbe {
+ public:
+  virtual ~ResidencyProbe() = default;
+  [[nodiscard]] virtual Result<uint64_t> fastBytes(pid_t tgid, uint64_t start, uint64_t length, uint64_t stride) = 0;
+};
+
+struct EpochStats {
+  uint64_t epochs = 0;
+  double lastEpochMs = 0;
+  uint64_t plansSubmitted = 0;
+  uint64_t lastPlanMoves = 0;
+  double promoteBytesPerSec = 0;  // over the last epoch
+  double demoteBytesPerSec = 0;
+  PolicyView policy;
+  std::vector<SourceReport> sources;  // as of the last epoch (sources are epoch-thread only)
+};
+
+struct EpochStages {
+  EvidenceSource* source = nullptr;
+  PlacementPolicy* policy = nullptr;
+  PlanExecutor* executor = nullptr;
+  ResidencyProbe* residency = nullptr;
+};
+
+class EpochLoop {
+ public:
+  // Pages sampled per epoch, over all processes, for the per-process fast-tier gauges.
+  static constexpr uint64_t kResidencyPagesPerEpoch = 65536;
+
+  EpochLoop(registry::Registry& registry, EpochStages stages, metrics::Registry& metrics);
+  ~EpochLoop();
+  EpochLoop(const EpochLoop&) = delete;
+  EpochLoop& operator=(const EpochLoop&) = delete;
+
+  void setPeriod(std::chrono::milliseconds period);
+  // Called on the loop thread after every epoch and at least every `interval` while it waits
+  // (systemd watchdog keep-alives: a loop stuck in an epoch stops sending them). Set before start().
+  void setKeepAlive(std::function<void()> keepAlive, std::chrono::milliseconds interval) {
+    keepAlive_ = std::move(keepAlive);
+    keepAliveInterval_ = interval;
+  }
+  // Runs `task` on the loop thread before the next epoch (live config of epoch-thread stages).
+  void runBeforeNextEpoch(std::function<void()> task);
+
+  void start();
+  // Finishes the epoch in progress (if any) and joins the thread. Idempotent.
+  void stop();
+
+  // One epoch at `nowNs` (CLOCK_MONOTONIC).
+  void runOnce(uint64_t nowNs);
+
+  // A plan made outside the epoch (tensortierctl migrate): numbered in the same sequence, so the
+  // executor sees increasing generations. Thread-safe.
+  [[nodiscard]] Result<void> submitManual(MigrationPlan plan);
+
+  [[nodiscard]] EpochStats stats() const;
+  [[nodiscard]] std::map<pid_t, uint64_t> fastBytesByProcess() const;
+
+  [[nodiscard]] static uint64_t monotonicNowNs();
+
+ private:
+  void threadMain();
+  void applyEvents();
+  void updateResidency();
+  void exportCounters(double epochSeconds, const ExecutorCounters& counters);
+
+  registry::Registry& registry_;
+  EpochStages stages_;
+  metrics::Registry& metrics_;
+  std::function<void()> keepAlive_;
+  std::chrono::milliseconds keepAliveInterval_{0};
+  std::mutex tasksMutex_;
+  std::vector<std::function<void()>> tasks_;
+
+  std::mutex waitMutex_;
+  std::condition_variable waitCv_;
+  bool stopRequested_ = false;
+  std::atomic<int64_t> periodMs_{1000};
+  std::thread thread_;
+
+  std::mutex runMutex_;  // one epoch (or manual submit) at a time
+  uint64_t generation_ = 0;
+
+  mutable std::mutex statsMutex_;
+  EpochStats stats_;
+  std::map<pid_t, uint64_t> fastBytes_;
+
+  // Epoch-thread state.
+  std::vector<AccessEvidence> evidence_;
+  std::unordered_map<pid_t, std::map<uint64_t, RegionInfo>> regions_;  // mirror, by start
+  ExecutorCounters lastCounters_;
+  std::map<std::string, uint64_t> lastSamples_;
+  uint64_t lastNowNs_ = 0;
+
+  metrics::Counter& epochs_;
+  metrics::Histogram& epochDuration_;
+  metrics::Counter& promotedPages_;
+  metrics::Counter& demotedPages_;
+  metrics::Counter& promotedBytes_;
+  metrics::Counter& demotedBytes_;
+  metrics::Counter& planMoves_;
+};
+
+}  // namespace tt::service

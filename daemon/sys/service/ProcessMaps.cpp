@@ -1,0 +1,85 @@
+#include "sys/service/ProcessMaps.h"
+
+#include <charconv>
+#include <string>
+
+namespace tt::sys {
+namespace {
+
+bool parseHex(std::string_view text, uint64_t& out) {
+  if (text.empty()) return false;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), out, 16);
+  return ec == std::errc() && ptr == text.data() + text.size();
+}
+
+// Next space-separated field; advances `line`.
+std::string_view nextField(std::string_view& line) {
+  while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+  const size_t end = line.find(' ');
+  std::string_view field = line.substr(0, end);
+  line.remove_prefix(end == std::string_view::npos ? line.size() : end);
+  return field;
+}
+
+}  // namespace
+
+Result<std::vector<Mapping>> parseMaps(std::string_view text) {
+  std::vector<Mapping> maps;
+  size_t lineNo = 0;
+  while (!text.empty()) {
+    ++lineNo;
+    const size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    if (line.empty()) continue;
+    const std::string_view whole = line;
+    auto bad = [&](const char* what) {
+      return logicError("maps line " + std::to_string(lineNo) + " (" + std::string(whole.substr(0, 80)) + "): " + what);
+    };
+    const std::string_view range = nextField(line);
+    const size_t dash = range.find('-');
+    Mapping m;
+    if (dash == std::string_view::npos || !parseHex(range.substr(0, dash), m.start) ||
+        !parseHex(range.substr(dash + 1), m.end))
+      return bad("bad address range");
+    if (m.end <= m.start) return bad("empty or inverted range");
+    const std::string_view perms = nextField(line);
+    if (perms.size() != 4) return bad("bad permissions");
+    m.readable = perms[0] == 'r';
+    m.writable = perms[1] == 'w';
+    m.shared = perms[3] == 's';
+    const std::string_view offset = nextField(line), dev = nextField(line), inode = nextField(line);
+    if (offset.empty() || dev.empty() || inode.empty()) return bad("missing offset/dev/inode");
+    while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+    m.path = std::string(line);
+    if (!maps.empty() && m.start < maps.back().end) return bad("not sorted or overlapping");
+    maps.push_back(std::move(m));
+  }
+  return maps;
+}
+
+Result<std::vector<Mapping>> readMaps(const Fs& procfs, pid_t pid) {
+  auto text = procfs.readFile(std::to_string(pid) + "/maps");
+  if (!text) return text.error();
+  auto maps = parseMaps(*text);
+  if (!maps) return withContext(maps.error(), procfs.resolve(std::to_string(pid) + "/maps"));
+  return maps;
+}
+
+bool rangeMapped(const std::vector<Mapping>& maps, uint64_t start, uint64_t end) {
+  if (end <= start) return false;
+  // First mapping whose end is past start.
+  size_t lo = 0, hi = maps.size();
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (maps[mid].end <= start) lo = mid + 1; else hi = mid;
+  }
+  uint64_t covered = start;
+  for (size_t i = lo; i < maps.size() && covered < end; ++i) {
+    if (maps[i].start > covered) return false;  // a gap
+    covered = maps[i].end;
+  }
+  return covered >= end;
+}
+
+}  // namespace tt::sys

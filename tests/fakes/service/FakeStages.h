@@ -1,0 +1,112 @@
+// Fakes of the epoch loop's stages (daemon/service/Stages.h): they record what the loop did and
+// return scripted evidence and plans.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "service/EpochLoop.h"
+#include "service/Stages.h"
+
+namespace tt::test {
+
+class FakeEvidenceSource final : public service::EvidenceSource {
+ public:
+  Result<void> addProcess(pid_t tgid) override {
+    tracked.insert(tgid);
+    return {};
+  }
+  Result<void> removeProcess(pid_t tgid) override {
+    tracked.erase(tgid);
+    removed.push_back(tgid);
+    return {};
+  }
+  Result<void> collect(std::vector<AccessEvidence>& out) override {
+    out.insert(out.end(), next.begin(), next.end());
+    next.clear();
+    ++collects;
+    return {};
+  }
+  std::vector<service::SourceReport> status() const override { return reports; }
+  Result<void> applyConfig(const tensortier::v1::SourcesConfig&) override { return {}; }
+  void shutdown() override { shutdownCalled = true; }
+
+  std::set<pid_t> tracked;
+  std::vector<pid_t> removed;
+  std::vector<AccessEvidence> next;  // handed out by the next collect()
+  std::vector<service::SourceReport> reports;
+  int collects = 0;
+  bool shutdownCalled = false;
+};
+
+// Heat = sum of evidence weights per region; plans whatever `nextPlan` holds.
+class FakePolicy final : public service::PlacementPolicy {
+ public:
+  Result<void> addRegion(const RegionInfo& region) override {
+    regions[region.id] = region;
+    return {};
+  }
+  void removeRegion(uint64_t regionId) override { regions.erase(regionId); }
+  void removeProcess(pid_t tgid) override { removedProcesses.push_back(tgid); }
+  void observe(std::span<const AccessEvidence> evidence, uint64_t nowNs) override {
+    lastObserveNs = nowNs;
+    for (const auto& e : evidence)
+      for (const auto& [id, r] : regions)
+        if (r.tgid == e.tgid && e.page >= r.start && e.page < r.start + r.length) heat[id] += e.weight;
+    observed += evidence.size();
+  }
+  void onMark(const IterationMark& mark) override { marks.push_back(mark); }
+  MigrationPlan plan(uint64_t, double bandwidth) override {
+    lastBandwidth = bandwidth;
+    ++plans;
+    MigrationPlan p = nextPlan;
+    nextPlan = {};
+    return p;
+  }
+  std::vector<std::pair<uint64_t, double>> regionHeat() const override {
+    return {heat.begin(), heat.end()};
+  }
+  service::PolicyView view() const override { return {budget, 0}; }
+  Result<void> applyConfig(const tensortier::v1::PolicyConfig&) override { return {}; }
+
+  std::map<uint64_t, RegionInfo> regions;
+  std::map<uint64_t, double> heat;
+  std::vector<pid_t> removedProcesses;
+  std::vector<IterationMark> marks;
+  MigrationPlan nextPlan;
+  size_t observed = 0;
+  uint64_t lastObserveNs = 0;
+  double lastBandwidth = -1;
+  int plans = 0;
+  uint64_t budget = 0;
+};
+
+class FakeExecutor final : public service::PlanExecutor {
+ public:
+  Result<void> submit(MigrationPlan plan) override {
+    std::lock_guard lock(mutex);
+    submitted.push_back(std::move(plan));
+    return {};
+  }
+  void cancelProcess(pid_t tgid) override {
+    std::lock_guard lock(mutex);
+    cancelled.push_back(tgid);
+  }
+  service::ExecutorCounters counters() const override {
+    std::lock_guard lock(mutex);
+    return current;
+  }
+  Result<void> applyConfig(const tensortier::v1::MigrationConfig&) override { return {}; }
+  void shutdown(uint32_t) override {}
+
+  mutable std::mutex mutex;
+  std::vector<MigrationPlan> submitted;
+  std::vector<pid_t> cancelled;
+  service::ExecutorCounters current;
+};
+
+}  // namespace tt::test

@@ -1,0 +1,479 @@
+// The real daemon on a temp socket, driven through the raw protocol (tt::ctl::CtlClient) and
+// tensortierctl: registration, queries, marks, identity and permissions (a client running as
+// nobody), pidfd cleanup, malformed and oversized frames, limits, SIGHUP, SIGTERM and restart,
+// socket ownership, metrics.
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "DaemonHarness.h"
+#include "ctl/CtlClient.h"
+#include "ipc/FrameCodec.h"
+#include "support/TestSupport.h"
+
+namespace {
+
+namespace pb = tensortier::v1;
+using tt::ctl::CtlClient;
+using tt::test::DaemonHarness;
+constexpr uint64_t kPage = 4096;
+constexpr uid_t kNobody = 65534;
+constexpr gid_t kNogroup = 65534;
+
+uint16_t metricsPort() { return static_cast<uint16_t>(20000 + ::getpid() % 20000); }
+
+std::string baseConfig(const std::string& extraService = "", int epochMs = 100) {
+  return "service {\n  socket_group: \"nogroup\"\n  socket_mode: \"0660\"\n  epoch_ms: " + std::to_string(epochMs) +
+         "\n  max_frame_bytes: 65536\n  metrics_port: " + std::to_string(metricsPort()) + "\n" + extraService + "}\n";
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TT_REQUIRE_ROOT();
+    daemon.writeConfig(baseConfig());
+    ASSERT_TRUE(daemon.start()) << daemon.log();
+  }
+  void TearDown() override {
+    if (HasFailure()) std::cerr << "--- daemon log ---\n" << daemon.log();
+  }
+  void connect(CtlClient& c, const std::string& name = "privileged-test", bool mbind = false) {
+    auto r = c.connect(daemon.socket());
+    ASSERT_TRUE(r.ok()) << r.error().message();
+    auto h = c.hello(name, mbind);
+    ASSERT_TRUE(h.ok()) << h.error().message();
+    EXPECT_EQ(h->version(), 1u);
+  }
+  static pb::ClientMessage registerMsg(const void* address, uint64_t length, const std::string& name) {
+    pb::ClientMessage m;
+    auto* r = m.mutable_register_region();
+    r->set_address(reinterpret_cast<uint64_t>(address));
+    r->set_length(length);
+    r->set_name(name);
+    r->set_kind(pb::ACTIVATION);
+    return m;
+  }
+  nlohmann::json ctlJson(const std::string& args, int expectExit = 0) {
+    auto r = tt::test::runCommand(std::string(TT_TENSORTIERCTL) + " --socket " + daemon.socket() + " --json " + args);
+    EXPECT_EQ(r.exitCode, expectExit) << args << ": " << r.out;
+    try {
+      return nlohmann::json::parse(r.out);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "tensortierctl " << args << " printed no JSON: " << r.out;
+      return {};
+    }
+  }
+
+  DaemonHarness daemon;
+};
+
+struct Mapping {
+  explicit Mapping(size_t bytes) : size(bytes) {
+    addr = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (addr != MAP_FAILED) std::memset(addr, 1, bytes);
+  }
+  ~Mapping() {
+    if (addr != MAP_FAILED) ::munmap(addr, size);
+  }
+  void* addr;
+  size_t size;
+};
+
+TEST_F(ServiceTest, RegisterQueryMarkAndUnregister) {
+  CtlClient c;
+  connect(c);
+  Mapping m(64 * kPage);
+  ASSERT_NE(m.addr, MAP_FAILED);
+  auto reg = c.call(registerMsg(m.addr, m.size, "acts"));
+  ASSERT_TRUE(reg.ok()) << reg.error().message();
+  ASSERT_TRUE(reg->has_register_region_reply()) << reg->DebugString();
+  const uint64_t id = reg->register_region_reply().region_id();
+
+  pb::ClientMessage mark;
+  mark.mutable_iteration_mark()->set_type(pb::IterationMark::STEP_BEGIN);
+  mark.mutable_iteration_mark()->set_step(17);
+  ASSERT_TRUE(c.post(mark).ok());  // seq 0: no reply
+
+  pb::ClientMessage q;
+  q.mutable_query_placement()->add_region_ids(id);
+  auto placement = c.call(q);
+  ASSERT_TRUE(placement.ok());
+  ASSERT_TRUE(placement->has_placement()) << placement->DebugString();
+  ASSERT_EQ(placement->placement().regions_size(), 1);
+  const auto& rp = placement->placement().regions(0);
+  EXPECT_EQ(rp.name(), "acts");
+  EXPECT_EQ(rp.length(), m.size);
+  uint64_t present = 0;
+  for (const auto& nb : rp.bytes_per_node()) present += nb.bytes();
+  EXPECT_EQ(present, m.size);  // every page was touched
+  EXPECT_EQ(rp.unmapped_bytes(), 0u);
+
+  auto procs = ctlJson("processes");
+  ASSERT_EQ(procs["processes"].size(), 1u);
+  EXPECT_EQ(procs["processes"][0]["pid"], ::getpid());
+  EXPECT_EQ(procs["processes"][0]["last_step"], 17);
+  EXPECT_EQ(procs["processes"][0]["client_name"], "privileged-test");
+
+  pb::ClientMessage u;
+  u.mutable_unregister_region()->set_region_id(id);
+  auto ack = c.call(u);
+  ASSERT_TRUE(ack.ok());
+  EXPECT_TRUE(ack->has_ack()) << ack->DebugString();
+  EXPECT_EQ(ctlJson("regions")["regions"].size(), 0u);
+}
+
+TEST_F(ServiceTest, RangeNotMappedInTheCallerIsRefused) {
+  CtlClient c;
+  connect(c);
+  void* hole = ::mmap(nullptr, 16 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(hole, MAP_FAILED);
+  ::munmap(hole, 16 * kPage);
+  auto r = c.call(registerMsg(hole, 16 * kPage, "gone"));
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->has_error()) << r->DebugString();
+  EXPECT_EQ(r->error().code(), pb::REGION_NOT_MAPPED);
+}
+
+// What the nobody child saw, reported through a pipe.
+struct ChildReport {
+  int connected = 0;
+  int registerCode = -1;  // 0 = registered, else ErrorCode
+  uint64_t regionId = 0;
+  int tuneCode = -1;
+  int migrateCode = -1;
+  int statusOk = 0;
+};
+
+TEST_F(ServiceTest, NobodyRegistersOnItsOwnPidAndIsRefusedAdminRequests) {
+  int report[2], release[2];
+  ASSERT_EQ(::pipe(report), 0);
+  ASSERT_EQ(::pipe(release), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ChildReport rep;
+    if (::setgroups(0, nullptr) == 0 && ::setgid(kNogroup) == 0 && ::setuid(kNobody) == 0) {
+      CtlClient c;
+      Mapping m(8 * kPage);
+      if (c.connect(daemon.socket()).ok() && c.hello("nobody").ok()) {
+        rep.connected = 1;
+        auto r = c.call(registerMsg(m.addr, m.size, "nobody-buf"));
+        if (r.ok()) {
+          rep.registerCode = r->has_error() ? r->error().code() : 0;
+          if (r->has_register_region_reply()) rep.regionId = r->register_region_reply().region_id();
+        }
+        pb::ClientMessage tune;
+        tune.mutable_tune()->set_epoch_ms(500);
+        auto t = c.call(tune);
+        if (t.ok()) rep.tuneCode = t->has_error() ? t->error().code() : 0;
+        pb::ClientMessage mig;
+        mig.mutable_migrate()->set_region_id(rep.regionId);
+        mig.mutable_migrate()->set_node(0);
+        auto g = c.call(mig);
+        if (g.ok()) rep.migrateCode = g->has_error() ? g->error().code() : 0;
+        pb::ClientMessage st;
+        st.mutable_status();
+        auto s = c.call(st);
+        rep.statusOk = s.ok() && s->has_status();
+        (void)!::write(report[1], &rep, sizeof rep);
+        char b;
+        (void)!::read(release[0], &b, 1);  // keep the connection until the parent looked
+      }
+    }
+    if (!rep.connected) (void)!::write(report[1], &rep, sizeof rep);
+    std::_Exit(0);
+  }
+  ::close(report[1]);
+  ::close(release[0]);
+  ChildReport rep;
+  ASSERT_EQ(::read(report[0], &rep, sizeof rep), static_cast<ssize_t>(sizeof rep));
+  ASSERT_EQ(rep.connected, 1) << "nobody could not connect through the nogroup 0660 socket";
+  EXPECT_EQ(rep.registerCode, 0);
+  EXPECT_EQ(rep.tuneCode, pb::PERMISSION_DENIED);
+  EXPECT_EQ(rep.migrateCode, pb::PERMISSION_DENIED);
+  EXPECT_EQ(rep.statusOk, 1);
+
+  // The registration landed on the child's own pid, under uid 65534 (from SO_PEERCRED).
+  auto regions = ctlJson("regions");
+  ASSERT_EQ(regions["regions"].size(), 1u);
+  EXPECT_EQ(regions["regions"][0]["pid"], child);
+  EXPECT_EQ(regions["regions"][0]["region_id"], rep.regionId);
+  auto procs = ctlJson("processes");
+  ASSERT_EQ(procs["processes"].size(), 1u);
+  EXPECT_EQ(procs["processes"][0]["uid"], kNobody);
+  EXPECT_EQ(ctlJson("status")["epoch_ms"], 100);  // the refused tune changed nothing
+
+  (void)!::write(release[1], "x", 1);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::close(report[0]);
+  ::close(release[1]);
+}
+
+TEST_F(ServiceTest, ProcessExitCleansUpThroughPidfdEvenWhenTheSocketLivesOn) {
+  // The registering process exits while a child it forked keeps the connection open: only the
+  // pidfd can tell the daemon the registered process is gone.
+  int ready[2], hold[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(hold), 0);
+  const pid_t parent = ::fork();
+  ASSERT_GE(parent, 0);
+  if (parent == 0) {
+    CtlClient c;
+    Mapping m(4 * kPage);
+    if (!c.connect(daemon.socket()).ok() || !c.hello("exiting").ok()) std::_Exit(1);
+    auto r = c.call(registerMsg(m.addr, m.size, "short-lived"));
+    if (!r.ok() || !r->has_register_region_reply()) std::_Exit(2);
+    if (::fork() == 0) {  // the heir: inherits the socket, waits for the test to finish
+      char b;
+      (void)!::read(hold[0], &b, 1);
+      std::_Exit(0);
+    }
+    (void)!::write(ready[1], "r", 1);
+    std::_Exit(0);
+  }
+  ::close(ready[1]);
+  char b = 0;
+  ASSERT_EQ(::read(ready[0], &b, 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(parent, &status, 0), parent);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    gone = ctlJson("regions")["regions"].empty();
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(gone) << "the exited process's region is still registered";
+  EXPECT_TRUE(ctlJson("processes")["processes"].empty());
+  (void)!::write(hold[1], "x", 1);
+  ::close(hold[1]);
+  ::close(ready[0]);
+}
+
+TEST_F(ServiceTest, MalformedFrameGetsBadRequestAndTheConnectionKeepsWorking) {
+  CtlClient c;
+  ASSERT_TRUE(c.connect(daemon.socket()).ok());
+  std::string garbage;
+  tt::ipc::appendFrameHeader(5, garbage);
+  garbage += "\xff\xff\xff\xff\xff";
+  ASSERT_TRUE(c.sendRaw(garbage).ok());
+  auto r = c.nextMessage();
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  ASSERT_TRUE(r->has_error());
+  EXPECT_EQ(r->error().code(), pb::BAD_REQUEST);
+  EXPECT_TRUE(c.hello("after-garbage").ok());
+  // A message with a field this daemon does not know (a newer client's request) parses to an
+  // empty body: seq 7, then field 100 = 1.
+  std::string unknown;
+  tt::ipc::appendFrameHeader(5, unknown);
+  unknown += std::string("\x08\x07\xa0\x06\x01", 5);
+  ASSERT_TRUE(c.sendRaw(unknown).ok());
+  auto u = c.nextMessage();
+  ASSERT_TRUE(u.ok());
+  ASSERT_TRUE(u->has_error());
+  EXPECT_EQ(u->error().code(), pb::BAD_REQUEST);
+  EXPECT_EQ(u->seq(), 7u);
+  pb::ClientMessage st;
+  st.mutable_status();
+  auto s = c.call(st);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->has_status());
+}
+
+TEST_F(ServiceTest, OversizedFrameGetsFrameTooLargeAndTheDaemonKeepsServing) {
+  CtlClient c;
+  ASSERT_TRUE(c.connect(daemon.socket()).ok());
+  std::string header;
+  tt::ipc::appendFrameHeader(65537, header);  // max_frame_bytes is 65536
+  ASSERT_TRUE(c.sendRaw(header).ok());
+  auto r = c.nextMessage();
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  ASSERT_TRUE(r->has_error());
+  EXPECT_EQ(r->error().code(), pb::FRAME_TOO_LARGE);
+  auto closed = c.nextMessage(std::chrono::seconds(5));
+  ASSERT_FALSE(closed.ok());
+  EXPECT_EQ(closed.error().code, ENOTCONN) << closed.error().message();
+  CtlClient fresh;
+  connect(fresh);
+  EXPECT_TRUE(daemon.running());
+}
+
+TEST_F(ServiceTest, HalfAFrameThenHangupDoesNotDisturbOthers) {
+  CtlClient other;
+  connect(other);
+  {
+    CtlClient c;
+    ASSERT_TRUE(c.connect(daemon.socket()).ok());
+    std::string header;
+    tt::ipc::appendFrameHeader(1000, header);
+    ASSERT_TRUE(c.sendRaw(header + "abc").ok());
+  }
+  pb::ClientMessage st;
+  st.mutable_status();
+  auto s = other.call(st);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->has_status());
+}
+
+TEST_F(ServiceTest, SocketIsOwnedByTheConfiguredGroupWithMode0660) {
+  struct stat st {};
+  ASSERT_EQ(::stat(daemon.socket().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0660u);
+  EXPECT_EQ(st.st_gid, kNogroup);
+}
+
+TEST_F(ServiceTest, SigtermExitsZeroRemovesTheSocketAndARestartServesAgain) {
+  CtlClient c;
+  connect(c);
+  Mapping m(4 * kPage);
+  auto reg = c.call(registerMsg(m.addr, m.size, "before-restart"));
+  ASSERT_TRUE(reg.ok() && reg->has_register_region_reply());
+  daemon.signal(SIGTERM);
+  const auto code = daemon.wait();
+  ASSERT_TRUE(code.has_value()) << "tensortierd did not exit after SIGTERM";
+  EXPECT_EQ(*code, 0);
+  EXPECT_NE(::access(daemon.socket().c_str(), F_OK), 0);
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+  EXPECT_EQ(ctlJson("regions")["regions"].size(), 0u);  // registrations do not survive a restart
+  CtlClient again;
+  connect(again);
+  auto reg2 = again.call(registerMsg(m.addr, m.size, "after-restart"));
+  ASSERT_TRUE(reg2.ok());
+  EXPECT_TRUE(reg2->has_register_region_reply()) << reg2->DebugString();
+}
+
+TEST_F(ServiceTest, SighupKeepsTheRunningConfigWhenTheFileIsBadAndAppliesAGoodOne) {
+  daemon.writeConfig("service { epoch_ms: 5 }\n");  // below the minimum of 10
+  daemon.signal(SIGHUP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_TRUE(daemon.running());
+  EXPECT_EQ(ctlJson("status")["epoch_ms"], 100);
+  EXPECT_NE(daemon.log().find("keeping the running config"), std::string::npos);
+  daemon.writeConfig(baseConfig("", 250));
+  daemon.signal(SIGHUP);
+  bool applied = false;
+  for (int i = 0; i < 50 && !applied; ++i) {
+    applied = ctlJson("status")["epoch_ms"] == 250;
+    if (!applied) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(applied);
+}
+
+TEST_F(ServiceTest, TensortierctlJsonStatusAndTuneAsRoot) {
+  auto status = ctlJson("status");
+  EXPECT_EQ(status["daemon_version"], "0.1.0");
+  ASSERT_TRUE(status["nodes"].is_array());
+  EXPECT_GE(status["nodes"].size(), 1u);
+  EXPECT_TRUE(status["nodes"][0].contains("tier"));
+  ASSERT_TRUE(status["sources"].is_array());
+  EXPECT_GE(status["epochs"].get<uint64_t>(), 0u);
+  auto tuned = ctlJson("tune --epoch-ms 300 --promote-mbps 123");
+  EXPECT_NE(tuned["effective_config"].get<std::string>().find("promote_mbps: 123"), std::string::npos);
+  EXPECT_EQ(ctlJson("status")["epoch_ms"], 300);
+  auto bad = ctlJson("tune --epoch-ms 1", 1);
+  EXPECT_EQ(bad["error"]["code"], "BAD_REQUEST");
+  EXPECT_EQ(ctlJson("status")["epoch_ms"], 300);
+  auto top = ctlJson("top --count 3");
+  EXPECT_TRUE(top["hottest"].is_array());
+  auto check = tt::test::runCommand(std::string(TT_TENSORTIERCTL) + " --json check-config --config " + daemon.configPath());
+  EXPECT_EQ(check.exitCode, 0) << check.out;
+  EXPECT_EQ(nlohmann::json::parse(check.out)["valid"], true);
+}
+
+TEST_F(ServiceTest, PerUidConnectionLimitRefusesTheExtraConnection) {
+  daemon.writeConfig(baseConfig("  max_connections_per_uid: 4\n"));
+  daemon.signal(SIGHUP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::vector<std::unique_ptr<CtlClient>> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.push_back(std::make_unique<CtlClient>());
+    connect(*clients.back());
+  }
+  CtlClient extra;
+  ASSERT_TRUE(extra.connect(daemon.socket()).ok());
+  auto r = extra.nextMessage();
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  ASSERT_TRUE(r->has_error());
+  EXPECT_EQ(r->error().code(), pb::LIMIT_EXCEEDED);
+  clients.pop_back();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CtlClient again;
+  connect(again);
+}
+
+TEST_F(ServiceTest, MetricsAreServedOnLoopback) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a few epochs
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket s(io);
+  boost::system::error_code ec;
+  s.connect({boost::asio::ip::address_v4::loopback(), metricsPort()}, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  const std::string req = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  boost::asio::write(s, boost::asio::buffer(req));
+  std::string out;
+  char buf[8192];
+  for (;;) {
+    const size_t n = s.read_some(boost::asio::buffer(buf), ec);
+    out.append(buf, n);
+    if (ec) break;
+  }
+  EXPECT_NE(out.find("200 OK"), std::string::npos);
+  EXPECT_NE(out.find("# TYPE tensortier_epoch_duration_seconds histogram"), std::string::npos) << out;
+  EXPECT_NE(out.find("tensortier_epochs_total "), std::string::npos);
+  EXPECT_NE(out.find("tensortier_promoted_bytes_total "), std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+// Socket activation: systemd-socket-activate (from the systemd package) binds the socket and
+// passes it as fd 3 with LISTEN_FDS, as tensortierd.socket does; the daemon serves it.
+TEST(ServiceActivation, ServesTheSocketSystemdPasses) {
+  TT_REQUIRE_ROOT();
+  ASSERT_EQ(::access("/usr/bin/systemd-socket-activate", X_OK), 0) << "needs systemd-socket-activate (package systemd)";
+  DaemonHarness dir;  // only for its temp directory and config file
+  dir.writeConfig("service { socket_group: \"\" }\n");
+  const std::string sock = dir.dir() + "/activated.sock", log = dir.dir() + "/activated.log";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    const std::string listen = "--listen=" + sock, config = dir.configPath();
+    ::execl("/usr/bin/systemd-socket-activate", "systemd-socket-activate", listen.c_str(), TT_TENSORTIERD,
+            "--config", config.c_str(), static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  bool served = false;
+  for (int i = 0; i < 200 && !served; ++i) {
+    CtlClient c;
+    if (c.connect(sock).ok() && c.hello("activation-test").ok()) {
+      pb::ClientMessage st;
+      st.mutable_status();
+      auto s = c.call(st);
+      served = s.ok() && s->has_status();
+    }
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const std::string text = tt::test::readFileOrFail(log);
+  EXPECT_TRUE(served) << text;
+  EXPECT_NE(text.find("serving the socket systemd passed"), std::string::npos) << text;
+}
+
+}  // namespace

@@ -1,0 +1,273 @@
+// Request handling without sockets: Hello and version negotiation, ordering rules, registration
+// errors mapped to codes, marks, placement queries, admin dispatch, pid reuse.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "fakes/migrate/FakePageMover.h"
+#include "fakes/registry/FakeAddressSpace.h"
+#include "ipc/Protocol.h"
+
+namespace {
+
+namespace pb = tensortier::v1;
+using tt::ipc::ProtocolHandler;
+using tt::ipc::Session;
+constexpr uint64_t kPage = tt::kBasePageSize;
+
+class FakeLifetime final : public tt::ipc::ProcessLifetime {
+ public:
+  bool exited(pid_t pid) override { return dead.count(pid) != 0; }
+  bool watch(pid_t pid) override {
+    watched.push_back(pid);
+    return !gone.count(pid);
+  }
+  std::set<pid_t> dead, gone;
+  std::vector<pid_t> watched;
+};
+
+class RecordingAdmin final : public tt::ipc::AdminHandler {
+ public:
+  void handleAdmin(const Session& s, const pb::ClientMessage& req, pb::DaemonMessage& reply) override {
+    ++calls;
+    lastUid = s.peer.uid;
+    lastCase = req.body_case();
+    reply.mutable_status()->set_daemon_version("fake");
+  }
+  int calls = 0;
+  uid_t lastUid = 0;
+  pb::ClientMessage::BodyCase lastCase = pb::ClientMessage::BODY_NOT_SET;
+};
+
+class ProtocolTest : public ::testing::Test {
+ protected:
+  ProtocolTest() : registry(space, {}), reader(mover), handler(registry, reader, &lifetime, &admin, "9.9") {
+    session.id = handler.nextSessionId();
+    session.peer = {100, 1000, 1000};
+    space.map(100, 0x10000000, 0x20000000);
+  }
+
+  pb::DaemonMessage send(const pb::ClientMessage& m, bool expectReply = true) {
+    pb::DaemonMessage reply;
+    EXPECT_EQ(handler.handle(session, m, reply), expectReply);
+    return reply;
+  }
+  pb::DaemonMessage hello(std::vector<uint32_t> versions) {
+    pb::ClientMessage m;
+    m.set_seq(1);
+    for (auto v : versions) m.mutable_hello()->add_versions(v);
+    m.mutable_hello()->set_client_name("test");
+    return send(m);
+  }
+  pb::DaemonMessage registerRegion(uint64_t address, uint64_t length, uint64_t seq = 2) {
+    pb::ClientMessage m;
+    m.set_seq(seq);
+    auto* r = m.mutable_register_region();
+    r->set_address(address);
+    r->set_length(length);
+    r->set_kind(pb::WEIGHT);
+    r->set_name("w");
+    r->set_client_tag(77);
+    return send(m);
+  }
+
+  tt::test::FakeAddressSpace space;
+  tt::registry::Registry registry;
+  tt::fakes::FakePageMover mover;
+  tt::ipc::PlacementReader reader;
+  FakeLifetime lifetime;
+  RecordingAdmin admin;
+  ProtocolHandler handler;
+  Session session;
+};
+
+TEST_F(ProtocolTest, HelloPicksHighestCommonVersion) {
+  auto r = hello({7, 1, 3});
+  ASSERT_TRUE(r.has_hello_reply()) << r.DebugString();
+  EXPECT_EQ(r.seq(), 1u);
+  EXPECT_EQ(r.hello_reply().version(), 1u);
+  EXPECT_EQ(r.hello_reply().daemon_version(), "9.9");
+  EXPECT_EQ(r.hello_reply().session_id(), session.id);
+}
+
+TEST_F(ProtocolTest, HelloWithoutCommonVersionIsUnsupportedAndCanBeRetried) {
+  auto r = hello({2, 3});
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().code(), pb::UNSUPPORTED_VERSION);
+  EXPECT_FALSE(session.hello);
+  EXPECT_TRUE(hello({1}).has_hello_reply());
+}
+
+TEST_F(ProtocolTest, SecondHelloIsABadRequest) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  auto r = hello({1});
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().code(), pb::BAD_REQUEST);
+}
+
+TEST_F(ProtocolTest, RequestsBeforeHelloAreNotRegistered) {
+  auto r = registerRegion(0x10000000, kPage);
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().code(), pb::NOT_REGISTERED);
+  EXPECT_EQ(r.seq(), 2u);
+  EXPECT_EQ(registry.totals().regions, 0u);
+}
+
+TEST_F(ProtocolTest, EmptyOrUnknownBodyIsABadRequest) {
+  pb::ClientMessage m;
+  m.set_seq(5);
+  auto r = send(m);
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().code(), pb::BAD_REQUEST);
+  EXPECT_EQ(r.seq(), 5u);
+}
+
+TEST_F(ProtocolTest, RegisterCoversWholePagesForTheCallersPid) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  auto r = registerRegion(0x10000010, 100);
+  ASSERT_TRUE(r.has_register_region_reply()) << r.DebugString();
+  EXPECT_EQ(r.register_region_reply().client_tag(), 77u);
+  auto rec = registry.region(r.register_region_reply().region_id());
+  ASSERT_TRUE(rec.has_value());
+  EXPECT_EQ(rec->info.tgid, 100);
+  EXPECT_EQ(rec->info.start, 0x10000000u);
+  EXPECT_EQ(rec->info.length, kPage);
+  EXPECT_EQ(lifetime.watched, std::vector<pid_t>{100});
+}
+
+TEST_F(ProtocolTest, RegistrationErrorsCarryTheirCodes) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  EXPECT_EQ(registerRegion(0x50000000, kPage).error().code(), pb::REGION_NOT_MAPPED);
+  EXPECT_EQ(registerRegion(0x10000000, 0).error().code(), pb::BAD_REQUEST);
+  ASSERT_TRUE(registerRegion(0x10000000, 4 * kPage).has_register_region_reply());
+  EXPECT_EQ(registerRegion(0x10000000 + kPage, kPage).error().code(), pb::REGION_OVERLAPS);
+  pb::ClientMessage u;
+  u.set_seq(9);
+  u.mutable_unregister_region()->set_region_id(999);
+  EXPECT_EQ(send(u).error().code(), pb::NO_SUCH_REGION);
+}
+
+TEST_F(ProtocolTest, UnregisterAcksAndFreesTheRange) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  const uint64_t id = registerRegion(0x10000000, kPage).register_region_reply().region_id();
+  pb::ClientMessage u;
+  u.set_seq(3);
+  u.mutable_unregister_region()->set_region_id(id);
+  EXPECT_TRUE(send(u).has_ack());
+  EXPECT_TRUE(registerRegion(0x10000000, kPage).has_register_region_reply());
+}
+
+TEST_F(ProtocolTest, IterationMarkWithSeqZeroHasNoReplyAndReachesTheRegistry) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  pb::ClientMessage m;
+  m.mutable_iteration_mark()->set_type(pb::IterationMark::STEP_BEGIN);
+  m.mutable_iteration_mark()->set_step(12);
+  send(m, /*expectReply=*/false);
+  m.set_seq(4);
+  m.mutable_iteration_mark()->set_type(pb::IterationMark::PHASE_BEGIN);
+  m.mutable_iteration_mark()->set_phase("backward");
+  EXPECT_TRUE(send(m).has_ack());
+  auto events = registry.drainEvents();
+  std::vector<tt::IterationMark> marks;
+  for (auto& e : events)
+    if (e.type == tt::registry::RegistryEvent::Type::Mark) marks.push_back(e.mark);
+  ASSERT_EQ(marks.size(), 2u);
+  EXPECT_EQ(marks[0].tgid, 100);
+  EXPECT_EQ(marks[0].step, 12u);
+  EXPECT_EQ(marks[1].type, tt::MarkType::PhaseBegin);
+  EXPECT_EQ(marks[1].phase, "backward");
+  EXPECT_EQ(registry.processes().at(0).lastStep, 12u);
+}
+
+TEST_F(ProtocolTest, QueryPlacementReportsBytesPerNode) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  const uint64_t id = registerRegion(0x10000000, 4 * kPage).register_region_reply().region_id();
+  mover.map(100, 0x10000000, 3 * kPage, 1);
+  pb::ClientMessage q;
+  q.set_seq(8);
+  q.mutable_query_placement();  // empty = all of mine
+  auto r = send(q);
+  ASSERT_TRUE(r.has_placement()) << r.DebugString();
+  ASSERT_EQ(r.placement().regions_size(), 1);
+  const auto& rp = r.placement().regions(0);
+  EXPECT_EQ(rp.region_id(), id);
+  EXPECT_EQ(rp.kind(), pb::WEIGHT);
+  ASSERT_EQ(rp.bytes_per_node_size(), 1);
+  EXPECT_EQ(rp.bytes_per_node(0).node(), 1);
+  EXPECT_EQ(rp.bytes_per_node(0).bytes(), 3 * kPage);
+  EXPECT_EQ(rp.unmapped_bytes(), kPage);
+}
+
+TEST_F(ProtocolTest, QueryOfAnotherProcessRegionIsNoSuchRegion) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  const uint64_t id = registerRegion(0x10000000, kPage).register_region_reply().region_id();
+  Session other;
+  other.id = handler.nextSessionId();
+  other.peer = {200, 1001, 1001};
+  pb::ClientMessage h;
+  h.mutable_hello()->add_versions(1);
+  pb::DaemonMessage reply;
+  ASSERT_TRUE(handler.handle(other, h, reply));
+  pb::ClientMessage q;
+  q.mutable_query_placement()->add_region_ids(id);
+  ASSERT_TRUE(handler.handle(other, q, reply));
+  ASSERT_TRUE(reply.has_error());
+  EXPECT_EQ(reply.error().code(), pb::NO_SUCH_REGION);
+  pb::ClientMessage u;
+  u.mutable_unregister_region()->set_region_id(id);
+  ASSERT_TRUE(handler.handle(other, u, reply));
+  EXPECT_EQ(reply.error().code(), pb::NO_SUCH_REGION);
+  EXPECT_TRUE(registry.region(id).has_value());
+}
+
+TEST_F(ProtocolTest, AdminRequestsGoToTheAdminHandlerWithThePeer) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  pb::ClientMessage m;
+  m.set_seq(11);
+  m.mutable_status();
+  auto r = send(m);
+  EXPECT_EQ(admin.calls, 1);
+  EXPECT_EQ(admin.lastUid, 1000u);
+  EXPECT_EQ(admin.lastCase, pb::ClientMessage::kStatus);
+  EXPECT_EQ(r.seq(), 11u);
+  EXPECT_TRUE(r.has_status());
+}
+
+TEST_F(ProtocolTest, ClosingTheLastSessionDropsTheProcess) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  ASSERT_TRUE(registerRegion(0x10000000, kPage).has_register_region_reply());
+  handler.sessionClosed(session);
+  EXPECT_FALSE(registry.hasProcess(100));
+  EXPECT_EQ(registry.totals().regions, 0u);
+}
+
+TEST_F(ProtocolTest, ReusedPidDoesNotInheritTheDeadProcessRegions) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  ASSERT_TRUE(registerRegion(0x10000000, kPage).has_register_region_reply());
+  // The old pid 100 exited (pidfd readable, not handled yet); a new process got pid 100.
+  lifetime.dead.insert(100);
+  Session fresh;
+  fresh.id = handler.nextSessionId();
+  fresh.peer = {100, 1000, 1000};
+  pb::ClientMessage h;
+  h.mutable_hello()->add_versions(1);
+  pb::DaemonMessage reply;
+  ASSERT_TRUE(handler.handle(fresh, h, reply));
+  pb::ClientMessage m;
+  m.mutable_register_region()->set_address(0x10000000);
+  m.mutable_register_region()->set_length(kPage);
+  ASSERT_TRUE(handler.handle(fresh, m, reply));
+  ASSERT_TRUE(reply.has_register_region_reply()) << reply.DebugString();
+  EXPECT_EQ(registry.totals().regions, 1u);  // only the new process's region
+  EXPECT_EQ(lifetime.watched.size(), 2u);
+}
+
+TEST_F(ProtocolTest, ProcessGoneBeforeWatchIsRefused) {
+  lifetime.gone.insert(100);
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  auto r = registerRegion(0x10000000, kPage);
+  ASSERT_TRUE(r.has_error());
+  EXPECT_FALSE(registry.hasProcess(100));
+}
+
+}  // namespace

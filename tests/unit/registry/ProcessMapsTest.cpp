@@ -1,0 +1,96 @@
+// /proc/PID/maps parsing and the "is this range mapped" rule, on fixture files.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "registry/AddressSpace.h"
+#include "support/TestSupport.h"
+#include "sys/service/ProcessMaps.h"
+
+namespace {
+
+const std::string kProc = tt::test::fixture("registry/proc");
+
+TEST(ProcessMaps, ParsesEveryLineOfAFixture) {
+  auto maps = tt::sys::readMaps(tt::sys::Fs(kProc), 4242);
+  ASSERT_TRUE(maps.ok()) << maps.error().message();
+  ASSERT_EQ(maps->size(), 9u);
+  EXPECT_EQ((*maps)[2].path, "[heap]");
+  EXPECT_EQ((*maps)[3].start, 0x7f3a10000000u);
+  EXPECT_EQ((*maps)[3].end, 0x7f3a10400000u);
+  EXPECT_TRUE((*maps)[3].writable);
+  EXPECT_EQ((*maps)[3].path, "");
+  EXPECT_TRUE((*maps)[5].shared);
+  EXPECT_EQ((*maps)[5].path, "/dev/shm/torch_1234_5678 (deleted)");
+  EXPECT_FALSE((*maps)[6].readable);
+}
+
+TEST(ProcessMaps, RangeAcrossAdjacentVmasIsMapped) {
+  auto maps = tt::sys::readMaps(tt::sys::Fs(kProc), 4242);
+  ASSERT_TRUE(maps.ok());
+  EXPECT_TRUE(tt::sys::rangeMapped(*maps, 0x7f3a10000000, 0x7f3a10800000));
+  EXPECT_TRUE(tt::sys::rangeMapped(*maps, 0x7f3a103ff000, 0x7f3a10401000));
+}
+
+TEST(ProcessMaps, RangeWithAGapOrOutsideIsNotMapped) {
+  auto maps = tt::sys::readMaps(tt::sys::Fs(kProc), 4242);
+  ASSERT_TRUE(maps.ok());
+  EXPECT_FALSE(tt::sys::rangeMapped(*maps, 0x7f3a10000000, 0x7f3a10a00000));  // gap at 0x7f3a10800000
+  EXPECT_FALSE(tt::sys::rangeMapped(*maps, 0x1000, 0x2000));
+  EXPECT_FALSE(tt::sys::rangeMapped(*maps, 0x7f3a107ff000, 0x7f3a10801000));  // runs past the end
+  EXPECT_FALSE(tt::sys::rangeMapped(*maps, 0x7f3a10000000, 0x7f3a10000000));  // empty
+}
+
+TEST(ProcessMaps, MalformedLineIsAnErrorNamingTheLine) {
+  auto maps = tt::sys::readMaps(tt::sys::Fs(kProc), 4343);
+  ASSERT_FALSE(maps.ok());
+  EXPECT_NE(maps.error().message().find("line 2"), std::string::npos) << maps.error().message();
+}
+
+TEST(ProcessMaps, RejectsInvertedAndUnsortedRanges) {
+  EXPECT_FALSE(tt::sys::parseMaps("2000-1000 rw-p 00000000 00:00 0\n").ok());
+  EXPECT_FALSE(tt::sys::parseMaps("3000-4000 rw-p 00000000 00:00 0\n1000-2000 rw-p 00000000 00:00 0\n").ok());
+  EXPECT_FALSE(tt::sys::parseMaps("1000-2000 rw 00000000 00:00 0\n").ok());
+  EXPECT_TRUE(tt::sys::parseMaps("").ok());
+}
+
+TEST(ProcessMaps, InspectorAnswersFromTheFixtureAndFailsForMissingPids) {
+  tt::registry::ProcMapsInspector inspector(kProc);
+  auto yes = inspector.rangeMapped(4242, 0x55d4a3c00000, 0x55d4a3c01000);
+  ASSERT_TRUE(yes.ok());
+  EXPECT_TRUE(*yes);
+  auto no = inspector.rangeMapped(4242, 0x7f3a10800000, 0x7f3a10801000);
+  ASSERT_TRUE(no.ok());
+  EXPECT_FALSE(*no);
+  auto missing = inspector.rangeMapped(99999, 0, 0x1000);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code, ENOENT);
+}
+
+}  // namespace
+
+namespace {
+
+// The cache: a covered range is answered without re-reading; an uncovered one re-reads; forget()
+// drops it. Checked by swapping the fixture file under the inspector.
+TEST(ProcessMaps, InspectorCachesCoveredRangesAndRereadsOtherwise) {
+  char tmpl[] = "/tmp/tt-maps-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl;
+  std::filesystem::create_directories(root + "/7");
+  auto write = [&](const char* text) { std::ofstream(root + "/7/maps") << text; };
+  write("10000-20000 rw-p 00000000 00:00 0\n");
+  tt::registry::ProcMapsInspector inspector(root);
+  EXPECT_TRUE(*inspector.rangeMapped(7, 0x10000, 0x11000));
+  write("30000-40000 rw-p 00000000 00:00 0\n");
+  EXPECT_TRUE(*inspector.rangeMapped(7, 0x10000, 0x11000));  // cached: not re-read
+  EXPECT_TRUE(*inspector.rangeMapped(7, 0x30000, 0x31000));  // not in the cache: re-read
+  EXPECT_FALSE(*inspector.rangeMapped(7, 0x10000, 0x11000)); // the re-read replaced the cache
+  inspector.forget(7);
+  write("10000-20000 rw-p 00000000 00:00 0\n");
+  EXPECT_TRUE(*inspector.rangeMapped(7, 0x10000, 0x11000));
+  std::filesystem::remove_all(root);
+}
+
+}  // namespace

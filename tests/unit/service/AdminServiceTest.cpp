@@ -1,0 +1,168 @@
+// Admin requests: read-only ones for anyone, tune and migrate only for admins; migrate turns
+// regions into a manual plan; status and regions report what the registry and loop know.
+#include <gtest/gtest.h>
+
+#include "fakes/migrate/FakePageMover.h"
+#include "fakes/registry/FakeAddressSpace.h"
+#include "fakes/service/FakeStages.h"
+#include "service/AdminService.h"
+
+namespace {
+
+namespace pb = tensortier::v1;
+constexpr uint64_t kPage = tt::kBasePageSize;
+constexpr uint64_t kBase = 0x7f0000000000;
+
+class AdminServiceTest : public ::testing::Test {
+ protected:
+  AdminServiceTest() : registry(space, {}), reader(mover), loop(registry, {nullptr, nullptr, &executor, nullptr}, metrics) {
+    space.map(10, kBase, kBase + (1ULL << 30));
+    tt::topology::NumaNode n0, n1;
+    n0.id = 0;
+    n1.id = 1;
+    n1.tier = tt::topology::Tier::Slow;
+    topology.nodes = {n0, n1};
+    tt::service::AdminContext ctx;
+    ctx.registry = &registry;
+    ctx.topology = &topology;
+    ctx.epochLoop = &loop;
+    ctx.executor = &executor;
+    ctx.placement = &reader;
+    ctx.daemonVersion = "t";
+    ctx.stagesMissing = {"policy"};
+    ctx.isAdmin = [](const tt::registry::Peer& p) { return p.uid == 0 || p.uid == 500; };
+    ctx.tune = [this](const pb::TuneRequest& r) -> tt::Result<std::string> {
+      lastTune = r;
+      return std::string("tuned");
+    };
+    admin = std::make_unique<tt::service::AdminService>(std::move(ctx));
+    registry.attachProcess({10, 1000, 1000}, "trainer", true);
+    tt::registry::RegisterRequest r;
+    r.address = kBase;
+    r.length = 4 * kPage;
+    r.kind = tt::RegionKind::Gradient;
+    r.name = "grad";
+    regionId = registry.registerRegion({10, 1000, 1000}, r)->id;
+    mover.map(10, kBase, 4 * kPage, 1);
+  }
+  pb::DaemonMessage ask(uid_t uid, const pb::ClientMessage& m) {
+    tt::ipc::Session s;
+    s.peer = {99, uid, uid};
+    s.hello = true;
+    pb::DaemonMessage reply;
+    admin->handleAdmin(s, m, reply);
+    return reply;
+  }
+
+  tt::test::FakeAddressSpace space;
+  tt::registry::Registry registry;
+  tt::fakes::FakePageMover mover;
+  tt::ipc::PlacementReader reader;
+  tt::metrics::Registry metrics;
+  tt::test::FakeExecutor executor;
+  tt::service::EpochLoop loop;
+  tt::topology::Topology topology;
+  std::unique_ptr<tt::service::AdminService> admin;
+  pb::TuneRequest lastTune;
+  uint64_t regionId = 0;
+};
+
+TEST_F(AdminServiceTest, TuneAndMigrateAreRefusedToNonAdmins) {
+  pb::ClientMessage tune;
+  tune.mutable_tune()->set_epoch_ms(50);
+  auto r = ask(65534, tune);
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().code(), pb::PERMISSION_DENIED);
+  EXPECT_FALSE(lastTune.has_epoch_ms());
+  pb::ClientMessage migrate;
+  migrate.mutable_migrate()->set_region_id(regionId);
+  migrate.mutable_migrate()->set_node(0);
+  r = ask(1000, migrate);
+  EXPECT_EQ(r.error().code(), pb::PERMISSION_DENIED);
+  EXPECT_TRUE(executor.submitted.empty());
+}
+
+TEST_F(AdminServiceTest, AdminGroupMemberMayTune) {
+  pb::ClientMessage tune;
+  tune.mutable_tune()->set_epoch_ms(50);
+  auto r = ask(500, tune);
+  ASSERT_TRUE(r.has_tune()) << r.DebugString();
+  EXPECT_EQ(r.tune().effective_config(), "tuned");
+  EXPECT_EQ(lastTune.epoch_ms(), 50u);
+}
+
+TEST_F(AdminServiceTest, MigrateRegionSubmitsAManualPlan) {
+  pb::ClientMessage m;
+  m.mutable_migrate()->set_region_id(regionId);
+  m.mutable_migrate()->set_node(0);
+  auto r = ask(0, m);
+  ASSERT_TRUE(r.has_migrate()) << r.DebugString();
+  EXPECT_EQ(r.migrate().requested_bytes(), 4 * kPage);
+  ASSERT_EQ(executor.submitted.size(), 1u);
+  const auto& move = executor.submitted[0].moves.at(0);
+  EXPECT_EQ(move.tgid, 10);
+  EXPECT_EQ(move.start, kBase);
+  EXPECT_EQ(move.length, 4 * kPage);
+  EXPECT_EQ(move.targetNode, 0);
+  EXPECT_EQ(move.regionId, regionId);
+}
+
+TEST_F(AdminServiceTest, MigrateRejectsUnknownRegionsAndNodes) {
+  pb::ClientMessage m;
+  m.mutable_migrate()->set_region_id(777);
+  m.mutable_migrate()->set_node(0);
+  EXPECT_EQ(ask(0, m).error().code(), pb::NO_SUCH_REGION);
+  m.mutable_migrate()->set_region_id(regionId);
+  m.mutable_migrate()->set_node(5);
+  EXPECT_EQ(ask(0, m).error().code(), pb::BAD_REQUEST);
+  m.mutable_migrate()->set_pid(4);
+  m.mutable_migrate()->set_node(0);
+  EXPECT_EQ(ask(0, m).error().code(), pb::NO_SUCH_REGION);
+  EXPECT_TRUE(executor.submitted.empty());
+}
+
+TEST_F(AdminServiceTest, StatusAndRegionsAreOpenToAnyone) {
+  pb::ClientMessage s;
+  s.mutable_status();
+  auto r = ask(65534, s);
+  ASSERT_TRUE(r.has_status()) << r.DebugString();
+  EXPECT_EQ(r.status().nodes_size(), 2);
+  EXPECT_EQ(r.status().nodes(1).tier(), "slow");
+  EXPECT_EQ(r.status().regions(), 1u);
+  EXPECT_EQ(r.status().registered_bytes(), 4 * kPage);
+  ASSERT_EQ(r.status().stages_missing_size(), 1);
+  pb::ClientMessage q;
+  q.mutable_regions();
+  r = ask(65534, q);
+  ASSERT_EQ(r.regions().regions_size(), 1);
+  const auto& e = r.regions().regions(0);
+  EXPECT_EQ(e.name(), "grad");
+  EXPECT_EQ(e.kind(), "gradient");
+  ASSERT_EQ(e.bytes_per_node_size(), 1);
+  EXPECT_EQ(e.bytes_per_node(0).node(), 1);
+  EXPECT_EQ(e.bytes_per_node(0).bytes(), 4 * kPage);
+  pb::ClientMessage p;
+  p.mutable_processes();
+  r = ask(65534, p);
+  ASSERT_EQ(r.processes().processes_size(), 1);
+  EXPECT_EQ(r.processes().processes(0).client_name(), "trainer");
+  EXPECT_TRUE(r.processes().processes(0).accepts_mbind());
+}
+
+TEST_F(AdminServiceTest, TopOrdersByHeat) {
+  tt::registry::RegisterRequest r;
+  r.address = kBase + 64 * kPage;
+  r.length = kPage;
+  const uint64_t other = registry.registerRegion({10, 1000, 1000}, r)->id;
+  const std::pair<uint64_t, double> heat[] = {{regionId, 1.0}, {other, 5.0}};
+  registry.publishHeat(heat);
+  pb::ClientMessage t;
+  t.mutable_top()->set_count(1);
+  auto reply = ask(1000, t);
+  ASSERT_EQ(reply.top().hottest_size(), 1);
+  EXPECT_EQ(reply.top().hottest(0).region_id(), other);
+  ASSERT_EQ(reply.top().coldest_size(), 1);
+  EXPECT_EQ(reply.top().coldest(0).region_id(), regionId);
+}
+
+}  // namespace

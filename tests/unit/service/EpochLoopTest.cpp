@@ -1,0 +1,163 @@
+// The epoch loop with fake stages: registry changes reach sources and policy, evidence reaches
+// the policy, plans reach the executor with increasing generations, heat comes back to the
+// registry, counters reach the metrics, process exits cancel moves.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "fakes/registry/FakeAddressSpace.h"
+#include "fakes/service/FakeStages.h"
+#include "service/EpochLoop.h"
+
+namespace {
+
+using tt::service::EpochLoop;
+constexpr uint64_t kPage = tt::kBasePageSize;
+constexpr uint64_t kBase = 0x7f0000000000;
+constexpr uint64_t kSecond = 1000000000ULL;
+
+class EpochLoopTest : public ::testing::Test {
+ protected:
+  EpochLoopTest()
+      : registry(space, {}), loop(registry, {&source, &policy, &executor, nullptr}, metrics) {
+    space.map(10, kBase, kBase + (1ULL << 30));
+  }
+  uint64_t addRegion(uint64_t offset, uint64_t length) {
+    tt::registry::RegisterRequest r;
+    r.address = kBase + offset;
+    r.length = length;
+    auto info = registry.registerRegion(peer, r);
+    EXPECT_TRUE(info.ok()) << info.error().message();
+    return info.ok() ? info->id : 0;
+  }
+  tt::test::FakeAddressSpace space;
+  tt::registry::Registry registry;
+  tt::metrics::Registry metrics;
+  tt::test::FakeEvidenceSource source;
+  tt::test::FakePolicy policy;
+  tt::test::FakeExecutor executor;
+  EpochLoop loop;
+  tt::registry::Peer peer{10, 1000, 1000};
+};
+
+TEST_F(EpochLoopTest, RegistryChangesReachSourcesAndPolicy) {
+  registry.attachProcess(peer, "t", false);
+  const uint64_t id = addRegion(0, 4 * kPage);
+  tt::IterationMark mark;
+  mark.step = 5;
+  registry.mark(peer, mark);
+  loop.runOnce(1 * kSecond);
+  EXPECT_EQ(source.tracked.count(10), 1u);
+  ASSERT_EQ(policy.regions.count(id), 1u);
+  EXPECT_EQ(policy.regions[id].length, 4 * kPage);
+  ASSERT_EQ(policy.marks.size(), 1u);
+  EXPECT_EQ(policy.marks[0].tgid, 10);
+  ASSERT_TRUE(registry.unregisterRegion(peer, id).ok());
+  loop.runOnce(2 * kSecond);
+  EXPECT_EQ(policy.regions.count(id), 0u);
+}
+
+TEST_F(EpochLoopTest, EvidenceFlowsToThePolicyAndHeatBackToTheRegistry) {
+  registry.attachProcess(peer, "t", false);
+  const uint64_t hot = addRegion(0, 4 * kPage);
+  const uint64_t cold = addRegion(16 * kPage, 4 * kPage);
+  loop.runOnce(1 * kSecond);
+  source.next = {{10, kBase + kPage, 7}, {10, kBase + 2 * kPage, 3}};
+  loop.runOnce(2 * kSecond);
+  EXPECT_EQ(policy.observed, 2u);
+  EXPECT_EQ(policy.lastObserveNs, 2 * kSecond);
+  EXPECT_DOUBLE_EQ(registry.region(hot)->heat, 10.0);
+  EXPECT_DOUBLE_EQ(registry.region(cold)->heat, 0.0);
+}
+
+TEST_F(EpochLoopTest, PlansGetIncreasingGenerationsAndEmptyPlansAreNotSubmitted) {
+  loop.runOnce(1 * kSecond);
+  EXPECT_TRUE(executor.submitted.empty());
+  policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});
+  loop.runOnce(2 * kSecond);
+  tt::MigrationPlan manual;
+  manual.moves.push_back({10, kBase, kPage, 1, 0, 1});
+  ASSERT_TRUE(loop.submitManual(manual).ok());
+  policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});
+  loop.runOnce(3 * kSecond);
+  ASSERT_EQ(executor.submitted.size(), 3u);
+  EXPECT_LT(executor.submitted[0].generation, executor.submitted[1].generation);
+  EXPECT_LT(executor.submitted[1].generation, executor.submitted[2].generation);
+  EXPECT_EQ(executor.submitted[1].moves[0].targetNode, 1);
+  EXPECT_EQ(loop.stats().plansSubmitted, 2u);
+}
+
+TEST_F(EpochLoopTest, ProcessExitCancelsMovesAndUntracks) {
+  registry.attachProcess(peer, "t", false);
+  addRegion(0, kPage);
+  loop.runOnce(1 * kSecond);
+  registry.removeProcess(10);
+  loop.runOnce(2 * kSecond);
+  EXPECT_EQ(executor.cancelled, std::vector<pid_t>{10});
+  EXPECT_EQ(source.removed, std::vector<pid_t>{10});
+  EXPECT_EQ(policy.removedProcesses, std::vector<pid_t>{10});
+  EXPECT_TRUE(policy.regions.empty());
+}
+
+TEST_F(EpochLoopTest, CountersBecomeMetricsAndRates) {
+  loop.runOnce(1 * kSecond);
+  {
+    std::lock_guard lock(executor.mutex);
+    executor.current.promotedBytes = 8 * kPage;
+    executor.current.promotedPages = 8;
+    executor.current.failedPages["busy"] = 3;
+  }
+  source.reports = {{"software-faults", true, "ok", 40, 1.0}};
+  loop.runOnce(3 * kSecond);  // two seconds later
+  const auto st = loop.stats();
+  EXPECT_DOUBLE_EQ(st.promoteBytesPerSec, 8.0 * kPage / 2.0);
+  EXPECT_DOUBLE_EQ(policy.lastBandwidth, 0.0);  // moved-per-epoch is not the engine's bandwidth
+  const std::string text = metrics.render();
+  EXPECT_NE(text.find("tensortier_promoted_bytes_total 32768\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("tensortier_migration_failed_pages_total{reason=\"busy\"} 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("tensortier_samples_total{source=\"software-faults\"} 40\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("tensortier_sampling_cpu_seconds_total{source=\"software-faults\"} 0.02\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tensortier_epoch_duration_seconds_count 2\n"), std::string::npos) << text;
+  // Counters only grow by the delta: a third epoch without new moves adds nothing.
+  loop.runOnce(4 * kSecond);
+  EXPECT_NE(metrics.render().find("tensortier_promoted_bytes_total 32768\n"), std::string::npos);
+  ASSERT_EQ(loop.stats().sources.size(), 1u);
+}
+
+TEST_F(EpochLoopTest, MissingStagesAreSkipped) {
+  EpochLoop bare(registry, {}, metrics);
+  registry.attachProcess(peer, "t", false);
+  addRegion(0, kPage);
+  bare.runOnce(1 * kSecond);
+  EXPECT_EQ(bare.stats().epochs, 1u);
+  EXPECT_FALSE(bare.submitManual({}).ok());
+}
+
+TEST_F(EpochLoopTest, ThreadRunsEpochsAndKeepAlivesAndStopsPromptly) {
+  std::atomic<int> keepAlives{0};
+  loop.setPeriod(std::chrono::milliseconds(400));
+  loop.setKeepAlive([&] { ++keepAlives; }, std::chrono::milliseconds(20));
+  loop.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  const auto stopAsked = std::chrono::steady_clock::now();
+  loop.stop();
+  const auto stopTook = std::chrono::steady_clock::now() - stopAsked;
+  EXPECT_GE(source.collects, 1);
+  EXPECT_LE(source.collects, 3);
+  // Keep-alives come between epochs, not only after them.
+  EXPECT_GT(keepAlives.load(), source.collects + 5);
+  EXPECT_LT(stopTook, std::chrono::milliseconds(300));
+}
+
+TEST_F(EpochLoopTest, TasksRunOnTheLoopBeforeTheNextEpoch) {
+  int ran = 0;
+  loop.runBeforeNextEpoch([&] {
+    ran = policy.plans + 1;  // runs before the epoch's plan
+  });
+  loop.runOnce(1 * kSecond);
+  EXPECT_EQ(ran, 1);
+}
+
+}  // namespace

@@ -1,0 +1,359 @@
+// tensortierctl: inspect and steer a running tensortierd.
+//
+//   tensortierctl [--socket PATH] [--json] status|processes|regions|top|tune|migrate|check-config ...
+//
+// Human tables by default; --json prints one JSON document (nlohmann-json) for scripts.
+#include <cstdio>
+#include <cstdlib>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "config/Config.h"
+#include "ctl/CtlClient.h"
+
+namespace {
+
+namespace pb = tensortier::v1;
+using nlohmann::json;
+
+constexpr const char* kUsage =
+    "usage: tensortierctl [--socket PATH] [--json] COMMAND [OPTIONS]\n"
+    "commands:\n"
+    "  status                         topology, tiers, fast-tier budget and use, sources, rates\n"
+    "  processes                      registered client processes\n"
+    "  regions [--pid PID]            registered regions: placement per node, heat, kind\n"
+    "  top [--count N]                hottest and coldest regions\n"
+    "  tune [--promote-mbps N] [--demote-mbps N] [--epoch-ms N] [--sampling-budget PERCENT]\n"
+    "       [--max-regions-per-uid N] [--max-registered-mib-per-uid N] [--max-connections-per-uid N]\n"
+    "       [--policy KEY=VALUE]...   change the running daemon (root or the admin group)\n"
+    "  migrate (--region ID | --pid PID) --node N\n"
+    "                                 move a region or all regions of a process (root or admin group)\n"
+    "  check-config [--config PATH]   validate a config file (default /etc/tensortier/tensortierd.conf)\n"
+    "--socket defaults to $TENSORTIER_SOCKET, else /run/tensortier/tensortier.sock.\n";
+
+std::string bytes(uint64_t b) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) v /= 1024, ++u;
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(u == 0 ? 0 : 1) << v << ' ' << units[u];
+  return s.str();
+}
+
+// A left-aligned text table.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  [[nodiscard]] std::string str() const {
+    std::vector<size_t> w;
+    for (const auto& r : rows_)
+      for (size_t i = 0; i < r.size(); ++i) {
+        if (w.size() <= i) w.push_back(0);
+        w[i] = std::max(w[i], r[i].size());
+      }
+    std::ostringstream out;
+    for (const auto& r : rows_) {
+      for (size_t i = 0; i < r.size(); ++i) {
+        out << r[i];
+        if (i + 1 < r.size()) out << std::string(w[i] - r[i].size() + 2, ' ');
+      }
+      out << '\n';
+    }
+    return out.str();
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+json regionJson(const pb::RegionEntry& r) {
+  json nodes = json::object();
+  for (const auto& nb : r.bytes_per_node()) nodes[std::to_string(nb.node())] = nb.bytes();
+  return {{"pid", r.pid()},         {"region_id", r.region_id()},   {"name", r.name()},
+          {"kind", r.kind()},       {"address", r.address()},       {"length", r.length()},
+          {"bytes_per_node", nodes}, {"unmapped_bytes", r.unmapped_bytes()}, {"heat", r.heat()}};
+}
+
+std::string placementText(const pb::RegionEntry& r) {
+  std::string s;
+  for (const auto& nb : r.bytes_per_node()) s += (s.empty() ? "" : " ") + std::string("n") + std::to_string(nb.node()) + "=" + bytes(nb.bytes());
+  if (r.unmapped_bytes()) s += (s.empty() ? "" : " ") + std::string("unmapped=") + bytes(r.unmapped_bytes());
+  return s.empty() ? "-" : s;
+}
+
+std::string hex(uint64_t v) {
+  std::ostringstream s;
+  s << "0x" << std::hex << v;
+  return s.str();
+}
+
+std::string regionsTable(const google::protobuf::RepeatedPtrField<pb::RegionEntry>& regions) {
+  Table t({"PID", "ID", "NAME", "KIND", "ADDRESS", "SIZE", "HEAT", "PLACEMENT"});
+  for (const auto& r : regions) {
+    std::ostringstream heat;
+    heat << std::setprecision(4) << r.heat();
+    t.add({std::to_string(r.pid()), std::to_string(r.region_id()), r.name().empty() ? "-" : r.name(), r.kind(),
+           hex(r.address()), bytes(r.length()), heat.str(), placementText(r)});
+  }
+  return t.str();
+}
+
+void printStatus(const pb::StatusReply& s, bool asJson) {
+  if (asJson) {
+    json nodes = json::array(), sources = json::array();
+    for (const auto& n : s.nodes())
+      nodes.push_back({{"node", n.node()}, {"tier", n.tier()}, {"tier_source", n.tier_source()},
+                       {"total_bytes", n.total_bytes()}, {"free_bytes", n.free_bytes()},
+                       {"cpus", std::vector<int>(n.cpus().begin(), n.cpus().end())}});
+    for (const auto& src : s.sources())
+      sources.push_back({{"name", src.name()}, {"active", src.active()}, {"detail", src.detail()},
+                         {"samples", src.samples()}});
+    json j = {{"daemon_version", s.daemon_version()},
+              {"uptime_ms", s.uptime_ms()},
+              {"nodes", nodes},
+              {"fast_tier_budget_bytes", s.fast_tier_budget_bytes()},
+              {"fast_tier_used_bytes", s.fast_tier_used_bytes()},
+              {"sources", sources},
+              {"epochs", s.epochs()},
+              {"epoch_ms", s.epoch_ms()},
+              {"last_epoch_ms", s.last_epoch_ms()},
+              {"bytes_promoted", s.bytes_promoted()},
+              {"bytes_demoted", s.bytes_demoted()},
+              {"promote_bytes_per_sec", s.promote_bytes_per_sec()},
+              {"demote_bytes_per_sec", s.demote_bytes_per_sec()},
+              {"processes", s.processes()},
+              {"regions", s.regions()},
+              {"registered_bytes", s.registered_bytes()},
+              {"connections", s.connections()},
+              {"stages_missing", std::vector<std::string>(s.stages_missing().begin(), s.stages_missing().end())}};
+    std::cout << j.dump(2) << '\n';
+    return;
+  }
+  std::cout << "tensortierd " << s.daemon_version() << ", up " << s.uptime_ms() / 1000 << " s, epoch " << s.epoch_ms()
+            << " ms (" << s.epochs() << " run, last " << std::fixed << std::setprecision(1) << s.last_epoch_ms()
+            << " ms)\n\n";
+  Table nodes({"NODE", "TIER", "WHY", "TOTAL", "FREE", "CPUS"});
+  for (const auto& n : s.nodes())
+    nodes.add({std::to_string(n.node()), n.tier(), n.tier_source(), bytes(n.total_bytes()), bytes(n.free_bytes()),
+               n.cpus_size() ? std::to_string(n.cpus_size()) : "none"});
+  std::cout << nodes.str() << '\n';
+  std::cout << "fast tier: budget " << (s.fast_tier_budget_bytes() ? bytes(s.fast_tier_budget_bytes()) : "unknown")
+            << ", registered bytes on it " << bytes(s.fast_tier_used_bytes()) << "\n";
+  std::cout << "clients: " << s.processes() << " process(es), " << s.regions() << " region(s), "
+            << bytes(s.registered_bytes()) << " registered, " << s.connections() << " connection(s)\n";
+  std::cout << "migration: promoted " << bytes(s.bytes_promoted()) << ", demoted " << bytes(s.bytes_demoted())
+            << "; now " << bytes(static_cast<uint64_t>(s.promote_bytes_per_sec())) << "/s up, "
+            << bytes(static_cast<uint64_t>(s.demote_bytes_per_sec())) << "/s down\n\n";
+  Table sources({"SOURCE", "STATE", "SAMPLES", "DETAIL"});
+  for (const auto& src : s.sources())
+    sources.add({src.name(), src.active() ? "on" : "off", std::to_string(src.samples()), src.detail()});
+  std::cout << sources.str();
+  for (const auto& m : s.stages_missing()) std::cout << "not wired in this build: " << m << '\n';
+}
+
+void printProcesses(const pb::ProcessesReply& r, bool asJson) {
+  if (asJson) {
+    json a = json::array();
+    for (const auto& p : r.processes())
+      a.push_back({{"pid", p.pid()}, {"uid", p.uid()}, {"client_name", p.client_name()}, {"regions", p.regions()},
+                   {"registered_bytes", p.registered_bytes()}, {"fast_tier_bytes", p.fast_tier_bytes()},
+                   {"last_step", p.last_step()}, {"accepts_mbind", p.accepts_mbind()}});
+    std::cout << json{{"processes", a}}.dump(2) << '\n';
+    return;
+  }
+  Table t({"PID", "UID", "CLIENT", "REGIONS", "REGISTERED", "FAST", "STEP", "MBIND"});
+  for (const auto& p : r.processes())
+    t.add({std::to_string(p.pid()), std::to_string(p.uid()), p.client_name().empty() ? "-" : p.client_name(),
+           std::to_string(p.regions()), bytes(p.registered_bytes()), bytes(p.fast_tier_bytes()),
+           std::to_string(p.last_step()), p.accepts_mbind() ? "yes" : "no"});
+  std::cout << t.str();
+}
+
+struct Args {
+  std::vector<std::string> items;
+  size_t i = 0;
+  [[nodiscard]] bool more() const { return i < items.size(); }
+  std::string next(const std::string& option) {
+    if (!more()) {
+      std::cerr << "tensortierctl: " << option << " needs a value\n";
+      std::exit(2);
+    }
+    return items[i++];
+  }
+};
+
+uint64_t number(const std::string& option, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (errno || !end || *end || text.empty() || text[0] == '-') {
+    std::cerr << "tensortierctl: " << option << ": '" << text << "' is not a non-negative integer\n";
+    std::exit(2);
+  }
+  return v;
+}
+
+int fail(const std::string& message) {
+  std::cerr << "tensortierctl: " << message << '\n';
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  for (int k = 1; k < argc; ++k) args.items.emplace_back(argv[k]);
+  std::string socket = tt::ctl::defaultSocketPath();
+  bool asJson = false;
+  std::string command;
+  std::vector<std::string> rest;
+  while (args.more()) {
+    const std::string a = args.next("");
+    if (a == "--socket") socket = args.next(a);
+    else if (a == "--json") asJson = true;
+    else if (a == "-h" || a == "--help") { std::cout << kUsage; return 0; }
+    else if (a == "--version") { std::cout << "tensortierctl " << TT_VERSION << '\n'; return 0; }
+    else if (command.empty() && a.rfind("--", 0) != 0) command = a;
+    else rest.push_back(a);
+  }
+  if (command.empty()) {
+    std::cerr << kUsage;
+    return 2;
+  }
+  Args opts{rest, 0};
+
+  if (command == "check-config") {
+    std::string path(tt::config::kDefaultConfigPath);
+    while (opts.more()) {
+      const std::string a = opts.next("");
+      if (a == "--config") path = opts.next(a);
+      else { std::cerr << kUsage; return 2; }
+    }
+    auto loaded = tt::config::loadConfigFile(path);
+    if (asJson) {
+      std::cout << json{{"path", path}, {"valid", loaded.ok()}, {"error", loaded.ok() ? "" : loaded.error().message()}}.dump(2)
+                << '\n';
+    } else if (loaded) {
+      std::cout << path << ": valid\n";
+    } else {
+      std::cerr << loaded.error().message() << '\n';
+    }
+    return loaded ? 0 : 1;
+  }
+
+  pb::ClientMessage request;
+  if (command == "status") {
+    request.mutable_status();
+  } else if (command == "processes") {
+    request.mutable_processes();
+  } else if (command == "regions") {
+    auto* r = request.mutable_regions();
+    while (opts.more()) {
+      const std::string a = opts.next("");
+      if (a == "--pid") r->set_pid(static_cast<int32_t>(number(a, opts.next(a))));
+      else { std::cerr << kUsage; return 2; }
+    }
+  } else if (command == "top") {
+    auto* r = request.mutable_top();
+    while (opts.more()) {
+      const std::string a = opts.next("");
+      if (a == "--count") r->set_count(static_cast<uint32_t>(number(a, opts.next(a))));
+      else { std::cerr << kUsage; return 2; }
+    }
+  } else if (command == "tune") {
+    auto* r = request.mutable_tune();
+    bool any = false;
+    while (opts.more()) {
+      const std::string a = opts.next("");
+      any = true;
+      if (a == "--promote-mbps") r->set_promote_mbps(static_cast<uint32_t>(number(a, opts.next(a))));
+      else if (a == "--demote-mbps") r->set_demote_mbps(static_cast<uint32_t>(number(a, opts.next(a))));
+      else if (a == "--epoch-ms") r->set_epoch_ms(static_cast<uint32_t>(number(a, opts.next(a))));
+      else if (a == "--sampling-budget") {
+        const std::string v = opts.next(a);
+        char* end = nullptr;
+        const double d = std::strtod(v.c_str(), &end);
+        if (!end || *end || v.empty()) return fail(a + ": '" + v + "' is not a number");
+        r->set_sampling_cpu_budget_percent(d);
+      } else if (a == "--max-regions-per-uid") r->set_max_regions_per_uid(static_cast<uint32_t>(number(a, opts.next(a))));
+      else if (a == "--max-registered-mib-per-uid") r->set_max_registered_mib_per_uid(number(a, opts.next(a)));
+      else if (a == "--max-connections-per-uid") r->set_max_connections_per_uid(static_cast<uint32_t>(number(a, opts.next(a))));
+      else if (a == "--policy") r->add_policy(opts.next(a));
+      else { std::cerr << kUsage; return 2; }
+    }
+    if (!any) return fail("tune: nothing to change (see --help)");
+  } else if (command == "migrate") {
+    auto* r = request.mutable_migrate();
+    bool haveNode = false;
+    while (opts.more()) {
+      const std::string a = opts.next("");
+      if (a == "--region") r->set_region_id(number(a, opts.next(a)));
+      else if (a == "--pid") r->set_pid(static_cast<int32_t>(number(a, opts.next(a))));
+      else if (a == "--node") r->set_node(static_cast<int32_t>(number(a, opts.next(a)))), haveNode = true;
+      else { std::cerr << kUsage; return 2; }
+    }
+    if (r->target_case() == pb::MigrateRequest::TARGET_NOT_SET || !haveNode)
+      return fail("migrate needs --region ID or --pid PID, and --node N");
+  } else {
+    std::cerr << "tensortierctl: unknown command '" << command << "'\n" << kUsage;
+    return 2;
+  }
+
+  tt::ctl::CtlClient client;
+  if (auto c = client.connect(socket); !c) return fail(c.error().message());
+  if (auto h = client.hello("tensortierctl " + command); !h) return fail(h.error().message());
+  auto reply = client.call(std::move(request));
+  if (!reply) return fail(reply.error().message());
+  if (reply->has_error()) {
+    if (asJson)
+      std::cout << json{{"error", {{"code", pb::ErrorCode_Name(reply->error().code())}, {"message", reply->error().message()}}}}.dump(2)
+                << '\n';
+    return fail(pb::ErrorCode_Name(reply->error().code()) + ": " + reply->error().message());
+  }
+
+  if (reply->has_status()) {
+    printStatus(reply->status(), asJson);
+  } else if (reply->has_processes()) {
+    printProcesses(reply->processes(), asJson);
+  } else if (reply->has_regions()) {
+    if (asJson) {
+      json a = json::array();
+      for (const auto& r : reply->regions().regions()) a.push_back(regionJson(r));
+      std::cout << json{{"regions", a}}.dump(2) << '\n';
+    } else {
+      std::cout << regionsTable(reply->regions().regions());
+    }
+  } else if (reply->has_top()) {
+    if (asJson) {
+      json hot = json::array(), cold = json::array();
+      for (const auto& r : reply->top().hottest()) hot.push_back(regionJson(r));
+      for (const auto& r : reply->top().coldest()) cold.push_back(regionJson(r));
+      std::cout << json{{"hottest", hot}, {"coldest", cold}}.dump(2) << '\n';
+    } else {
+      std::cout << "hottest:\n" << regionsTable(reply->top().hottest()) << "\ncoldest:\n"
+                << regionsTable(reply->top().coldest());
+    }
+  } else if (reply->has_tune()) {
+    if (asJson) std::cout << json{{"effective_config", reply->tune().effective_config()}}.dump(2) << '\n';
+    else std::cout << reply->tune().effective_config();
+  } else if (reply->has_migrate()) {
+    const auto& m = reply->migrate();
+    if (asJson)
+      std::cout << json{{"requested_bytes", m.requested_bytes()}, {"moved_bytes", m.moved_bytes()},
+                        {"queued", m.queued()}, {"detail", m.detail()}}.dump(2)
+                << '\n';
+    else
+      std::cout << bytes(m.requested_bytes()) << (m.queued() ? " queued: " : " moved: ") << m.detail() << '\n';
+  } else {
+    return fail("unexpected reply from the daemon");
+  }
+  return 0;
+}
