@@ -35,6 +35,7 @@ Result<long> LinuxPageMover::movePages(pid_t pid, std::span<void* const> pages, 
     if (err == EPERM && moveAll) hint = " (MPOL_MF_MOVE_ALL needs CAP_SYS_NICE)";
     else if (err == EPERM || err == EACCES) hint = " (moving another user's pages needs ptrace access: CAP_SYS_PTRACE)";
     else if (err == ESRCH) hint = " (process has exited)";
+    else if (err == EINVAL) hint = " (process is exiting: it has no address space; or a node is invalid)";
     return systemError(err, describe(pid, pages.size()) + hint);
   }
   return rc;

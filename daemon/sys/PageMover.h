@@ -1,5 +1,5 @@
 // move_pages(2) behind a narrow interface: the migration engine talks to this, tests talk to a
-// fake (tests/fakes/FakePageMover.h), and end-to-end tests in the VM use the Linux one for real.
+// fake (tests/fakes/migrate/FakePageMover.h), and end-to-end tests in the VM use the Linux one for real.
 #pragma once
 
 #include <sys/types.h>

@@ -1,0 +1,523 @@
+// The migration engine against a simulated kernel (FakePageMover) and fake clock, free memory,
+// huge-page probe and in-process mover.
+#include "migrate/Engine.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "fakes/migrate/FakeMigrationDeps.h"
+#include "fakes/migrate/FakePageMover.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using tt::MigrationPlan;
+using tt::MoveRequest;
+using tt::fakes::FakeClock;
+using tt::fakes::FakeFreeMemory;
+using tt::fakes::FakeHugePageProbe;
+using tt::fakes::FakeInProcessMover;
+using tt::fakes::FakePageMover;
+using tt::migrate::Direction;
+using tt::migrate::Engine;
+using tt::migrate::MigrationConfig;
+using tt::migrate::PlanReport;
+
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kHuge = 2ULL << 20;
+constexpr uint64_t kMiB = 1ULL << 20;
+constexpr uint64_t kBase = 0x10000000;  // 2 MiB aligned
+constexpr int kFast = 0, kSlow = 1;
+
+tt::topology::Topology twoTiers() {
+  tt::topology::Topology t;
+  tt::topology::NumaNode dram;
+  dram.id = kFast;
+  dram.cpus = {0, 1};
+  dram.memory = {1024 * kMiB, 512 * kMiB};
+  dram.tier = tt::topology::Tier::Fast;
+  tt::topology::NumaNode pmem;
+  pmem.id = kSlow;
+  pmem.memory = {4096 * kMiB, 4096 * kMiB};
+  pmem.tier = tt::topology::Tier::Slow;
+  t.nodes = {dram, pmem};
+  return t;
+}
+
+// Rates and guard out of the way unless a test sets them.
+MigrationConfig unlimited() {
+  MigrationConfig c;
+  c.set_workers(1);
+  c.set_batch_pages(4096);
+  c.set_promote_mbps(0);
+  c.set_demote_mbps(0);
+  c.set_fast_node_min_free_mib(0);
+  c.set_fast_node_min_free_percent(0);
+  c.set_busy_backoff_ms(2);
+  return c;
+}
+
+class MigrateEngine : public ::testing::Test {
+ protected:
+  MigrateEngine() : free_(mover_), inProcess_(mover_) {
+    free_.setNode(kFast, 64ULL << 30, 0);
+    free_.setNode(kSlow, 64ULL << 30, 0);
+  }
+  std::unique_ptr<Engine> make(const MigrationConfig& config, bool withInProcess = false) {
+    return std::make_unique<Engine>(topology_, mover_, free_, config,
+                                    tt::migrate::EngineHooks{&clock_, &probe_, withInProcess ? &inProcess_ : nullptr});
+  }
+  static MigrationPlan plan(uint64_t generation, std::vector<MoveRequest> moves) { return {generation, std::move(moves)}; }
+  size_t movedPagesInCalls(pid_t pid) const {
+    size_t n = 0;
+    for (const auto& c : mover_.calls()) n += c.pid == pid ? c.pages.size() : 0;
+    return n;
+  }
+
+  tt::topology::Topology topology_ = twoTiers();
+  FakePageMover mover_;
+  FakeClock clock_;
+  FakeFreeMemory free_;
+  FakeHugePageProbe probe_;
+  FakeInProcessMover inProcess_;
+};
+
+TEST_F(MigrateEngine, MovesEveryPageInBatchesOfBatchPages) {
+  mover_.map(100, kBase, 10000 * kPage, kSlow);
+  auto engine = make(unlimited());
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 10000 * kPage, kFast, 0, 0}}));
+  ASSERT_EQ(report.runs.size(), 1u);
+  EXPECT_EQ(report.runs[0].outcome.moved, 10000u);
+  EXPECT_EQ(report.runs[0].outcome.total(), 10000u);
+  EXPECT_EQ(mover_.pagesOn(kFast), 10000u);
+  const auto calls = mover_.calls();
+  ASSERT_EQ(calls.size(), 3u);
+  EXPECT_EQ(calls[0].pages.size() + calls[1].pages.size() + calls[2].pages.size(), 10000u);
+  for (const auto& c : calls) EXPECT_LE(c.pages.size(), 4096u);
+  const auto counters = engine->counters();
+  EXPECT_EQ(counters.of(Direction::Promote).pages.moved, 10000u);
+  EXPECT_EQ(counters.of(Direction::Promote).bytesMoved, 10000 * kPage);
+  EXPECT_EQ(counters.of(Direction::Promote).basePagesMoved, 10000u);
+  EXPECT_EQ(counters.of(Direction::Promote).moveCalls, 3u);
+  EXPECT_EQ(counters.of(Direction::Demote).pages.moved, 0u);
+}
+
+TEST_F(MigrateEngine, ManySmallRequestsAreCoalescedIntoFewCalls) {
+  mover_.map(100, kBase, 10000 * kPage, kSlow);
+  std::vector<MoveRequest> moves;
+  for (uint64_t i = 0; i < 1000; ++i) moves.push_back({100, kBase + i * 10 * kPage, 10 * kPage, kFast, 0, 0});
+  auto engine = make(unlimited());
+  const PlanReport report = engine->execute(plan(1, moves));
+  EXPECT_EQ(report.runs.size(), 1u);
+  EXPECT_EQ(report.total().moved, 10000u);
+  EXPECT_EQ(mover_.calls().size(), 3u);  // ceil(10000 / 4096), not 1000
+}
+
+TEST_F(MigrateEngine, PagesAlreadyOnTheTargetAreLeftOutOfTheCalls) {
+  mover_.map(100, kBase, 8192 * kPage, kSlow);
+  for (uint64_t i = 0; i < 8192; i += 128) mover_.map(100, kBase + i * kPage, 64 * kPage, kFast);  // half already there
+  auto engine = make(unlimited());
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 8192 * kPage, kFast, 0, 0}}));
+  EXPECT_EQ(report.total().alreadyThere, 4096u);
+  EXPECT_EQ(report.total().moved, 4096u);
+  const auto calls = mover_.calls();
+  // The 4096 pages to move fill exactly one full batch: the query keeps batches whole.
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].pages.size(), 4096u);
+  for (uint64_t a : calls[0].pages) EXPECT_EQ(((a - kBase) / kPage) % 128 >= 64, true) << std::hex << a;
+}
+
+TEST_F(MigrateEngine, WithoutTheQueryStatusesStillCountAlreadyThere) {
+  mover_.map(100, kBase, 1024 * kPage, kFast);
+  mover_.map(100, kBase + 1024 * kPage, 1024 * kPage, kSlow);
+  auto config = unlimited();
+  config.set_query_before_move(false);
+  auto engine = make(config);
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 2048 * kPage, kFast, 0, 0}}));
+  // move_pages reports pages already there with the target node: counted as moved (indistinguishable).
+  EXPECT_EQ(report.total().moved, 2048u);
+  EXPECT_EQ(mover_.queryCalls(), 0u);
+  EXPECT_EQ(movedPagesInCalls(100), 2048u);
+}
+
+TEST_F(MigrateEngine, HugePagesMoveAsOneEntryPerFolio) {
+  mover_.map(100, kBase, 4 * kMiB, kFast);                  // 1024 base pages
+  mover_.map(100, kBase + 4 * kMiB, 8 * kMiB, kFast, true);  // 4 THPs
+  probe_.add(100, {kBase + 4 * kMiB, 8 * kMiB});
+  auto config = unlimited();
+  config.set_batch_pages(1024);  // two huge pages per call
+  auto engine = make(config);
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 12 * kMiB, kSlow, 0, 0}}));
+  ASSERT_EQ(report.runs.size(), 1u);
+  EXPECT_EQ(report.runs[0].hugeRanges, (std::vector<tt::sys::HugeRange>{{kBase + 4 * kMiB, 8 * kMiB}}));
+  EXPECT_EQ(report.total().moved, 3072u);
+  EXPECT_EQ(report.total().movedHugeFolios, 4u);
+  size_t hugeEntries = 0;
+  for (const auto& c : mover_.calls())
+    for (uint64_t a : c.pages)
+      if (a >= kBase + 4 * kMiB) {
+        ++hugeEntries;
+        EXPECT_EQ(a % kHuge, 0u) << "a huge page was addressed by a non-head page";
+      }
+  EXPECT_EQ(hugeEntries, 4u);
+  EXPECT_EQ(mover_.calls().size(), 3u);  // 1024 base pages, then 2 x 2 huge pages
+  const auto counters = engine->counters().of(Direction::Demote);
+  EXPECT_EQ(counters.hugePagesMoved, 4u);
+  EXPECT_EQ(counters.basePagesMoved, 1024u);
+  EXPECT_EQ(counters.bytesMoved, 12 * kMiB);
+}
+
+TEST_F(MigrateEngine, HugeRangesAreProbedOncePerProcessAndOnlyWholeFoliosGoAsHuge) {
+  mover_.map(100, kBase, 8 * kMiB, kFast, true);
+  probe_.add(100, {kBase, 8 * kMiB});
+  auto engine = make(unlimited());
+  // Two runs (different priorities) of one process; the second starts 1 MiB into a THP.
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 2 * kMiB, kSlow, 1, 0},
+                                                     {100, kBase + 3 * kMiB, 5 * kMiB, kSlow, 0, 0}}));
+  EXPECT_EQ(probe_.calls(), 1u);
+  ASSERT_EQ(report.runs.size(), 2u);
+  EXPECT_EQ(report.runs[0].hugeRanges, (std::vector<tt::sys::HugeRange>{{kBase, 2 * kMiB}}));
+  EXPECT_EQ(report.runs[1].hugeRanges, (std::vector<tt::sys::HugeRange>{{kBase + 4 * kMiB, 4 * kMiB}}));
+  // The partly covered THP [2, 4) MiB went as 4 KiB entries; the kernel moved its folio whole on
+  // the first, and the rest were already there.
+  EXPECT_EQ(report.runs[1].outcome.total(), 5 * kMiB / kPage);
+  EXPECT_EQ(report.total().movedHugeFolios, 3u);
+  // [2, 3) MiB was in no run, but its folio moved whole with [3, 4) MiB (as the kernel's would).
+  EXPECT_EQ(mover_.pagesOn(kSlow), 8 * kMiB / kPage);
+}
+
+TEST_F(MigrateEngine, HugeDetectionFailureFallsBackToBasePages) {
+  mover_.map(100, kBase, 4 * kMiB, kFast, true);
+  probe_.failWith(EACCES);
+  auto engine = make(unlimited());
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 4 * kMiB, kSlow, 0, 0}}));
+  EXPECT_EQ(report.total().moved, 1024u);
+  EXPECT_TRUE(report.runs[0].hugeRanges.empty());
+  ASSERT_FALSE(report.errors.empty());
+  EXPECT_NE(report.errors[0].find("huge-page detection"), std::string::npos);
+}
+
+TEST_F(MigrateEngine, BusyPagesAreRetriedWithBackoffThenReported) {
+  mover_.map(100, kBase, 512 * kPage, kSlow);
+  mover_.setBusy(100, kBase + 10 * kPage, 2);   // busy twice, then movable
+  mover_.setBusy(100, kBase + 20 * kPage, 100);  // busy for good
+  auto engine = make(unlimited());  // 3 retries, 2 ms doubling
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 512 * kPage, kFast, 0, 0}}));
+  EXPECT_EQ(report.total().moved, 511u);
+  EXPECT_EQ(report.total().busy, 1u);
+  EXPECT_EQ(mover_.nodeOf(100, kBase + 10 * kPage), kFast);
+  EXPECT_EQ(mover_.nodeOf(100, kBase + 20 * kPage), kSlow);
+  EXPECT_EQ(engine->counters().of(Direction::Promote).busyRetries, 3u);
+  EXPECT_EQ(clock_.slept(), 2ms + 4ms + 8ms);
+  // Retries resend only the busy pages.
+  const auto calls = mover_.calls();
+  ASSERT_EQ(calls.size(), 4u);
+  EXPECT_EQ(calls[1].pages.size(), 2u);
+  EXPECT_EQ(calls[3].pages.size(), 1u);
+}
+
+TEST_F(MigrateEngine, PinnedPagesWithUnwrittenStatusesAreLookedUpNotMiscounted) {
+  mover_.map(100, kBase, 512 * kPage, kSlow);
+  mover_.setPinned(100, kBase + 7 * kPage, 1000);
+  auto config = unlimited();
+  config.set_busy_retries(1);
+  auto engine = make(config);
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 512 * kPage, kFast, 0, 0}}));
+  EXPECT_EQ(report.total().moved, 511u);
+  EXPECT_EQ(report.total().busy, 1u);
+  EXPECT_EQ(report.total().failed, 0u);
+}
+
+TEST_F(MigrateEngine, UnmappedPagesAreCountedAndAreNotErrors) {
+  mover_.map(100, kBase, 100 * kPage, kSlow);
+  mover_.map(100, kBase + 200 * kPage, 100 * kPage, kSlow);
+  for (bool query : {true, false}) {
+    auto config = unlimited();
+    config.set_query_before_move(query);
+    mover_.map(100, kBase, 100 * kPage, kSlow);
+    mover_.map(100, kBase + 200 * kPage, 100 * kPage, kSlow);
+    auto engine = make(config);
+    const PlanReport report = engine->execute(plan(1, {{100, kBase, 300 * kPage, kFast, 0, 0}}));
+    EXPECT_EQ(report.total().moved, 200u) << "query " << query;
+    EXPECT_EQ(report.total().notMapped, 100u) << "query " << query;
+    EXPECT_TRUE(report.errors.empty()) << report.errors[0];
+  }
+}
+
+TEST_F(MigrateEngine, NoMemoryOnTargetStopsMovesToThatNodeForThePlan) {
+  mover_.map(100, kBase, 5120 * kPage, kSlow);
+  mover_.map(200, kBase, 512 * kPage, kFast);
+  mover_.setNodeCapacity(kFast, 1000 + 512);
+  auto config = unlimited();
+  config.set_batch_pages(512);
+  auto engine = make(config);
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 5120 * kPage, kFast, 1, 0},
+                                                     {200, kBase, 512 * kPage, kSlow, 0, 0}}));
+  const auto& promote = report.runs[0].outcome;
+  EXPECT_EQ(promote.moved, 1000u);
+  EXPECT_GE(promote.noMemory, 1u);
+  EXPECT_EQ(promote.moved + promote.noMemory + promote.skippedTargetFull, 5120u);
+  EXPECT_LT(mover_.calls().size(), 10u) << "kept calling into a full node";
+  // Demotion to the other node is unaffected.
+  EXPECT_EQ(report.runs[1].outcome.moved, 512u);
+}
+
+TEST_F(MigrateEngine, PermissionDeniedNamesWhatIsMissing) {
+  mover_.map(100, kBase, 64 * kPage, kSlow);
+  mover_.failCallsWith(100, EPERM);
+  auto config = unlimited();
+  config.set_query_before_move(false);
+  auto engine = make(config);
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 64 * kPage, kFast, 0, 0}}));
+  EXPECT_EQ(report.total().permissionDenied, 64u);
+  ASSERT_EQ(report.errors.size(), 1u);
+  EXPECT_NE(report.errors[0].find("ptrace"), std::string::npos) << report.errors[0];
+}
+
+TEST_F(MigrateEngine, SharedPagesNeedMoveAllAndSaySo) {
+  mover_.map(100, kBase, 64 * kPage, kSlow);
+  mover_.setShared(100, kBase + 3 * kPage);
+  {
+    auto engine = make(unlimited());
+    const PlanReport report = engine->execute(plan(1, {{100, kBase, 64 * kPage, kFast, 0, 0}}));
+    EXPECT_EQ(report.total().permissionDenied, 1u);
+    EXPECT_EQ(report.total().moved, 63u);
+    ASSERT_FALSE(report.errors.empty());
+    EXPECT_NE(report.errors[0].find("CAP_SYS_NICE"), std::string::npos) << report.errors[0];
+  }
+  auto config = unlimited();
+  config.set_move_shared_pages(true);
+  auto engine = make(config);
+  const PlanReport report = engine->execute(plan(2, {{100, kBase, 64 * kPage, kFast, 0, 0}}));
+  EXPECT_EQ(report.total().moved, 1u);
+  EXPECT_TRUE(mover_.calls().back().moveAll);
+}
+
+TEST_F(MigrateEngine, ProcessExitMidPlanStopsOnlyItsMoves) {
+  mover_.map(100, kBase, 16384 * kPage, kSlow);
+  mover_.map(200, kBase, 4096 * kPage, kSlow);
+  auto engine = make(unlimited());
+  // The process exits just before the third move_pages call on it: that call fails with ESRCH.
+  mover_.onMove([&](size_t call) {
+    if (call == 2) {
+      mover_.exitNow(100);
+    }
+  });
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 16384 * kPage, kFast, 1, 0},
+                                                     {200, kBase, 4096 * kPage, kFast, 0, 0}}));
+  const auto& gone = report.runs[0].outcome;
+  EXPECT_EQ(gone.moved, 8192u);
+  EXPECT_EQ(gone.cancelled, 8192u);
+  EXPECT_EQ(gone.failed, 0u);
+  EXPECT_EQ(report.runs[1].outcome.moved, 4096u);
+  EXPECT_EQ(engine->counters().processesGone, 1u);
+  EXPECT_FALSE(report.superseded);
+}
+
+// Between exit and reaping, move_pages fails with EINVAL (the task has no mm any more).
+TEST_F(MigrateEngine, ExitingProcessWithoutAddressSpaceCountsAsGoneNotFailed) {
+  mover_.map(100, kBase, 1024 * kPage, kSlow);
+  mover_.failCallsWith(100, EINVAL);
+  auto engine = make(unlimited());
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 1024 * kPage, kFast, 0, 0}}));
+  EXPECT_EQ(report.total().cancelled, 1024u);
+  EXPECT_EQ(report.total().failed, 0u);
+  EXPECT_EQ(engine->counters().processesGone, 1u);
+}
+
+TEST_F(MigrateEngine, CapacityGuardKeepsTheFastNodeAboveItsWatermark) {
+  mover_.map(100, kBase, 51200 * kPage, kSlow);  // 200 MiB to promote
+  mover_.map(200, kBase, 1024 * kPage, kFast);   // and 4 MiB to demote
+  free_.setNode(kFast, 1024 * kMiB, 1024 * kMiB - 300 * kMiB - 4 * kMiB);  // 300 MiB free before the plan
+  auto config = unlimited();
+  config.set_fast_node_min_free_mib(256);
+  auto engine = make(config);
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 51200 * kPage, kFast, 1, 0},
+                                                     {200, kBase, 1024 * kPage, kSlow, 0, 0}}));
+  const auto& promote = report.runs[0].outcome;
+  EXPECT_EQ(promote.moved, 8192u);  // two 16 MiB batches fit above 256 MiB, a third would not
+  EXPECT_EQ(promote.skippedTargetFull, 51200u - 8192u);
+  EXPECT_GE(free_.lowestFree(kFast), 256 * kMiB);
+  EXPECT_EQ(engine->counters().guardTrips, 1u);
+  EXPECT_EQ(report.runs[1].outcome.moved, 1024u);  // demotion is not held by the fast node's guard
+  ASSERT_FALSE(report.errors.empty());
+  EXPECT_NE(report.errors[0].find("capacity guard"), std::string::npos);
+}
+
+TEST_F(MigrateEngine, UnreadableFreeMemoryStopsPromotionNotDemotion) {
+  mover_.map(100, kBase, 1024 * kPage, kSlow);
+  mover_.map(200, kBase, 1024 * kPage, kFast);
+  free_.failReads(EIO);
+  auto engine = make(unlimited());
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 1024 * kPage, kFast, 1, 0},
+                                                     {200, kBase, 1024 * kPage, kSlow, 0, 0}}));
+  EXPECT_EQ(report.runs[0].outcome.moved, 0u);
+  EXPECT_EQ(report.runs[0].outcome.skippedTargetFull, 1024u);
+  EXPECT_EQ(report.runs[1].outcome.moved, 1024u);
+}
+
+TEST_F(MigrateEngine, RateLimitPacesEachDirectionAndRetunesLive) {
+  mover_.map(100, kBase, 65536 * kPage, kSlow);  // 256 MiB
+  auto config = unlimited();
+  config.set_promote_mbps(100);  // 10^8 B/s; burst = max(10 MB, one 16 MiB batch)
+  auto engine = make(config);
+  auto t0 = clock_.now();
+  engine->execute(plan(1, {{100, kBase, 65536 * kPage, kFast, 0, 0}}));
+  const double first = std::chrono::duration<double>(clock_.now() - t0).count();
+  EXPECT_NEAR(first, double(256 * kMiB - 16 * kMiB) / 1e8, 0.01);
+  // Demotion is unlimited: no time passes.
+  t0 = clock_.now();
+  engine->execute(plan(2, {{100, kBase, 65536 * kPage, kSlow, 0, 0}}));
+  EXPECT_EQ(clock_.now(), t0);
+  // Doubling the promotion rate live halves the wait (the bucket is full again after the pause).
+  config.set_promote_mbps(200);
+  ASSERT_TRUE(engine->applyConfig(config));
+  clock_.advance(10s);
+  t0 = clock_.now();
+  engine->execute(plan(3, {{100, kBase, 65536 * kPage, kFast, 0, 0}}));
+  EXPECT_NEAR(std::chrono::duration<double>(clock_.now() - t0).count(), double(256 * kMiB - 20 * kMiB) / 2e8, 0.01);
+}
+
+TEST_F(MigrateEngine, NewerPlanSupersedesTheInFlightOne) {
+  mover_.map(100, kBase, 65536 * kPage, kSlow);
+  mover_.map(200, kBase, 1024 * kPage, kSlow);
+  auto engine = make(unlimited());
+  std::vector<PlanReport> reports;
+  std::mutex m;
+  engine->setReportCallback([&](const PlanReport& r) {
+    std::lock_guard l(m);
+    reports.push_back(r);
+  });
+  mover_.onMove([&](size_t call) {
+    if (call == 0) {
+      EXPECT_TRUE(engine->submit(plan(2, {{200, kBase, 1024 * kPage, kFast, 0, 0}})));
+    }
+  });
+  ASSERT_TRUE(engine->submit(plan(1, {{100, kBase, 65536 * kPage, kFast, 0, 0}})));
+  engine->waitIdle();
+  std::lock_guard l(m);
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].generation, 1u);
+  EXPECT_TRUE(reports[0].superseded);
+  EXPECT_GT(reports[0].total().cancelled, 0u);
+  EXPECT_EQ(reports[0].total().total(), 65536u);  // every page accounted for
+  EXPECT_LE(reports[0].total().moved, 2 * 4096u);  // at most the batches already handed out
+  EXPECT_EQ(reports[1].generation, 2u);
+  EXPECT_EQ(reports[1].total().moved, 1024u);
+  EXPECT_EQ(engine->counters().plansSuperseded, 1u);
+}
+
+TEST_F(MigrateEngine, StaleGenerationIsRejected) {
+  auto engine = make(unlimited());
+  ASSERT_TRUE(engine->submit(plan(5, {})));
+  auto stale = engine->submit(plan(5, {}));
+  ASSERT_FALSE(stale);
+  EXPECT_NE(stale.error().message().find("not newer"), std::string::npos);
+  engine->waitIdle();
+  EXPECT_EQ(engine->counters().plansRejected, 1u);
+}
+
+TEST_F(MigrateEngine, CancelProcessStopsItsMovesInFlight) {
+  mover_.map(100, kBase, 65536 * kPage, kSlow);
+  mover_.map(200, kBase, 1024 * kPage, kSlow);
+  auto engine = make(unlimited());
+  mover_.onMove([&](size_t call) {
+    if (call == 0) {
+      engine->cancelProcess(100);
+    }
+  });
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 65536 * kPage, kFast, 1, 0},
+                                                     {200, kBase, 1024 * kPage, kFast, 0, 0}}));
+  EXPECT_GT(report.runs[0].outcome.cancelled, 0u);
+  EXPECT_EQ(report.runs[0].outcome.total(), 65536u);
+  EXPECT_EQ(report.runs[1].outcome.moved, 1024u);
+  EXPECT_EQ(engine->counters().processesGone, 1u);
+}
+
+TEST_F(MigrateEngine, RegisteredRegionsOfAcceptingClientsGoToTheInProcessMover) {
+  mover_.map(100, kBase, 256 * kPage, kSlow);  // accepts mbind, region 7
+  mover_.map(200, kBase, 256 * kPage, kSlow);  // does not accept
+  mover_.map(300, kBase, 256 * kPage, kSlow);  // accepts, but the range is no registered region
+  inProcess_.accept(100);
+  inProcess_.accept(300);
+  auto engine = make(unlimited(), true);
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 256 * kPage, kFast, 0, 7},
+                                                     {200, kBase, 256 * kPage, kFast, 0, 8},
+                                                     {300, kBase, 256 * kPage, kFast, 0, 0}}));
+  const auto requests = inProcess_.requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].tgid, 100);
+  EXPECT_EQ(requests[0].regionId, 7u);
+  EXPECT_EQ(requests[0].start, kBase);
+  EXPECT_EQ(requests[0].length, 256 * kPage);
+  EXPECT_EQ(requests[0].node, kFast);
+  EXPECT_EQ(movedPagesInCalls(100), 0u);
+  EXPECT_EQ(movedPagesInCalls(200), 256u);
+  EXPECT_EQ(movedPagesInCalls(300), 256u);
+  for (const auto& run : report.runs) {
+    EXPECT_EQ(run.outcome.moved, 256u) << run.tgid;
+    EXPECT_EQ(run.viaMbind, run.tgid == 100) << run.tgid;
+  }
+  EXPECT_EQ(engine->counters().mbindRequests, 1u);
+}
+
+TEST_F(MigrateEngine, FailedInProcessBindFallsBackToMovePages) {
+  mover_.map(100, kBase, 256 * kPage, kSlow);
+  inProcess_.accept(100);
+  inProcess_.failWith(ETIMEDOUT);
+  auto engine = make(unlimited(), true);
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 256 * kPage, kFast, 0, 7}}));
+  EXPECT_EQ(inProcess_.requests().size(), 1u);
+  EXPECT_EQ(report.total().moved, 256u);
+  EXPECT_FALSE(report.runs[0].viaMbind);
+  EXPECT_EQ(movedPagesInCalls(100), 256u);
+  EXPECT_EQ(engine->counters().mbindFailures, 1u);
+}
+
+TEST_F(MigrateEngine, InProcessMoverCanBeSwitchedOff) {
+  mover_.map(100, kBase, 256 * kPage, kSlow);
+  inProcess_.accept(100);
+  auto config = unlimited();
+  config.set_in_process_mover(false);
+  auto engine = make(config, true);
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 256 * kPage, kFast, 0, 7}}));
+  EXPECT_TRUE(inProcess_.requests().empty());
+  EXPECT_EQ(report.total().moved, 256u);
+}
+
+TEST_F(MigrateEngine, CountersSeparatePromotionFromDemotion) {
+  mover_.map(100, kBase, 300 * kPage, kSlow);
+  mover_.map(100, kBase + 1000 * kPage, 200 * kPage, kFast);
+  auto engine = make(unlimited());
+  engine->execute(plan(1, {{100, kBase, 300 * kPage, kFast, 0, 0}, {100, kBase + 1000 * kPage, 200 * kPage, kSlow, 0, 0}}));
+  const auto c = engine->counters();
+  EXPECT_EQ(c.of(Direction::Promote).pages.moved, 300u);
+  EXPECT_EQ(c.of(Direction::Demote).pages.moved, 200u);
+  EXPECT_EQ(c.of(Direction::Demote).bytesMoved, 200 * kPage);
+  EXPECT_EQ(c.plansExecuted, 1u);
+}
+
+TEST_F(MigrateEngine, UnknownTargetNodeIsAFailureNotACrash) {
+  mover_.map(100, kBase, 16 * kPage, kSlow);
+  auto engine = make(unlimited());
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 16 * kPage, 7, 0, 0}}));
+  EXPECT_EQ(report.total().failed, 16u);
+  EXPECT_TRUE(mover_.calls().empty());
+  ASSERT_EQ(report.errors.size(), 1u);
+  EXPECT_NE(report.errors[0].find("node 7"), std::string::npos);
+}
+
+TEST_F(MigrateEngine, TwoWorkersIssueCallsInParallel) {
+  mover_.map(100, kBase, 16 * 4096 * kPage, kSlow);
+  auto config = unlimited();
+  config.set_workers(2);
+  auto engine = make(config);
+  // Each call takes a little real time, so the second worker's call starts before the first ends.
+  mover_.onMove([](size_t) { std::this_thread::sleep_for(30ms); });
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 16 * 4096 * kPage, kFast, 0, 0}}));
+  EXPECT_EQ(report.total().moved, 16u * 4096);
+  EXPECT_EQ(mover_.maxConcurrentCalls(), 2u);
+}
+
+}  // namespace
