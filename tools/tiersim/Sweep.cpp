@@ -213,39 +213,29 @@ std::string sweepMarkdown(const SweepResult& result, const SweepOptions& options
       << options.warmupSteps << ".." << (options.steps - 1) << "; tiers " ;
   for (size_t i = 0; i < options.tiers.size(); ++i) out << (i ? "+" : "") << options.tiers[i];
   out << "; trace scale 1/" << options.scaleDivisor << ".\n\n";
-  out << "| model | fast | ";
-  for (const auto& p : result.policies) out << p << " | ";
-  out << "\n|---|---|";
-  for (size_t i = 0; i < result.policies.size(); ++i) out << "---:|";
-  out << "\n";
-  for (const auto& model : models) {
-    for (double fraction : options.fastFractions) {
-      out << "| " << model << " | " << fixed(fraction * 100, 0) << "% | ";
-      for (const auto& p : result.policies) {
-        const auto* cell = findCell(result, model, fraction, p);
-        out << (cell ? fixed(cell->normalised, 3) : std::string("-")) << " | ";
+  // One table per measure: a row per (model, fast fraction), a column per policy.
+  const auto table = [&](const auto& valueOf) {
+    out << "| model | fast | ";
+    for (const auto& p : result.policies) out << p << " | ";
+    out << "\n|---|---|";
+    for (size_t i = 0; i < result.policies.size(); ++i) out << "---:|";
+    out << "\n";
+    for (const auto& model : models) {
+      for (double fraction : options.fastFractions) {
+        out << "| " << model << " | " << fixed(fraction * 100, 0) << "% | ";
+        for (const auto& p : result.policies) {
+          const auto* cell = findCell(result, model, fraction, p);
+          out << (cell ? valueOf(*cell) : std::string("-")) << " | ";
+        }
+        out << "\n";
       }
-      out << "\n";
     }
-  }
+  };
+  table([](const auto& cell) { return fixed(cell.normalised, 3); });
   out << "\nMigrated MiB per step (promotions + demotions, same steps; the table is at the trace's "
          "1/" << options.scaleDivisor << " scale: multiply by " << options.scaleDivisor
       << " for the full-size model):\n\n";
-  out << "| model | fast | ";
-  for (const auto& p : result.policies) out << p << " | ";
-  out << "\n|---|---|";
-  for (size_t i = 0; i < result.policies.size(); ++i) out << "---:|";
-  out << "\n";
-  for (const auto& model : models) {
-    for (double fraction : options.fastFractions) {
-      out << "| " << model << " | " << fixed(fraction * 100, 0) << "% | ";
-      for (const auto& p : result.policies) {
-        const auto* cell = findCell(result, model, fraction, p);
-        out << (cell ? fixed(cell->result.meanMigratedBytesPerStep / (1 << 20), 1) : std::string("-")) << " | ";
-      }
-      out << "\n";
-    }
-  }
+  table([](const auto& cell) { return fixed(cell.result.meanMigratedBytesPerStep / (1 << 20), 1); });
   out << "\nTraces:\n\n";
   for (const auto& note : result.traceNotes) out << "- " << note << "\n";
   out << "\nSweep wall time: " << fixed(result.seconds, 1) << " s.\n";
