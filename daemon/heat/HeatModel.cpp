@@ -107,6 +107,8 @@ Result<void> HeatModel::addRegion(const RegionInfo& region) {
   unit.kind = region.kind;
   unit.schedule.assign(buckets_, 0);
   unit.stepAccum.assign(buckets_, 0);
+  unit.priorSchedule.assign(buckets_, 0);
+  unit.priorStepAccum.assign(buckets_, 0);
   map.emplace(region.start, std::move(unit));
   regionIndex_[region.id] = {region.tgid, region.start};
   process(region.tgid);
@@ -150,12 +152,17 @@ HeatModel::Unit* HeatModel::unitFor(pid_t tgid, uint64_t page) {
   unit.length = end - start;
   unit.schedule.assign(buckets_, 0);
   unit.stepAccum.assign(buckets_, 0);
+  unit.priorSchedule.assign(buckets_, 0);
+  unit.priorStepAccum.assign(buckets_, 0);
   return &map.emplace(start, std::move(unit)).first->second;
 }
 
 void HeatModel::decayUnit(Unit& unit, uint64_t nowNs) {
-  unit.heat *= decayFactor(unit.heatNs, nowNs, process(unit.tgid).halfLifeNs);
+  const uint64_t halfLife = process(unit.tgid).halfLifeNs;
+  unit.heat *= decayFactor(unit.heatNs, nowNs, halfLife);
   unit.heatNs = std::max(unit.heatNs, nowNs);
+  unit.priorHeat *= decayFactor(unit.priorHeatNs, nowNs, halfLife);
+  unit.priorHeatNs = std::max(unit.priorHeatNs, nowNs);
 }
 
 void HeatModel::addAccess(Unit& unit, Process& proc, uint64_t nowNs, double accesses) {
@@ -166,6 +173,13 @@ void HeatModel::addAccess(Unit& unit, Process& proc, uint64_t nowNs, double acce
   unit.epochAccesses += accesses;
   if (proc.clock.known() && proc.stepOpen)
     unit.stepAccum[proc.clock.bucketAt(nowNs, buckets_)] += accesses / static_cast<double>(unit.pages());
+}
+
+void HeatModel::addPrior(Unit& unit, Process& proc, uint64_t nowNs, double accesses) {
+  decayUnit(unit, nowNs);
+  unit.priorHeat += accesses;
+  if (proc.clock.known() && proc.stepOpen)
+    unit.priorStepAccum[proc.clock.bucketAt(nowNs, buckets_)] += accesses / static_cast<double>(unit.pages());
 }
 
 void HeatModel::ingest(std::span<const AccessEvidence> batch, uint64_t nowNs, double scale) {
@@ -190,7 +204,8 @@ void HeatModel::ingest(std::span<const AccessEvidence> batch, uint64_t nowNs, do
     addAccess(*unit, *proc, nowNs, accesses);
     proc->samples.add(nowNs, unit->start ^ (static_cast<uint64_t>(ev.tgid) << 48), accesses);
     proc->sampled = true;
-    proc->lastSampleNs = nowNs;
+    proc->evidenceThisEpoch = true;
+    proc->evidenceInStep = true;
   }
   if (pages_.size() > config_.max_tracked_pages()) {
     // Forget the colder half: the page map is for the CLI and chunk detail, not for correctness.
@@ -257,14 +272,31 @@ void HeatModel::foldStep(pid_t tgid) {
   auto m = units_.find(tgid);
   if (m == units_.end()) return;
   const double rate = config_.schedule_learning_rate();
+  // A step no evidence arrived in was not observed, which is not the same as observed idle: when
+  // the sources deliver once per epoch and an epoch spans many steps, folding the unobserved steps
+  // as zeros would shrink every measured schedule by (1 - rate) per step to nothing. The schedule
+  // learns from observed steps only (the prior has no such gaps: it follows the marks).
+  Process& proc = process(tgid);
+  const bool observed = proc.evidenceInStep;
+  proc.evidenceInStep = false;
   for (auto& [start, u] : m->second) {
-    if (!u.scheduleValid) {
+    if (!observed) {
+      // Nothing to learn (the accumulation is empty: only evidence fills it).
+    } else if (!u.scheduleValid) {
       u.schedule = u.stepAccum;
       u.scheduleValid = true;
     } else {
       for (uint32_t b = 0; b < buckets_; ++b) u.schedule[b] = (1 - rate) * u.schedule[b] + rate * u.stepAccum[b];
     }
     std::fill(u.stepAccum.begin(), u.stepAccum.end(), 0.0);
+    if (!u.priorScheduleValid) {
+      u.priorSchedule = u.priorStepAccum;
+      u.priorScheduleValid = true;
+    } else {
+      for (uint32_t b = 0; b < buckets_; ++b)
+        u.priorSchedule[b] = (1 - rate) * u.priorSchedule[b] + rate * u.priorStepAccum[b];
+    }
+    std::fill(u.priorStepAccum.begin(), u.priorStepAccum.end(), 0.0);
   }
 }
 
@@ -283,6 +315,13 @@ void HeatModel::rollSteps(Process& proc, pid_t tgid, uint64_t nowNs) {
   proc.stepStartNs += steps * period;
 }
 
+// The kind prior integrates the time since the previous mark (or epoch close) into the phase that
+// was in progress: each millisecond of a phase is counted once, however many marks split it, so the
+// mark rate does not change how much prior there is. It goes to the prior's own heat and schedule,
+// never to the evidence: a prior by kind cannot tell two regions of one kind apart, and added as
+// accesses at its fixed rate (one access per page per ms) it would bury the sources' evidence
+// (about one per page per epoch from soft-dirty), make every region of the kind look as hot as the
+// hottest, and teach the feature weights its own guess. blendPrior weighs it as a pseudo-count.
 void HeatModel::applyKindPrior(pid_t tgid, Process& proc, uint64_t nowNs) {
   if (proc.lastPriorNs == 0 || nowNs <= proc.lastPriorNs) {
     proc.lastPriorNs = std::max(proc.lastPriorNs, nowNs);
@@ -290,17 +329,16 @@ void HeatModel::applyKindPrior(pid_t tgid, Process& proc, uint64_t nowNs) {
   }
   const uint64_t from = proc.lastPriorNs;
   proc.lastPriorNs = nowNs;
-  // Samples, when they arrive, are the better evidence.
-  if (proc.sampled && nowNs - proc.lastSampleNs < 4 * std::max(proc.halfLifeNs, proc.clock.periodNs)) return;
   auto m = units_.find(tgid);
   if (m == units_.end()) return;
   rollSteps(proc, tgid, from);
   const uint64_t mid = from + (nowNs - from) / 2;
-  // One access per page per millisecond of the phase: only ratios between units matter.
+  // One access per page per millisecond of the phase: only ratios between units matter, the blend
+  // rescales the prior to the evidence.
   const double perPage = static_cast<double>(nowNs - from) / 1e6;
   for (auto& [start, u] : m->second)
     if (u.regionId != 0 && kindActiveInPhase(u.kind, proc.phase))
-      addAccess(u, proc, mid, perPage * static_cast<double>(u.pages()));
+      addPrior(u, proc, mid, perPage * static_cast<double>(u.pages()));
 }
 
 void HeatModel::updateClock(pid_t tgid, Process& proc, uint64_t nowNs) {
@@ -377,6 +415,8 @@ void HeatModel::advanceEpoch(uint64_t nowNs) {
       proc.halfLifeNs = std::clamp<uint64_t>(
           static_cast<uint64_t>(config_.heat_half_life_steps() * static_cast<double>(proc.clock.periodNs)), 1, halfLifeNs_);
     rollSteps(proc, tgid, nowNs);
+    if (proc.evidenceThisEpoch) ++proc.evidenceEpochs;
+    proc.evidenceThisEpoch = false;
   }
   learnWeights();
   computeSnapshot(nowNs);
@@ -394,6 +434,52 @@ void HeatModel::advanceEpoch(uint64_t nowNs) {
   ++epoch_;
 }
 
+// The kind prior as a pseudo-count (the posterior mean under a conjugate prior worth
+// kPriorPseudoEpochs epochs of evidence). Without evidence it is all there is (weight 1: only ratios
+// between units matter). With evidence it is rescaled to the strongest measured value of the
+// process and weighted kPriorPseudoEpochs / (kPriorPseudoEpochs + n) after n epochs with evidence:
+// it still orders what the evidence has not reached and breaks ties, but never outweighs a measured
+// difference, and fades as evidence accumulates. Heat and schedule are blended separately, each
+// rescaled to its own measured counterpart.
+std::vector<HeatModel::Blend> HeatModel::blendPrior(const Process& proc, UnitMap& map, uint64_t nowNs) {
+  constexpr double kPriorPseudoEpochs = 1.0;
+  auto sum = [](const std::vector<double>& v) {
+    double total = 0;
+    for (double x : v) total += x;
+    return total;
+  };
+  double measuredDensity = 0, priorDensity = 0, measuredStep = 0, priorStep = 0;
+  for (auto& [start, u] : map) {
+    decayUnit(u, nowNs);
+    const auto pages = static_cast<double>(u.pages());
+    measuredDensity = std::max(measuredDensity, u.heat / pages);
+    priorDensity = std::max(priorDensity, u.priorHeat / pages);
+    if (u.scheduleValid) measuredStep = std::max(measuredStep, sum(u.schedule));
+    if (u.priorScheduleValid) priorStep = std::max(priorStep, sum(u.priorSchedule));
+  }
+  const double share = kPriorPseudoEpochs / (kPriorPseudoEpochs + static_cast<double>(proc.evidenceEpochs));
+  auto priorWeight = [&](double measured, double prior) {
+    if (prior <= 0) return 0.0;
+    return measured > 0 ? share * measured / prior : 1.0;
+  };
+  const double heatWeight = priorWeight(measuredDensity, priorDensity);
+  const double scheduleWeight = priorWeight(measuredStep, priorStep);
+  std::vector<Blend> out;
+  out.reserve(map.size());
+  for (auto& [start, u] : map) {
+    Blend b;
+    b.heat = u.heat + heatWeight * u.priorHeat;
+    b.scheduleValid = u.scheduleValid || (u.priorScheduleValid && scheduleWeight > 0);
+    b.schedule.assign(buckets_, 0);
+    for (uint32_t k = 0; k < buckets_; ++k) {
+      if (u.scheduleValid) b.schedule[k] += u.schedule[k];
+      if (u.priorScheduleValid) b.schedule[k] += scheduleWeight * u.priorSchedule[k];
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
 void HeatModel::computeSnapshot(uint64_t nowNs) {
   HeatSnapshot snap;
   snap.nowNs = nowNs;
@@ -404,6 +490,7 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
   struct Raw {
     Unit* unit;
     double density;
+    double heat;      // decayed accesses of the unit with the prior blended in
     double reuse;
     uint64_t nextUse;
     double perStep;
@@ -417,6 +504,7 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
     const Process& proc = process(tgid);
     const StepClock& clock = proc.clock;
     const bool scheduled = clock.known() && buckets_ > 1;
+    const std::vector<Blend> blends = blendPrior(proc, map, nowNs);
     uint32_t b0 = 0;
     double bucketNs = 0, intoBucketNs = 0;
     uint32_t horizonBuckets = buckets_;
@@ -428,10 +516,12 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
       // Horizon: the first bucket j by which everything first needed in buckets 1..j can be
       // fetched at the measured bandwidth, plus the configured slack.
       std::vector<double> firstNeedBytes(buckets_, 0);
+      size_t i = 0;
       for (auto& [start, u] : map) {
-        if (!u.scheduleValid) continue;
+        const Blend& bl = blends[i++];
+        if (!bl.scheduleValid) continue;
         for (uint32_t j = 0; j < buckets_; ++j)
-          if (u.schedule[(b0 + j) % buckets_] > 0) {
+          if (bl.schedule[(b0 + j) % buckets_] > 0) {
             firstNeedBytes[j] += static_cast<double>(u.length);
             break;
           }
@@ -461,14 +551,16 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
     // Beyond the horizon a future burst halves in value every bucket: enough to rank evictions by
     // next use, too little to evict what is still in use for something not yet needed.
     const double tailBuckets = 1.0;
+    size_t unitIndex = 0;
     for (auto& [start, u] : map) {
-      decayUnit(u, nowNs);
-      Raw raw{&u, u.heat / static_cast<double>(u.pages()), 0, UINT64_MAX, 0, -1};
+      const Blend& bl = blends[unitIndex++];
+      const std::vector<double>& schedule = bl.schedule;
+      Raw raw{&u, bl.heat / static_cast<double>(u.pages()), bl.heat, 0, UINT64_MAX, 0, -1};
       raw.perStep = raw.density;
-      if (scheduled && u.scheduleValid) {
+      if (scheduled && bl.scheduleValid) {
         raw.perStep = 0;
         double peak = 0;
-        for (double v : u.schedule) {
+        for (double v : schedule) {
           raw.perStep += v;
           peak = std::max(peak, v);
         }
@@ -479,7 +571,7 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
         const double threshold = 0.05 * peak;
         uint32_t first = buckets_;
         for (uint32_t j = 0; j < buckets_; ++j)
-          if (u.schedule[(b0 + j) % buckets_] > threshold) {
+          if (schedule[(b0 + j) % buckets_] > threshold) {
             first = j;
             break;
           }
@@ -487,9 +579,9 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
           double burst = 0;
           uint32_t gap = 0;
           for (uint32_t j = first; j < buckets_ && gap < 2; ++j) {
-            double v = u.schedule[(b0 + j) % buckets_];
+            double v = schedule[(b0 + j) % buckets_];
             if (j == 0) v *= 1.0 - intoBucketNs / bucketNs;
-            if (u.schedule[(b0 + j) % buckets_] > threshold) {
+            if (schedule[(b0 + j) % buckets_] > threshold) {
               burst += v;
               gap = 0;
             } else {
@@ -505,7 +597,7 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
         // The reuse feature: what the schedule predicts over the horizon from now (the quantity
         // the weight learning can check against the next epoch).
         for (uint32_t j = 0; j <= horizonBuckets && j < buckets_; ++j) {
-          double v = u.schedule[(b0 + j) % buckets_];
+          double v = schedule[(b0 + j) % buckets_];
           if (j == 0) v *= 1.0 - intoBucketNs / bucketNs;
           raw.reuse += v;
         }
@@ -528,7 +620,7 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
     h.length = u.length;
     h.regionId = u.regionId;
     h.kind = u.kind;
-    h.heat = u.heat;
+    h.heat = raw.heat;
     h.features[kFrequency] = maxDensity > 0 ? raw.density / maxDensity : 0;
     h.features[kRecency] = u.accessed ? decayFactor(u.lastAccessNs, nowNs, halfLifeOf(u.tgid)) : 0;
     h.features[kSize] = 1.0 / (1.0 + std::log2(static_cast<double>(std::max<uint64_t>(1, u.pages()))));

@@ -29,9 +29,11 @@
 // so the planner promotes what is needed next just in time and evicts what is needed last
 // (Belady-like); without a schedule, score x the highest reuse value (the learned blend).
 //
-// Without samples, a process's phase marks ("forward", "backward", "optimizer") drive the schedule
-// through a prior by region kind (weights in every phase; activations in forward and backward;
-// gradients in backward and optimizer; optimizer state in optimizer).
+// A process's phase marks ("forward", "backward", "optimizer") give a prior by region kind
+// (weights in every phase; activations in forward and backward; gradients in backward and
+// optimizer; optimizer state in optimizer). It is kept apart from the evidence and blended in with
+// a pseudo-count weight: all there is without evidence, at most 1/(1 + n) of the strongest
+// measured value after n epochs with evidence, never learned from as if it were an access.
 //
 // Threading: not thread-safe; the daemon's epoch loop owns it.
 #pragma once
@@ -143,6 +145,14 @@ class HeatModel {
     bool scheduleValid = false;
     FeatureVector predicted{};     // features at the last epoch close
     bool hasPrediction = false;
+    // The kind prior, kept apart from the evidence: its own decayed heat and step schedule, in
+    // "one access per page per millisecond of an active phase". computeSnapshot blends it in with
+    // a weight that shrinks as the process's evidence accumulates (see applyKindPrior).
+    double priorHeat = 0;
+    uint64_t priorHeatNs = 0;
+    std::vector<double> priorSchedule;
+    std::vector<double> priorStepAccum;
+    bool priorScheduleValid = false;
     [[nodiscard]] uint64_t pages() const { return length / kBasePageSize; }
   };
   struct Process {
@@ -154,25 +164,35 @@ class HeatModel {
     bool stepOpen = false;
     uint64_t step = 0;
     std::string phase;
-    uint64_t lastSampleNs = 0;
     bool sampled = false;
     uint64_t lastPriorNs = 0;
+    bool evidenceThisEpoch = false;
+    bool evidenceInStep = false;  // evidence arrived during the step in progress
+    uint64_t evidenceEpochs = 0;  // epochs in which evidence (not the prior) reached this process
     uint64_t epochsSinceEstimate = 0;
     uint64_t halfLifeNs = 0;       // heat half-life of this process's pages and units
     std::map<std::string, double> phaseOffsetNs;  // typical start of each phase within the step
     Process(const SamplePeriodParams& p, uint64_t halfLife) : samples(p), halfLifeNs(halfLife) {}
   };
   using UnitMap = std::map<uint64_t, Unit>;  // by start
+  // A unit's evidence with the kind prior blended in (computeSnapshot's inputs).
+  struct Blend {
+    double heat = 0;
+    std::vector<double> schedule;
+    bool scheduleValid = false;
+  };
 
   Process& process(pid_t tgid);
   Unit* unitFor(pid_t tgid, uint64_t page);
   void addAccess(Unit& unit, Process& proc, uint64_t nowNs, double accesses);
+  void addPrior(Unit& unit, Process& proc, uint64_t nowNs, double accesses);
   void decayUnit(Unit& unit, uint64_t nowNs);
   [[nodiscard]] uint64_t halfLifeOf(pid_t tgid) const;
   void rollSteps(Process& proc, pid_t tgid, uint64_t nowNs);
   void foldStep(pid_t tgid);
   void applyKindPrior(pid_t tgid, Process& proc, uint64_t nowNs);
   void updateClock(pid_t tgid, Process& proc, uint64_t nowNs);
+  [[nodiscard]] std::vector<Blend> blendPrior(const Process& proc, UnitMap& map, uint64_t nowNs);
   void learnWeights();
   void computeSnapshot(uint64_t nowNs);
   [[nodiscard]] static double decayFactor(uint64_t fromNs, uint64_t toNs, uint64_t halfLifeNs);

@@ -1,8 +1,10 @@
 // E2E in the NUMA VM (node 0 DRAM, node 1 emulated PMEM as a lower tier): a client registers two
 // regions of the same kind, both first placed on node 1, and keeps rewriting one of them. The
-// fast-tier budget fits only one. Nothing tells the daemon which is hot: it must find out from
-// its own sources, end with the hot region on node 0 and the cold one on node 1, and never hold
-// more registered bytes on node 0 than the budget.
+// fast-tier budget fits only one. Like a training client it marks every step (begin, the forward,
+// backward and optimizer phases, end), which drives the heat model's prior by region kind, but the
+// kind is the same for both: nothing tells the daemon which is hot. It must find out from its own
+// sources, end with the hot region on node 0 and the cold one on node 1, and never hold more
+// registered bytes on node 0 than the budget.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -35,7 +38,8 @@ struct Layout {
   int ok = 0;
 };
 
-// The client: maps, places on node 1, registers both regions, then rewrites the hot one forever.
+// The client: maps, places on node 1, registers both regions, then rewrites the hot one forever,
+// one "training step" at a time, with the marks the Python client sends.
 [[noreturn]] void runWorkload(const std::string& socket, bool hotIsA, int toParent) {
   Layout l;
   void* a = ::mmap(nullptr, kRegionBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -65,10 +69,25 @@ struct Layout {
   l.ok = 1;
   (void)!::write(toParent, &l, sizeof l);
   auto* hot = static_cast<volatile char*>(hotIsA ? a : b);
+  auto mark = [&](pb::IterationMark::Type type, uint64_t step, const char* phase) {
+    pb::ClientMessage m;
+    auto* im = m.mutable_iteration_mark();
+    im->set_type(type);
+    im->set_step(step);
+    if (phase) im->set_phase(phase);
+    if (!client.post(m).ok()) std::_Exit(6);  // seq 0: no reply
+  };
   for (uint64_t step = 1;; ++step) {
-    // No iteration marks: heat must come from the daemon's own measurements alone.
-    for (uint64_t off = 0; off < kRegionBytes; off += kPage) hot[off] = static_cast<char>(step);
+    // Marks every step, as a training loop sends them: the heat must still come from the daemon's
+    // own measurements, since the prior by kind gives both regions the same schedule.
+    mark(pb::IterationMark::STEP_BEGIN, step, nullptr);
+    mark(pb::IterationMark::PHASE_BEGIN, step, "forward");
+    for (uint64_t off = 0; off < kRegionBytes / 2; off += kPage) hot[off] = static_cast<char>(step);
+    mark(pb::IterationMark::PHASE_BEGIN, step, "backward");
+    for (uint64_t off = kRegionBytes / 2; off < kRegionBytes; off += kPage) hot[off] = static_cast<char>(step);
+    mark(pb::IterationMark::PHASE_BEGIN, step, "optimizer");
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    mark(pb::IterationMark::STEP_END, step, nullptr);
   }
 }
 
@@ -119,7 +138,8 @@ TEST(ServiceE2e, DaemonFindsTheHotRegionAndKeepsItInDramUnderTheBudget) {
   bool settled = false;
   Where h, c;
   const char* limit = std::getenv("TT_E2E_SECONDS");  // shorter runs while debugging
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(limit ? std::atoi(limit) : 240);
+  const auto began = std::chrono::steady_clock::now();
+  const auto deadline = began + std::chrono::seconds(limit ? std::atoi(limit) : 240);
   while (std::chrono::steady_clock::now() < deadline) {
     h = placement(mover, child, hot);
     c = placement(mover, child, cold);
@@ -136,6 +156,8 @@ TEST(ServiceE2e, DaemonFindsTheHotRegionAndKeepsItInDramUnderTheBudget) {
       }
       if (stable) {
         settled = true;
+        std::printf("settled %.1f s after the workload started (held for 3 s)\n",
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
         break;
       }
     }
@@ -143,6 +165,8 @@ TEST(ServiceE2e, DaemonFindsTheHotRegionAndKeepsItInDramUnderTheBudget) {
   }
   const auto status = tt::test::runCommand(std::string(TT_TENSORTIERCTL) + " --socket " + daemon.socket() + " status");
   const auto regions = tt::test::runCommand(std::string(TT_TENSORTIERCTL) + " --socket " + daemon.socket() + " regions");
+  const auto processes = tt::test::runCommand(std::string(TT_TENSORTIERCTL) + " --socket " + daemon.socket() + " processes");
+  std::printf("%s", processes.out.c_str());  // last_step: the marks reached the daemon
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   daemon.signal(SIGTERM);
