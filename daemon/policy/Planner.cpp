@@ -33,7 +33,14 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
   if (capacity == 0)
     for (int node : topology.nodesInTier(topology::Tier::Fast))
       if (const auto* n = topology.node(node)) capacity += n->memory.totalBytes;
-  inst.problem.budgetBytes = context.fastBudgetBytes > 0 ? context.fastBudgetBytes : budgetFor(capacity);
+  inst.budgetBytes = context.fastBudgetBytes > 0 ? context.fastBudgetBytes : budgetFor(capacity);
+  inst.problem.budgetBytes = inst.budgetBytes;
+  auto pinned = [&context](pid_t tgid, uint64_t start, uint64_t length) {
+    for (const PinnedRange& p : context.pins)
+      if (p.tgid == tgid && p.start < start + length && start < p.start + p.length) return true;
+    return false;
+  };
+  std::vector<uint64_t> groupPinnedFast;
 
   const double bandwidth = context.migrationBytesPerSec > 0
                                ? context.migrationBytesPerSec
@@ -91,6 +98,13 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
       b.slowNode = nodes.slow;
       const uint64_t present = b.residency.fastPages + b.residency.slowPages;
       if (present == 0) continue;
+      if (pinned(b.tgid, b.start, b.length)) {
+        inst.pinnedFastBytes += b.residency.fastPages * kBasePageSize;
+        inst.pinnedBytes += present * kBasePageSize;
+        if (groupPinnedFast.size() <= group) groupPinnedFast.resize(group + 1, 0);
+        groupPinnedFast[group] += b.residency.fastPages * kBasePageSize;
+        continue;
+      }
       const auto fast = static_cast<double>(b.residency.fastPages);
       const auto slow = static_cast<double>(b.residency.slowPages);
       const double fastShare = fast / static_cast<double>(present);
@@ -104,6 +118,14 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
       inst.blocks.push_back(b);
       inst.problem.items.push_back(item);
     }
+  }
+  // Pinned fast pages occupy the budget and their process's quota: the rest is planned around them.
+  inst.problem.budgetBytes -= std::min(inst.problem.budgetBytes, inst.pinnedFastBytes);
+  for (size_t g = 0; g < groupPinnedFast.size(); ++g) {
+    uint64_t& quota = inst.problem.groupQuotaBytes[g];
+    if (quota == 0 || groupPinnedFast[g] == 0) continue;  // 0 = no quota
+    // A quota the pins use up entirely stays 1 byte (no block fits), as 0 would mean no quota.
+    quota = quota > groupPinnedFast[g] ? quota - groupPinnedFast[g] : 1;
   }
   return inst;
 }
@@ -119,8 +141,10 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
   }
   const PlanningInstance inst = buildInstance(heat, placement, topology, context);
   const Selection sel = selectHeuristic(inst.problem);
-  stats_.budgetBytes = inst.problem.budgetBytes;
-  stats_.fastUsedBytes = inst.fastUsedBytes;
+  stats_.budgetBytes = inst.budgetBytes;
+  stats_.fastUsedBytes = inst.fastUsedBytes + inst.pinnedFastBytes;
+  stats_.pinnedFastBytes = inst.pinnedFastBytes;
+  stats_.pinnedBytes = inst.pinnedBytes;
   stats_.blocks = inst.blocks.size();
   stats_.objective = sel.objective;
 

@@ -19,6 +19,10 @@
 // Target nodes: a process's fast node is the fast node nearest its home node (the node it runs
 // on; the first fast node when unknown), its slow node the slow node nearest its home node.
 //
+// Pinned ranges (PlanContext::pins, from `tensortierctl migrate`): a block overlapping one is left
+// where it is: it is neither promoted nor demoted, and its fast pages are taken off the global
+// budget and its process's quota before the selection, so the others are planned around them.
+//
 // Threading: not thread-safe; the daemon's epoch loop owns it.
 #pragma once
 
@@ -52,6 +56,13 @@ struct ProcessPlacement {
   uint64_t quotaBytes = 0;  // 0 = the config's per_process_quota_bytes
 };
 
+// A range whose placement the user fixed by hand.
+struct PinnedRange {
+  pid_t tgid = 0;
+  uint64_t start = 0;
+  uint64_t length = 0;
+};
+
 struct PlanContext {
   std::vector<ProcessPlacement> processes;  // optional per-process details
   uint64_t fastCapacityBytes = 0;           // 0 = total memory of the topology's fast nodes
@@ -61,6 +72,7 @@ struct PlanContext {
   double migrationBytesPerSec = 0;          // measured by the engine; 0 = the config's initial value
   double slowPenaltyNs = 0;                 // extra cost of a slow access, ns; 0 = the config's
   uint64_t intervalNs = 0;                  // time until the next plan; 0 = the config's plan_interval_ms
+  std::vector<PinnedRange> pins;            // left where they are (see above)
 };
 
 struct PlanBlock {
@@ -77,13 +89,18 @@ struct PlanBlock {
 // One planning problem: the blocks and the selection problem over them (item i = block i).
 struct PlanningInstance {
   std::vector<PlanBlock> blocks;
-  SelectionProblem problem;
-  uint64_t fastUsedBytes = 0;
+  SelectionProblem problem;  // budget and quotas net of the pinned fast bytes
+  uint64_t fastUsedBytes = 0;        // of the blocks above (pinned ones excluded)
+  uint64_t budgetBytes = 0;          // the global budget before the pinned bytes are taken off
+  uint64_t pinnedFastBytes = 0;      // pinned blocks' pages on fast nodes
+  uint64_t pinnedBytes = 0;          // pinned blocks' present pages
 };
 
 struct PlanStats {
   uint64_t budgetBytes = 0;
-  uint64_t fastUsedBytes = 0;      // managed bytes on fast nodes before the plan
+  uint64_t fastUsedBytes = 0;      // managed bytes on fast nodes before the plan (pinned included)
+  uint64_t pinnedFastBytes = 0;    // of which pinned
+  uint64_t pinnedBytes = 0;        // present bytes of pinned blocks (any tier)
   uint64_t selectedBytes = 0;      // bytes the selection wants fast
   uint64_t promoteBytes = 0;       // in this plan
   uint64_t demoteBytes = 0;

@@ -24,9 +24,10 @@ std::vector<SourceReport> SourceSetEvidence::status() const {
 }
 
 Result<void> SourceSetEvidence::applyConfig(const tensortier::v1::SourcesConfig& config) {
-  // The sources open their kernel facilities with their config and have no live setters yet.
-  if (config.SerializeAsString() == config_.SerializeAsString()) return {};
-  return logicError("sources: changes take effect at the next restart (the sources have no live tuning)");
+  auto changes = set_->applyConfig(config);
+  if (!changes) return changes.error();
+  for (const auto& key : changes->live) TT_LOG(Info) << "sources: " << key << " applied live";
+  return {};
 }
 
 MovePagesPlacement::MovePagesPlacement(sys::PageMover& mover, const topology::Topology& topology)
@@ -49,11 +50,12 @@ HeatPlannerPolicy::HeatPlannerPolicy(const tensortier::v1::PolicyConfig& config,
       planner_(std::make_unique<policy::Planner>(config)),
       config_(config) {}
 
-MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, double migrationBytesPerSec) {
+MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, double migrationBytesPerSec, std::span<const ManualPin> pins) {
   if (migrationBytesPerSec > 0) heat_.setMigrationBandwidth(migrationBytesPerSec);
   heat_.advanceEpoch(nowNs);
   policy::PlanContext context;
   context.migrationBytesPerSec = migrationBytesPerSec;
+  for (const auto& p : pins) context.pins.push_back({p.tgid, p.start, p.length});
   return planner_->plan(heat_.snapshot(), placement_, topology_, context);
 }
 

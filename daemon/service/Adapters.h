@@ -26,8 +26,7 @@ namespace tt::service {
 
 class SourceSetEvidence final : public EvidenceSource {
  public:
-  SourceSetEvidence(std::unique_ptr<sources::SourceSet> set, const tensortier::v1::SourcesConfig& config)
-      : set_(std::move(set)), config_(config) {}
+  explicit SourceSetEvidence(std::unique_ptr<sources::SourceSet> set) : set_(std::move(set)) {}
   Result<void> addProcess(pid_t tgid) override { return set_->addProcess(tgid); }
   Result<void> removeProcess(pid_t tgid) override { return set_->removeProcess(tgid); }
   Result<void> collect(std::vector<AccessEvidence>& out) override { return set_->collect(out); }
@@ -37,7 +36,6 @@ class SourceSetEvidence final : public EvidenceSource {
 
  private:
   std::unique_ptr<sources::SourceSet> set_;
-  tensortier::v1::SourcesConfig config_;
 };
 
 // Where pages are, for the planner: move_pages(2) status queries, fast/slow by the topology.
@@ -60,7 +58,7 @@ class HeatPlannerPolicy final : public PlacementPolicy {
   void removeProcess(pid_t tgid) override { heat_.removeProcess(tgid); }
   void observe(std::span<const AccessEvidence> evidence, uint64_t nowNs) override { heat_.ingest(evidence, nowNs); }
   void onMark(const IterationMark& mark) override { heat_.onMark(mark); }
-  MigrationPlan plan(uint64_t nowNs, double migrationBytesPerSec) override;
+  MigrationPlan plan(uint64_t nowNs, double migrationBytesPerSec, std::span<const ManualPin> pins) override;
   std::vector<std::pair<uint64_t, double>> regionHeat() const override;
   PolicyView view() const override;
   Result<void> applyConfig(const tensortier::v1::PolicyConfig& config) override;

@@ -101,7 +101,13 @@ void AdminService::processes(pb::DaemonMessage& reply) {
   }
 }
 
-bool AdminService::fillRegion(const registry::RegionRecord& r, pb::RegionEntry& e) {
+std::vector<ManualPin> AdminService::pins() const {
+  return ctx_.epochLoop ? ctx_.epochLoop->pins() : std::vector<ManualPin>{};
+}
+
+uint64_t AdminService::now() const { return ctx_.nowNs ? ctx_.nowNs() : EpochLoop::monotonicNowNs(); }
+
+bool AdminService::fillRegion(const registry::RegionRecord& r, pb::RegionEntry& e, const std::vector<ManualPin>& pins) {
   e.set_pid(r.info.tgid);
   e.set_region_id(r.info.id);
   e.set_name(r.info.name);
@@ -109,6 +115,13 @@ bool AdminService::fillRegion(const registry::RegionRecord& r, pb::RegionEntry& 
   e.set_address(r.info.start);
   e.set_length(r.info.length);
   e.set_heat(r.heat);
+  for (const auto& p : pins) {
+    if (p.tgid != r.info.tgid || p.regionId != r.info.id) continue;
+    e.set_pinned(true);
+    e.set_pinned_node(p.node);
+    const uint64_t t = now();
+    e.set_pin_expires_in_ms(p.expiresNs == 0 ? 0 : (p.expiresNs > t ? (p.expiresNs - t + 999999) / 1000000 : 1));
+  }
   if (!ctx_.placement) return true;
   auto placement = ctx_.placement->read(r.info.tgid, r.info.start, r.info.length);
   if (!placement) return false;  // exited since the snapshot
@@ -123,9 +136,10 @@ bool AdminService::fillRegion(const registry::RegionRecord& r, pb::RegionEntry& 
 
 void AdminService::regions(const pb::RegionsRequest& request, pb::DaemonMessage& reply) {
   auto* out = reply.mutable_regions();
+  const auto pinned = pins();
   for (const auto& r : ctx_.registry->allRegions(request.pid())) {
     pb::RegionEntry entry;
-    if (fillRegion(r, entry)) *out->add_regions() = std::move(entry);
+    if (fillRegion(r, entry, pinned)) *out->add_regions() = std::move(entry);
   }
 }
 
@@ -134,19 +148,40 @@ void AdminService::top(const pb::TopRequest& request, pb::DaemonMessage& reply) 
   auto all = ctx_.registry->allRegions();
   std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.heat > b.heat; });
   auto* out = reply.mutable_top();
+  const auto pinned = pins();
   for (size_t i = 0; i < all.size() && i < count; ++i) {
     pb::RegionEntry e;
-    if (fillRegion(all[i], e)) *out->add_hottest() = std::move(e);
+    if (fillRegion(all[i], e, pinned)) *out->add_hottest() = std::move(e);
   }
   for (size_t i = 0; i < all.size() && i < count; ++i) {
     pb::RegionEntry e;
-    if (fillRegion(all[all.size() - 1 - i], e)) *out->add_coldest() = std::move(e);
+    if (fillRegion(all[all.size() - 1 - i], e, pinned)) *out->add_coldest() = std::move(e);
   }
 }
 
 void AdminService::migrate(const pb::MigrateRequest& request, pb::DaemonMessage& reply) {
   if (!ctx_.executor || !ctx_.epochLoop) {
     ipc::setError(reply, pb::INTERNAL, "no migration engine in this daemon");
+    return;
+  }
+  if (request.unpin()) {
+    size_t dropped = 0;
+    if (request.target_case() == pb::MigrateRequest::kRegionId) {
+      auto r = ctx_.registry->region(request.region_id());
+      if (!r) {
+        ipc::setError(reply, pb::NO_SUCH_REGION, "no region " + std::to_string(request.region_id()));
+        return;
+      }
+      dropped = ctx_.epochLoop->unpin(r->info.tgid, r->info.id);
+    } else if (request.target_case() == pb::MigrateRequest::kPid) {
+      dropped = ctx_.epochLoop->unpin(request.pid(), 0);
+    } else {
+      ipc::setError(reply, pb::BAD_REQUEST, "unpin needs a region id or a pid");
+      return;
+    }
+    auto* out = reply.mutable_migrate();
+    out->set_unpinned_ranges(static_cast<uint32_t>(dropped));
+    out->set_detail(dropped == 0 ? "nothing was pinned" : "unpinned: the policy plans it again from the next epoch");
     return;
   }
   if (!ctx_.topology || !ctx_.topology->node(request.node())) {
@@ -179,19 +214,24 @@ void AdminService::migrate(const pb::MigrateRequest& request, pb::DaemonMessage&
     m.start = t.info.start;
     m.length = t.info.length;
     m.targetNode = request.node();
-    m.priority = 1000;  // by hand: before anything else
+    m.priority = EpochLoop::kManualPriority;  // by hand: before anything else
     m.regionId = t.info.id;
     plan.moves.push_back(m);
     bytes += t.info.length;
   }
-  if (auto r = ctx_.epochLoop->submitManual(std::move(plan)); !r) {
+  const uint64_t pinSeconds = ctx_.manualPinSeconds ? ctx_.manualPinSeconds() : 0;
+  if (auto r = ctx_.epochLoop->submitManual(std::move(plan), now(), pinSeconds * 1000000000ULL); !r) {
     ipc::setError(reply, pb::INTERNAL, r.error().message());
     return;
   }
   auto* out = reply.mutable_migrate();
   out->set_requested_bytes(bytes);
   out->set_queued(true);
-  out->set_detail("queued to the migration engine; the policy may move it again in a later epoch");
+  out->set_pinned(true);
+  out->set_pin_expires_in_ms(pinSeconds * 1000);
+  out->set_detail(pinSeconds == 0 ? "queued to the migration engine; pinned there until `tensortierctl migrate --unpin`"
+                                  : "queued to the migration engine; pinned there for " + std::to_string(pinSeconds) +
+                                        " s (the policy will not move it back before)");
 }
 
 }  // namespace tt::service

@@ -32,6 +32,10 @@ struct AdminContext {
   // Applies a tune request like a SIGHUP reload; returns the effective sections or the error.
   std::function<Result<std::string>(const tensortier::v1::TuneRequest&)> tune;
   std::function<uint32_t()> epochMs;
+  // service.manual_pin_seconds as configured now (0 = pins last until unpinned).
+  std::function<uint32_t()> manualPinSeconds;
+  // CLOCK_MONOTONIC ns; tests pass a fake clock. Unset = EpochLoop::monotonicNowNs.
+  std::function<uint64_t()> nowNs;
 };
 
 class AdminService final : public ipc::AdminHandler {
@@ -46,7 +50,10 @@ class AdminService final : public ipc::AdminHandler {
   void regions(const tensortier::v1::RegionsRequest& request, ipc::pb::DaemonMessage& reply);
   void top(const tensortier::v1::TopRequest& request, ipc::pb::DaemonMessage& reply);
   void migrate(const tensortier::v1::MigrateRequest& request, ipc::pb::DaemonMessage& reply);
-  [[nodiscard]] bool fillRegion(const registry::RegionRecord& record, tensortier::v1::RegionEntry& entry);
+  [[nodiscard]] bool fillRegion(const registry::RegionRecord& record, tensortier::v1::RegionEntry& entry,
+                                const std::vector<ManualPin>& pins);
+  [[nodiscard]] std::vector<ManualPin> pins() const;
+  [[nodiscard]] uint64_t now() const;
 
   AdminContext ctx_;
   std::chrono::steady_clock::time_point started_;

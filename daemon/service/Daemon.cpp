@@ -96,10 +96,13 @@ class Daemon {
 
   DaemonOptions options_;
   config::DaemonConfig config_;
+  // The sources config in effect: open()'s plus live changes (restart-only keys keep their value).
+  tensortier::v1::SourcesConfig runningSources_;
   asio::io_context io_;
   asio::signal_set signals_;
   asio::steady_timer ioHeartbeat_;
   std::atomic<int64_t> ioAliveNs_{0};
+  std::chrono::milliseconds heartbeatPeriod_{1000};  // shorter under a short watchdog, see run()
 
   topology::Topology topology_;
   metrics::Registry metrics_;
@@ -122,6 +125,7 @@ class Daemon {
   std::unique_ptr<EpochLoop> epochLoop_;
   std::unique_ptr<AdminService> admin_;
   std::atomic<uint32_t> epochMs_{1000};
+  std::atomic<uint32_t> manualPinSeconds_{300};
   std::optional<gid_t> adminGid_;
   bool stopping_ = false;
 };
@@ -153,7 +157,8 @@ Result<void> Daemon::bindSocket() {
 
 void Daemon::buildStages() {
   auto sources = sources::SourceSet::open(config_.sources(), topology_);
-  source_ = std::make_unique<SourceSetEvidence>(std::move(sources), config_.sources());
+  runningSources_ = config_.sources();
+  source_ = std::make_unique<SourceSetEvidence>(std::move(sources));
   policy_ = std::make_unique<HeatPlannerPolicy>(config_.policy(), topology_, mover_);
   freeMemory_ = std::make_unique<migrate::SysfsFreeMemoryReader>(sys::Fs(config_.topology().sysfs_root()));
   inProcess_ = std::make_unique<SocketInProcessMover>(*server_, *registry_,
@@ -203,11 +208,17 @@ int Daemon::run() {
   epochLoop_ = std::make_unique<EpochLoop>(
       *registry_, EpochStages{source_.get(), policy_.get(), executor_.get(), residency_.get()}, metrics_);
   epochMs_ = s.epoch_ms();
+  manualPinSeconds_ = s.manual_pin_seconds();
   epochLoop_->setPeriod(std::chrono::milliseconds(s.epoch_ms()));
   const uint64_t watchdogUs = s.watchdog() ? sys::watchdogIntervalUs() : 0;
   if (watchdogUs > 0) {
     // Keep-alives come from the epoch thread, and only while the event loop is alive too.
     const auto interval = std::chrono::milliseconds(std::max<uint64_t>(1, watchdogUs / 3000));
+    // The main loop's heartbeat must stay well fresher than the watchdog interval, or the
+    // freshness check below drops keep-alives while both loops are fine: with a fixed 1 s
+    // heartbeat and WATCHDOG_USEC=400000, keep-alives had 0.7 s gaps (NotifyTest).
+    heartbeatPeriod_ = std::min<std::chrono::milliseconds>(
+        std::chrono::seconds(1), std::chrono::milliseconds(std::max<uint64_t>(1, watchdogUs / 4000)));
     epochLoop_->setKeepAlive(
         [this, watchdogUs] {
           const int64_t age = static_cast<int64_t>(EpochLoop::monotonicNowNs()) - ioAliveNs_.load();
@@ -234,6 +245,7 @@ int Daemon::run() {
   };
   admin.tune = [this](const pb::TuneRequest& r) { return tune(r); };
   admin.epochMs = [this] { return epochMs_.load(); };
+  admin.manualPinSeconds = [this] { return manualPinSeconds_.load(); };
   admin_ = std::make_unique<AdminService>(std::move(admin));
   handler_->setAdminHandler(admin_.get());
 
@@ -258,7 +270,7 @@ int Daemon::run() {
 
 void Daemon::heartbeat() {
   ioAliveNs_.store(static_cast<int64_t>(EpochLoop::monotonicNowNs()));
-  ioHeartbeat_.expires_after(std::chrono::seconds(1));
+  ioHeartbeat_.expires_after(heartbeatPeriod_);
   ioHeartbeat_.async_wait([this](const boost::system::error_code& ec) {
     if (!ec && !stopping_) heartbeat();
   });
@@ -302,6 +314,7 @@ std::string Daemon::applyLive(const config::DaemonConfig& next) {
   registry_->setLimits(limitsOf(n));
   server_->setOptions(serverOptionsOf(n));
   epochMs_ = n.epoch_ms();
+  manualPinSeconds_ = n.manual_pin_seconds();  // for later migrations; existing pins keep their expiry
   epochLoop_->setPeriod(std::chrono::milliseconds(n.epoch_ms()));
   adminGid_ = lookupGroup(n.admin_group(), "admin group");
   if (o.socket_path() != n.socket_path() || o.socket_group() != n.socket_group() || o.socket_mode() != n.socket_mode())
@@ -309,8 +322,20 @@ std::string Daemon::applyLive(const config::DaemonConfig& next) {
   if (o.metrics_port() != n.metrics_port()) note("service.metrics_port: takes effect at restart");
   if (!sameMessage(config_.topology(), next.topology())) note("topology: takes effect at restart");
   if (auto r = executor_->applyConfig(next.migration()); !r) note(r.error().message());
-  if (!sameMessage(config_.sources(), next.sources()))
-    note("sources: take effect at restart (the sources have no live tuning)");
+  // The sources live on the epoch thread: the live keys are applied there before the next epoch;
+  // the rest is reported against what actually runs until a restart.
+  const auto sourceChanges = sources::SourceSet::classifyChanges(runningSources_, next.sources());
+  for (const auto& key : sourceChanges.live) note(key + ": live from the next epoch");
+  for (const auto& key : sourceChanges.restart) note(key + ": takes effect at restart");
+  if (!sourceChanges.live.empty()) {
+    runningSources_ = sources::SourceSet::withLiveKeys(runningSources_, next.sources());
+    auto sourcesConfig = next.sources();
+    epochLoop_->runBeforeNextEpoch([this, sourcesConfig] {
+      if (auto r = source_->applyConfig(sourcesConfig); !r) {
+        TT_LOG(Warn) << r.error().message();
+      }
+    });
+  }
   // The policy lives on the epoch thread: its new config is applied there, before the next epoch.
   auto policy = next.policy();
   epochLoop_->runBeforeNextEpoch([this, policy] {

@@ -90,6 +90,7 @@ void EpochLoop::applyEvents() {
         }
         break;
       case T::ProcessRemoved:
+        (void)unpin(ev.tgid, 0);
         if (stages_.executor) stages_.executor->cancelProcess(ev.tgid);
         if (stages_.source) (void)stages_.source->removeProcess(ev.tgid);
         if (stages_.policy) stages_.policy->removeProcess(ev.tgid);
@@ -109,6 +110,7 @@ void EpochLoop::applyEvents() {
         regions_[ev.tgid][ev.region.start] = ev.region;
         break;
       case T::RegionRemoved:
+        (void)unpin(ev.tgid, ev.region.id);
         if (stages_.policy) stages_.policy->removeRegion(ev.region.id);
         if (auto p = regions_.find(ev.tgid); p != regions_.end()) {
           p->second.erase(ev.region.start);
@@ -164,7 +166,20 @@ void EpochLoop::runOnce(uint64_t nowNs) {
   PolicyView view;
   if (stages_.policy) {
     stages_.policy->observe(evidence_, nowNs);
-    MigrationPlan plan = stages_.policy->plan(nowNs, bandwidth);
+    std::vector<ManualPin> pins;
+    {
+      std::lock_guard lock(pinsMutex_);
+      std::erase_if(pins_, [nowNs](const ManualPin& p) { return p.expiresNs != 0 && nowNs >= p.expiresNs; });
+      pins = pins_;
+    }
+    MigrationPlan plan = stages_.policy->plan(nowNs, bandwidth, pins);
+    // This plan supersedes the engine's queued one, which may still hold unfinished manual moves:
+    // carry them, so a pinned range always ends up where the user put it.
+    if (!plan.moves.empty() && !pins.empty()) {
+      std::vector<MoveRequest> carried;
+      for (const auto& p : pins) carried.push_back({p.tgid, p.start, p.length, p.node, kManualPriority, p.regionId});
+      plan.moves.insert(plan.moves.begin(), carried.begin(), carried.end());
+    }
     moves = plan.moves.size();
     if (!plan.moves.empty() && stages_.executor) {
       plan.generation = ++generation_;
@@ -282,6 +297,37 @@ Result<void> EpochLoop::submitManual(MigrationPlan plan) {
   std::lock_guard run(runMutex_);
   plan.generation = ++generation_;
   return stages_.executor->submit(std::move(plan));
+}
+
+Result<void> EpochLoop::submitManual(MigrationPlan plan, uint64_t nowNs, uint64_t pinNs) {
+  if (!stages_.executor) return logicError("no migration engine in this daemon");
+  // Under the run lock: no epoch may plan between the submit and the pins.
+  std::lock_guard run(runMutex_);
+  std::vector<ManualPin> added;
+  for (const auto& m : plan.moves)
+    added.push_back({m.tgid, m.regionId, m.start, m.length, m.targetNode, pinNs == 0 ? 0 : nowNs + pinNs});
+  plan.generation = ++generation_;
+  if (auto r = stages_.executor->submit(std::move(plan)); !r) return r;
+  std::lock_guard lock(pinsMutex_);
+  for (const auto& a : added) {
+    std::erase_if(pins_, [&a](const ManualPin& p) {
+      return p.tgid == a.tgid && p.start < a.start + a.length && a.start < p.start + p.length;
+    });
+    pins_.push_back(a);
+  }
+  return {};
+}
+
+size_t EpochLoop::unpin(pid_t tgid, uint64_t regionId) {
+  std::lock_guard lock(pinsMutex_);
+  return std::erase_if(pins_, [&](const ManualPin& p) {
+    return p.tgid == tgid && (regionId == 0 || p.regionId == regionId);
+  });
+}
+
+std::vector<ManualPin> EpochLoop::pins() const {
+  std::lock_guard lock(pinsMutex_);
+  return pins_;
 }
 
 EpochStats EpochLoop::stats() const {

@@ -80,6 +80,16 @@ class EpochLoop {
   // A plan made outside the epoch (tensortierctl migrate): numbered in the same sequence, so the
   // executor sees increasing generations. Thread-safe.
   [[nodiscard]] Result<void> submitManual(MigrationPlan plan);
+  // The same, and every move's range is pinned at its target node until nowNs + pinNs (0 = until
+  // unpinned): the policy is told to leave it alone, and while the pin lasts each later plan
+  // carries the move again (a newer plan supersedes the engine's queued one; pages already on the
+  // node are skipped by the engine). A new pin of an overlapping range replaces the old one.
+  [[nodiscard]] Result<void> submitManual(MigrationPlan plan, uint64_t nowNs, uint64_t pinNs);
+  // Drops the pins of a region (regionId != 0) or of every region of `tgid`; returns how many.
+  size_t unpin(pid_t tgid, uint64_t regionId);
+  [[nodiscard]] std::vector<ManualPin> pins() const;
+  // Priority of manual moves: above every planned move (demotions use 1000..1999).
+  static constexpr int kManualPriority = 2000;
 
   [[nodiscard]] EpochStats stats() const;
   [[nodiscard]] std::map<pid_t, uint64_t> fastBytesByProcess() const;
@@ -108,6 +118,9 @@ class EpochLoop {
 
   std::mutex runMutex_;  // one epoch (or manual submit) at a time
   uint64_t generation_ = 0;
+
+  mutable std::mutex pinsMutex_;
+  std::vector<ManualPin> pins_;
 
   mutable std::mutex statsMutex_;
   EpochStats stats_;

@@ -38,9 +38,21 @@ class EvidenceSource {
   // Appends the evidence gathered since the previous call.
   [[nodiscard]] virtual Result<void> collect(std::vector<AccessEvidence>& out) = 0;
   [[nodiscard]] virtual std::vector<SourceReport> status() const = 0;
-  // Live tuning; an error says what needs a restart instead.
+  // Live tuning of the knobs the sources can change while running (sources::SourceSet says which);
+  // the others are left as they run until a restart. An error says which source failed.
   [[nodiscard]] virtual Result<void> applyConfig(const tensortier::v1::SourcesConfig& config) = 0;
   virtual void shutdown() = 0;
+};
+
+// A range moved by hand (tensortierctl migrate): the policy leaves its placement alone until
+// expiresNs (CLOCK_MONOTONIC; 0 = until unpinned). The epoch loop owns the pins.
+struct ManualPin {
+  pid_t tgid = 0;
+  uint64_t regionId = 0;
+  uint64_t start = 0;
+  uint64_t length = 0;
+  int node = -1;  // where the user moved it
+  uint64_t expiresNs = 0;
 };
 
 struct PolicyView {
@@ -58,7 +70,9 @@ class PlacementPolicy {
   virtual void observe(std::span<const AccessEvidence> evidence, uint64_t nowNs) = 0;
   virtual void onMark(const IterationMark& mark) = 0;
   // Closes the epoch at `nowNs` and returns the moves to make now (generation is set by the loop).
-  [[nodiscard]] virtual MigrationPlan plan(uint64_t nowNs, double migrationBytesPerSec) = 0;
+  // No move may touch a pinned range; its fast bytes count against the budgets.
+  [[nodiscard]] virtual MigrationPlan plan(uint64_t nowNs, double migrationBytesPerSec,
+                                           std::span<const ManualPin> pins) = 0;
   // Heat per registered region as of the last plan.
   [[nodiscard]] virtual std::vector<std::pair<uint64_t, double>> regionHeat() const = 0;
   [[nodiscard]] virtual PolicyView view() const = 0;

@@ -167,15 +167,36 @@ void SamplingSource::adaptPeriod(uint64_t costNs, uint64_t wallNs) {
   else if (percent < options_.cpuBudgetPercent / 4)
     next = std::max(options_.minPeriod, period_ / 2);
   if (next == period_) return;
-  for (const auto& ev : events_) {
-    if (auto r = ev->setPeriod(next); !r) {
-      TT_LOG(Warn) << options_.name << ": " << r.error().message();
-      return;
-    }
+  const uint64_t before = period_;
+  if (auto r = changePeriod(next); !r) {
+    TT_LOG(Warn) << options_.name << ": " << r.error().message();
+    return;
   }
-  TT_LOG(Debug) << options_.name << ": sample period " << period_ << " -> " << next << " (cost " << percent << "% of a CPU)";
+  TT_LOG(Debug) << options_.name << ": sample period " << before << " -> " << next << " (cost " << percent << "% of a CPU)";
+}
+
+Result<void> SamplingSource::changePeriod(uint64_t next) {
+  // The events of an unavailable source are closed: only the recorded period changes.
+  for (const auto& ev : events_)
+    if (auto r = ev->setPeriod(next); !r) return r.error();
   period_ = next;
   counters_.period = next;
+  return {};
+}
+
+Result<void> SamplingSource::setSamplingLimits(const SamplingLimits& limits) {
+  if (limits.minPeriod == 0 || limits.minPeriod > limits.maxPeriod)
+    return logicError(options_.name + ": sample period bounds [" + std::to_string(limits.minPeriod) + ", " +
+                      std::to_string(limits.maxPeriod) + "] are empty");
+  options_.cpuBudgetPercent = limits.cpuBudgetPercent;
+  options_.minPeriod = limits.minPeriod;
+  options_.maxPeriod = limits.maxPeriod;
+  const uint64_t next = std::clamp(period_, limits.minPeriod, limits.maxPeriod);
+  if (next == period_) return {};
+  const uint64_t before = period_;
+  if (auto r = changePeriod(next); !r) return r.error();
+  TT_LOG(Info) << options_.name << ": sample period " << before << " -> " << next << " (live config)";
+  return {};
 }
 
 }  // namespace tt::sources

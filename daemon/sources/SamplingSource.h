@@ -58,6 +58,7 @@ class SamplingSource final : public Source {
   Result<void> removeProcess(pid_t tgid) override;
   Result<void> collect(std::vector<AccessEvidence>& out) override;
   SourceCounters counters() const override { return counters_; }
+  Result<void> setSamplingLimits(const SamplingLimits& limits) override;
 
   [[nodiscard]] Aggregation aggregation() const { return aggregation_; }
   [[nodiscard]] uint64_t period() const { return period_; }
@@ -68,6 +69,8 @@ class SamplingSource final : public Source {
  private:
   Result<void> openEvents(uint32_t ringPages);
   void adaptPeriod(uint64_t costNs, uint64_t wallNs);
+  // Sets every event's period (PERF_EVENT_IOC_PERIOD); on failure the old period stays recorded.
+  Result<void> changePeriod(uint64_t next);
   void handleRecord(std::span<const uint8_t> record, uint64_t sampleType);
 
   SamplingOptions options_;

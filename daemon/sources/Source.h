@@ -34,6 +34,13 @@ struct SourceCounters {
   double costPercent = 0;    // last epoch's sampling cost, percent of one CPU
 };
 
+// Sample-period limits a sampling source adapts within, changed at run time (SourceSet::applyConfig).
+struct SamplingLimits {
+  double cpuBudgetPercent = 3.0;
+  uint64_t minPeriod = 1;
+  uint64_t maxPeriod = 1;
+};
+
 // A page move made by the kernel itself (NUMA-balancing promotion, demotion) to a tracked process.
 // The fault-trace source reports each migrated page (page != 0, from remove_migration_pte) and
 // each finished batch (page == 0, pages = the batch's succeeded count): count one or the other.
@@ -53,6 +60,9 @@ class Source {
   [[nodiscard]] virtual Result<void> removeProcess(pid_t tgid) = 0;
   [[nodiscard]] virtual Result<void> collect(std::vector<AccessEvidence>& out) = 0;
   [[nodiscard]] virtual SourceCounters counters() const { return {}; }
+  // Live tuning of a sampling source: new budget and period bounds; the current period is clamped
+  // into them at once (PERF_EVENT_IOC_PERIOD). Sources that do not sample ignore it.
+  [[nodiscard]] virtual Result<void> setSamplingLimits(const SamplingLimits& /*limits*/) { return {}; }
   // Kernel page moves seen since the last call (only sources that trace migrations have any).
   virtual void takeKernelMoves(std::vector<KernelMove>& /*out*/) {}
 };

@@ -1,5 +1,7 @@
 #include "sources/SourceSet.h"
 
+#include <google/protobuf/text_format.h>
+
 #include "core/Log.h"
 #include "sources/DamonSource.h"
 #include "sources/FaultTraceSource.h"
@@ -146,7 +148,7 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
     s->open();
     sources.push_back(std::move(s));
   }
-  auto set = std::make_unique<SourceSet>(std::move(sources));
+  auto set = std::make_unique<SourceSet>(std::move(sources), c);
   set->extraLines_ = std::move(lines);
   set->tieringGuard_ = std::move(guard);
   for (const auto& line : set->statusLines()) {
@@ -158,7 +160,116 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
   return set;
 }
 
-SourceSet::SourceSet(std::vector<std::unique_ptr<Source>> sources) : sources_(std::move(sources)) {}
+SourceSet::SourceSet(std::vector<std::unique_ptr<Source>> sources, const pb::SourcesConfig& config)
+    : sources_(std::move(sources)), config_(config) {}
+
+namespace {
+
+// The live keys, each with how to copy it from one config into another.
+struct LiveKey {
+  const char* path;
+  bool (*differs)(const pb::SourcesConfig&, const pb::SourcesConfig&);
+  void (*copy)(const pb::SourcesConfig& from, pb::SourcesConfig& to);
+};
+
+const LiveKey kLiveKeys[] = {
+    {"sources.cpu_budget_percent",
+     [](const pb::SourcesConfig& a, const pb::SourcesConfig& b) { return a.cpu_budget_percent() != b.cpu_budget_percent(); },
+     [](const pb::SourcesConfig& f, pb::SourcesConfig& t) { t.set_cpu_budget_percent(f.cpu_budget_percent()); }},
+    {"sources.pmu.min_period",
+     [](const pb::SourcesConfig& a, const pb::SourcesConfig& b) { return a.pmu().min_period() != b.pmu().min_period(); },
+     [](const pb::SourcesConfig& f, pb::SourcesConfig& t) { t.mutable_pmu()->set_min_period(f.pmu().min_period()); }},
+    {"sources.pmu.max_period",
+     [](const pb::SourcesConfig& a, const pb::SourcesConfig& b) { return a.pmu().max_period() != b.pmu().max_period(); },
+     [](const pb::SourcesConfig& f, pb::SourcesConfig& t) { t.mutable_pmu()->set_max_period(f.pmu().max_period()); }},
+    {"sources.software_faults.period",
+     [](const pb::SourcesConfig& a, const pb::SourcesConfig& b) {
+       return a.software_faults().period() != b.software_faults().period();
+     },
+     [](const pb::SourcesConfig& f, pb::SourcesConfig& t) {
+       t.mutable_software_faults()->set_period(f.software_faults().period());
+     }},
+};
+
+// The differing fields of two messages of one type, as dotted paths under `prefix`.
+void differingFields(const google::protobuf::Message& a, const google::protobuf::Message& b, const std::string& prefix,
+                     std::vector<std::string>& out) {
+  const auto* d = a.GetDescriptor();
+  const auto* ra = a.GetReflection();
+  const auto* rb = b.GetReflection();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const auto* f = d->field(i);
+    const std::string path = prefix + "." + f->name();
+    if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE && !f->is_repeated()) {
+      differingFields(ra->GetMessage(a, f), rb->GetMessage(b, f), path, out);
+      continue;
+    }
+    auto single = [](const google::protobuf::Message& m, const google::protobuf::FieldDescriptor* field) {
+      std::string text;
+      google::protobuf::TextFormat::PrintFieldValueToString(m, field, -1, &text);
+      return text;
+    };
+    if (f->is_repeated()) {
+      const int n = ra->FieldSize(a, f);
+      bool same = n == rb->FieldSize(b, f);
+      for (int k = 0; same && k < n; ++k) {
+        std::string ta, tb;
+        google::protobuf::TextFormat::PrintFieldValueToString(a, f, k, &ta);
+        google::protobuf::TextFormat::PrintFieldValueToString(b, f, k, &tb);
+        same = ta == tb;
+      }
+      if (!same) out.push_back(path);
+    } else if (single(a, f) != single(b, f)) {  // effective values: defaults compare as set
+      out.push_back(path);
+    }
+  }
+}
+
+}  // namespace
+
+SourceSet::ConfigChanges SourceSet::classifyChanges(const pb::SourcesConfig& running, const pb::SourcesConfig& next) {
+  std::vector<std::string> all;
+  differingFields(running, next, "sources", all);
+  ConfigChanges out;
+  for (const auto& path : all) {
+    bool live = false;
+    for (const auto& k : kLiveKeys) live = live || path == k.path;
+    (live ? out.live : out.restart).push_back(path);
+  }
+  return out;
+}
+
+pb::SourcesConfig SourceSet::withLiveKeys(const pb::SourcesConfig& running, const pb::SourcesConfig& next) {
+  pb::SourcesConfig out = running;
+  for (const auto& k : kLiveKeys)
+    if (k.differs(running, next)) k.copy(next, out);
+  return out;
+}
+
+Result<SourceSet::ConfigChanges> SourceSet::applyConfig(const pb::SourcesConfig& next) {
+  ConfigChanges changes = classifyChanges(config_, next);
+  if (changes.live.empty()) return changes;
+  const pb::SourcesConfig tuned = withLiveKeys(config_, next);
+  std::string errors;
+  for (auto& s : sources_) {
+    SamplingLimits limits;
+    limits.cpuBudgetPercent = tuned.cpu_budget_percent();
+    if (s->name() == "pmu") {
+      limits.minPeriod = tuned.pmu().min_period();
+      limits.maxPeriod = tuned.pmu().max_period();
+    } else if (s->name() == "software-faults") {
+      limits.minPeriod = limits.maxPeriod = tuned.software_faults().period();
+    } else {
+      continue;
+    }
+    if (auto r = s->setSamplingLimits(limits); !r) errors += std::string(s->name()) + ": " + r.error().message() + "; ";
+  }
+  // What failed keeps its previous period; the budget and bounds are recorded either way, so the
+  // adaptive sampler works within them from the next epoch.
+  config_ = tuned;
+  if (!errors.empty()) return logicError("tuning sources: " + errors);
+  return changes;
+}
 
 SourceSet::~SourceSet() { shutdown(); }
 

@@ -8,6 +8,10 @@
 // the kernel aggregates (BPF maps, perf rings, BPF ring buffer) between calls.
 // Kernel tiering (NUMA balancing in tiering mode, demotion) is detected and logged at open; with
 // kernel_tiering: DISABLE it is switched off until shutdown()/destruction restores it.
+//
+// Live tuning (applyConfig, used by SIGHUP and `tensortierctl tune`): cpu_budget_percent,
+// pmu.min_period/max_period and software_faults.period change the running perf events' sample
+// periods at once; every other key opens kernel facilities and takes effect at the next restart.
 #pragma once
 
 #include <memory>
@@ -31,7 +35,8 @@ class SourceSet {
   [[nodiscard]] static std::unique_ptr<SourceSet> open(const tensortier::v1::SourcesConfig& config,
                                                        const topology::Topology& topology);
   // From already-built sources (unit tests pass fakes).
-  explicit SourceSet(std::vector<std::unique_ptr<Source>> sources);
+  explicit SourceSet(std::vector<std::unique_ptr<Source>> sources,
+                     const tensortier::v1::SourcesConfig& config = tensortier::v1::SourcesConfig());
   ~SourceSet();
   SourceSet(const SourceSet&) = delete;
   SourceSet& operator=(const SourceSet&) = delete;
@@ -55,6 +60,24 @@ class SourceSet {
   [[nodiscard]] const std::vector<std::unique_ptr<Source>>& sources() const { return sources_; }
   [[nodiscard]] Source* find(std::string_view name) const;
 
+  // The keys (dotted paths, e.g. "sources.pmu.min_period") that differ between two configs,
+  // split into those applyConfig() applies live and those that need a restart.
+  struct ConfigChanges {
+    std::vector<std::string> live;
+    std::vector<std::string> restart;
+  };
+  [[nodiscard]] static ConfigChanges classifyChanges(const tensortier::v1::SourcesConfig& running,
+                                                     const tensortier::v1::SourcesConfig& next);
+  // `running` with the live keys of `next`: the config in effect after applyConfig(next).
+  [[nodiscard]] static tensortier::v1::SourcesConfig withLiveKeys(const tensortier::v1::SourcesConfig& running,
+                                                                  const tensortier::v1::SourcesConfig& next);
+  // Applies the live keys of `next` to every sampling source (pmu, software-faults); returns what
+  // changed. Keys needing a restart are listed in the result and left as they run. Errors of
+  // single sources are returned joined; the others are still tuned.
+  [[nodiscard]] Result<ConfigChanges> applyConfig(const tensortier::v1::SourcesConfig& next);
+  // The config the sources run with (open()'s, plus live changes).
+  [[nodiscard]] const tensortier::v1::SourcesConfig& config() const { return config_; }
+
   // Stops every source (detaches BPF, closes perf fds, stops kdamonds) and restores kernel
   // tiering settings if they were changed. Idempotent; the destructor calls it.
   void shutdown();
@@ -64,6 +87,7 @@ class SourceSet {
   std::vector<std::string> extraLines_;
   std::unique_ptr<sys::KernelTieringGuard> tieringGuard_;
   std::set<pid_t> tracked_;
+  tensortier::v1::SourcesConfig config_;
 };
 
 // The status line of one source as statusLines() prints it.

@@ -33,7 +33,10 @@ constexpr const char* kUsage =
     "       [--max-regions-per-uid N] [--max-registered-mib-per-uid N] [--max-connections-per-uid N]\n"
     "       [--policy KEY=VALUE]...   change the running daemon (root or the admin group)\n"
     "  migrate (--region ID | --pid PID) --node N\n"
-    "                                 move a region or all regions of a process (root or admin group)\n"
+    "                                 move a region or all regions of a process and pin it there for\n"
+    "                                 service.manual_pin_seconds (root or admin group)\n"
+    "  migrate (--region ID | --pid PID) --unpin\n"
+    "                                 drop the pin: the policy places it again\n"
     "  check-config [--config PATH]   validate a config file (default /etc/tensortier/tensortierd.conf)\n"
     "--socket defaults to $TENSORTIER_SOCKET, else /run/tensortier/tensortier.sock.\n";
 
@@ -79,7 +82,9 @@ json regionJson(const pb::RegionEntry& r) {
   for (const auto& nb : r.bytes_per_node()) nodes[std::to_string(nb.node())] = nb.bytes();
   return {{"pid", r.pid()},         {"region_id", r.region_id()},   {"name", r.name()},
           {"kind", r.kind()},       {"address", r.address()},       {"length", r.length()},
-          {"bytes_per_node", nodes}, {"unmapped_bytes", r.unmapped_bytes()}, {"heat", r.heat()}};
+          {"bytes_per_node", nodes}, {"unmapped_bytes", r.unmapped_bytes()}, {"heat", r.heat()},
+          {"pinned", r.pinned()},   {"pinned_node", r.pinned() ? json(r.pinned_node()) : json(nullptr)},
+          {"pin_expires_in_ms", r.pin_expires_in_ms()}};
 }
 
 std::string placementText(const pb::RegionEntry& r) {
@@ -89,6 +94,13 @@ std::string placementText(const pb::RegionEntry& r) {
   return s.empty() ? "-" : s;
 }
 
+std::string pinText(const pb::RegionEntry& r) {
+  if (!r.pinned()) return "-";
+  const std::string node = "n" + std::to_string(r.pinned_node());
+  if (r.pin_expires_in_ms() == 0) return node + " until unpinned";
+  return node + " " + std::to_string((r.pin_expires_in_ms() + 999) / 1000) + "s";
+}
+
 std::string hex(uint64_t v) {
   std::ostringstream s;
   s << "0x" << std::hex << v;
@@ -96,12 +108,12 @@ std::string hex(uint64_t v) {
 }
 
 std::string regionsTable(const google::protobuf::RepeatedPtrField<pb::RegionEntry>& regions) {
-  Table t({"PID", "ID", "NAME", "KIND", "ADDRESS", "SIZE", "HEAT", "PLACEMENT"});
+  Table t({"PID", "ID", "NAME", "KIND", "ADDRESS", "SIZE", "HEAT", "PLACEMENT", "PIN"});
   for (const auto& r : regions) {
     std::ostringstream heat;
     heat << std::setprecision(4) << r.heat();
     t.add({std::to_string(r.pid()), std::to_string(r.region_id()), r.name().empty() ? "-" : r.name(), r.kind(),
-           hex(r.address()), bytes(r.length()), heat.str(), placementText(r)});
+           hex(r.address()), bytes(r.length()), heat.str(), placementText(r), pinText(r)});
   }
   return t.str();
 }
@@ -298,10 +310,11 @@ int main(int argc, char** argv) {
       if (a == "--region") r->set_region_id(number(a, opts.next(a)));
       else if (a == "--pid") r->set_pid(static_cast<int32_t>(number(a, opts.next(a))));
       else if (a == "--node") r->set_node(static_cast<int32_t>(number(a, opts.next(a)))), haveNode = true;
+      else if (a == "--unpin") r->set_unpin(true);
       else { std::cerr << kUsage; return 2; }
     }
-    if (r->target_case() == pb::MigrateRequest::TARGET_NOT_SET || !haveNode)
-      return fail("migrate needs --region ID or --pid PID, and --node N");
+    if (r->target_case() == pb::MigrateRequest::TARGET_NOT_SET || (haveNode == r->unpin()))
+      return fail("migrate needs --region ID or --pid PID, and either --node N or --unpin");
   } else {
     std::cerr << "tensortierctl: unknown command '" << command << "'\n" << kUsage;
     return 2;
@@ -310,6 +323,7 @@ int main(int argc, char** argv) {
   tt::ctl::CtlClient client;
   if (auto c = client.connect(socket); !c) return fail(c.error().message());
   if (auto h = client.hello("tensortierctl " + command); !h) return fail(h.error().message());
+  const bool unpinRequest = request.has_migrate() && request.migrate().unpin();
   auto reply = client.call(std::move(request));
   if (!reply) return fail(reply.error().message());
   if (reply->has_error()) {
@@ -348,8 +362,12 @@ int main(int argc, char** argv) {
     const auto& m = reply->migrate();
     if (asJson)
       std::cout << json{{"requested_bytes", m.requested_bytes()}, {"moved_bytes", m.moved_bytes()},
-                        {"queued", m.queued()}, {"detail", m.detail()}}.dump(2)
+                        {"queued", m.queued()}, {"detail", m.detail()}, {"pinned", m.pinned()},
+                        {"pin_expires_in_ms", m.pin_expires_in_ms()}, {"unpinned_ranges", m.unpinned_ranges()}}
+                       .dump(2)
                 << '\n';
+    else if (unpinRequest)
+      std::cout << m.unpinned_ranges() << " pin(s) dropped: " << m.detail() << '\n';
     else
       std::cout << bytes(m.requested_bytes()) << (m.queued() ? " queued: " : " moved: ") << m.detail() << '\n';
   } else {

@@ -60,8 +60,9 @@ class FakePolicy final : public service::PlacementPolicy {
     observed += evidence.size();
   }
   void onMark(const IterationMark& mark) override { marks.push_back(mark); }
-  MigrationPlan plan(uint64_t, double bandwidth) override {
+  MigrationPlan plan(uint64_t, double bandwidth, std::span<const service::ManualPin> pins) override {
     lastBandwidth = bandwidth;
+    lastPins.assign(pins.begin(), pins.end());
     ++plans;
     MigrationPlan p = nextPlan;
     nextPlan = {};
@@ -78,6 +79,7 @@ class FakePolicy final : public service::PlacementPolicy {
   std::vector<pid_t> removedProcesses;
   std::vector<IterationMark> marks;
   MigrationPlan nextPlan;
+  std::vector<service::ManualPin> lastPins;  // as handed to the last plan()
   size_t observed = 0;
   uint64_t lastObserveNs = 0;
   double lastBandwidth = -1;

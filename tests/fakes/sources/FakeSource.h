@@ -1,6 +1,7 @@
 // A scripted Source for tests of code that consumes sources (SourceSet, the service's epoch loop).
 #pragma once
 
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -33,6 +34,11 @@ class FakeSource final : public sources::Source {
       if (tracked.contains(e.tgid)) out.push_back(e);
     return {};
   }
+  Result<void> setSamplingLimits(const sources::SamplingLimits& l) override {
+    if (failTune) return logicError("scripted tune failure");
+    limits = l;
+    return {};
+  }
   void takeKernelMoves(std::vector<sources::KernelMove>& out) override {
     out.insert(out.end(), moves.begin(), moves.end());
     moves.clear();
@@ -43,7 +49,9 @@ class FakeSource final : public sources::Source {
   std::vector<sources::KernelMove> moves;
   bool failAdd = false;
   bool failCollect = false;
+  bool failTune = false;
   int collects = 0;
+  std::optional<sources::SamplingLimits> limits;  // the last setSamplingLimits()
 
  private:
   std::string name_;

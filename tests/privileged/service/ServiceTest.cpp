@@ -391,6 +391,44 @@ TEST_F(ServiceTest, TensortierctlJsonStatusAndTuneAsRoot) {
   EXPECT_EQ(nlohmann::json::parse(check.out)["valid"], true);
 }
 
+// Live sampling budget, and a manual migration pinned until unpinned, through tensortierctl --json.
+TEST_F(ServiceTest, TensortierctlTunesTheSamplingBudgetLiveAndMigratePinsUntilUnpinned) {
+  auto tuned = ctlJson("tune --sampling-budget 5");
+  const std::string text = tuned["effective_config"].get<std::string>();
+  EXPECT_NE(text.find("sources.cpu_budget_percent: live"), std::string::npos) << text;
+  EXPECT_EQ(text.find("sources.cpu_budget_percent: takes effect at restart"), std::string::npos) << text;
+  EXPECT_NE(text.find("cpu_budget_percent: 5"), std::string::npos) << text;
+
+  CtlClient c;
+  connect(c);
+  Mapping m(16 * kPage);
+  ASSERT_NE(m.addr, MAP_FAILED);
+  auto reg = c.call(registerMsg(m.addr, m.size, "by-hand"));
+  ASSERT_TRUE(reg.ok()) << reg.error().message();
+  ASSERT_TRUE(reg->has_register_region_reply()) << reg->DebugString();
+  const std::string id = std::to_string(reg->register_region_reply().region_id());
+
+  auto moved = ctlJson("migrate --region " + id + " --node 0");
+  EXPECT_EQ(moved["queued"], true);
+  EXPECT_EQ(moved["pinned"], true);
+  EXPECT_EQ(moved["pin_expires_in_ms"], 300000);  // service.manual_pin_seconds default
+  auto regions = ctlJson("regions");
+  ASSERT_EQ(regions["regions"].size(), 1u);
+  EXPECT_EQ(regions["regions"][0]["pinned"], true);
+  EXPECT_EQ(regions["regions"][0]["pinned_node"], 0);
+  const auto left = regions["regions"][0]["pin_expires_in_ms"].get<uint64_t>();
+  EXPECT_GT(left, 0u);
+  EXPECT_LE(left, 300000u);
+
+  auto unpinned = ctlJson("migrate --region " + id + " --unpin");
+  EXPECT_EQ(unpinned["unpinned_ranges"], 1);
+  EXPECT_EQ(ctlJson("regions")["regions"][0]["pinned"], false);
+  // --node and --unpin together are a usage error.
+  auto both = tt::test::runCommand(std::string(TT_TENSORTIERCTL) + " --socket " + daemon.socket() +
+                                   " --json migrate --region " + id + " --node 0 --unpin");
+  EXPECT_EQ(both.exitCode, 1) << both.out;
+}
+
 TEST_F(ServiceTest, PerUidConnectionLimitRefusesTheExtraConnection) {
   daemon.writeConfig(baseConfig("  max_connections_per_uid: 4\n"));
   daemon.signal(SIGHUP);

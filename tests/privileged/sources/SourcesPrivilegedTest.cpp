@@ -11,6 +11,7 @@
 #include "PatternChild.h"
 #include "sources/FaultTraceSource.h"
 #include "sources/SamplingSource.h"
+#include "sources/SourceSet.h"
 #include "support/TestSupport.h"
 
 namespace tt::sources {
@@ -114,6 +115,49 @@ TEST(SourcesPrivileged, SoftwareFaultSamplingThroughInKernelAggregation) {
   ASSERT_TRUE(stats.ok());
   EXPECT_GT(stats->tracked, 0U);
   EXPECT_EQ(stats->mapFull, 0U);
+}
+
+// Live tuning: SourceSet::applyConfig changes the running events' period (PERF_EVENT_IOC_PERIOD);
+// the kernel then samples one fault in `period`.
+TEST(SourcesPrivileged, LiveConfigChangesTheRunningSamplePeriod) {
+  TT_REQUIRE_ROOT();
+  auto owned = softwareSource(Aggregation::UserRing);
+  ASSERT_TRUE(owned->status().available) << owned->status().detail;
+  auto* source = owned.get();
+  std::vector<std::unique_ptr<Source>> v;
+  v.push_back(std::move(owned));
+  tensortier::v1::SourcesConfig running;
+  running.mutable_software_faults()->set_period(1);
+  SourceSet set(std::move(v), running);
+
+  test::PatternChild child(kPages);
+  ASSERT_TRUE(set.addProcess(child.pid()).ok());
+  std::vector<AccessEvidence> evidence;
+  ASSERT_TRUE(set.collect(evidence).ok());
+  const uint64_t before = source->counters().samples;
+  const auto firstHalf = child.touch(2, 0);  // one first-touch fault per page
+  ASSERT_TRUE(set.collect(evidence).ok());
+  const uint64_t atPeriod1 = source->counters().samples - before;
+  EXPECT_GE(static_cast<double>(atPeriod1), 0.95 * static_cast<double>(firstHalf.size()));
+
+  constexpr uint64_t kPeriod = 8;
+  auto next = running;
+  next.mutable_software_faults()->set_period(kPeriod);
+  auto changes = set.applyConfig(next);
+  ASSERT_TRUE(changes.ok()) << changes.error().message();
+  EXPECT_EQ(changes->live, std::vector<std::string>{"sources.software_faults.period"});
+  EXPECT_EQ(source->period(), kPeriod);
+
+  const uint64_t mid = source->counters().samples;
+  const auto secondHalf = child.touch(2, 1);
+  ASSERT_TRUE(set.collect(evidence).ok());
+  const uint64_t atPeriod8 = source->counters().samples - mid;
+  // The events are per CPU and system-wide: faults of other processes on the same CPU advance the
+  // same counter, so the child gets at most one sample in kPeriod of its faults (fewer on a busy
+  // host), never the one per fault it got at period 1; and sampling goes on.
+  const double expected = static_cast<double>(secondHalf.size()) / kPeriod;
+  EXPECT_GE(atPeriod8, 1U) << "no samples at period " << kPeriod;
+  EXPECT_LE(static_cast<double>(atPeriod8), 2.0 * expected) << "samples at period " << kPeriod;
 }
 
 }  // namespace

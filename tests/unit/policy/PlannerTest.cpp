@@ -336,4 +336,74 @@ TEST(Planner, PageSamplesAloneArePlannedAsContiguousRuns) {
   for (const auto& m : plan.moves) EXPECT_EQ(m.targetNode, 0);
 }
 
+// Pins (PlanContext::pins, from tensortierctl migrate): the pinned ranges stay where they are and
+// their fast pages use the budget; the rest is planned around them; without the pin they are
+// planned again.
+TEST(Planner, PinnedRangesStayPutAndCountAgainstTheBudget) {
+  Planner planner(plannerConfig());
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  HeatSnapshot snap = spreadUnits(placement, kTgid, 20, 0x1000000);
+  const auto& hottest = snap.units[19];
+  const auto& coldest = snap.units[0];
+  placement.map(kTgid, coldest.start, kChunk, 0);  // moved to the fast node by hand
+  PlanContext ctx;
+  ctx.fastCapacityBytes = 5 * kChunk;
+  ctx.pins.push_back({kTgid, hottest.start, hottest.length});  // kept slow by hand
+  ctx.pins.push_back({kTgid, coldest.start, coldest.length});
+  ctx.pins.push_back({kTgid + 1, snap.units[18].start, kChunk});  // another process: no effect here
+  for (int round = 0; round < 3; ++round) {
+    const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
+    for (const auto& m : plan.moves) {
+      const bool touchesPin = (m.start < hottest.start + kChunk && hottest.start < m.start + m.length) ||
+                              (m.start < coldest.start + kChunk && coldest.start < m.start + m.length);
+      EXPECT_FALSE(touchesPin) << "plan moves a pinned range at " << std::hex << m.start;
+    }
+    placement.apply(plan);
+    EXPECT_LE(placement.fastBytes(), 5 * kChunk);
+  }
+  EXPECT_FALSE(isFastUnit(placement, kTgid, hottest.start));
+  EXPECT_TRUE(isFastUnit(placement, kTgid, coldest.start));
+  // The pinned fast chunk takes one of the five: four more, the hottest unpinned ones.
+  EXPECT_EQ(placement.fastBytes(), 5 * kChunk);
+  for (size_t i = 15; i < 19; ++i) EXPECT_TRUE(isFastUnit(placement, kTgid, snap.units[i].start)) << i;
+  EXPECT_FALSE(isFastUnit(placement, kTgid, snap.units[14].start));
+  EXPECT_EQ(planner.lastStats().pinnedFastBytes, kChunk);
+  EXPECT_EQ(planner.lastStats().pinnedBytes, 2 * kChunk);
+  EXPECT_EQ(planner.lastStats().fastUsedBytes, 5 * kChunk);
+  EXPECT_EQ(planner.lastStats().budgetBytes, 5 * kChunk);
+
+  // Unpinned (or expired): planned by heat again.
+  ctx.pins.clear();
+  for (int round = 0; round < 3; ++round) placement.apply(planner.plan(snap, placement, topo, ctx));
+  EXPECT_TRUE(isFastUnit(placement, kTgid, hottest.start));
+  EXPECT_FALSE(isFastUnit(placement, kTgid, coldest.start));
+  EXPECT_EQ(planner.lastStats().pinnedFastBytes, 0U);
+}
+
+TEST(Planner, PinnedFastPagesCountAgainstTheProcessQuota) {
+  auto config = plannerConfig();
+  config.set_per_process_quota_bytes(3 * kChunk);
+  Planner planner(config);
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  HeatSnapshot snap = spreadUnits(placement, kTgid, 10, 0x1000000);
+  for (size_t i = 0; i < 2; ++i) placement.map(kTgid, snap.units[i].start, kChunk, 0);  // cold, fast by hand
+  PlanContext ctx;
+  ctx.fastCapacityBytes = 100 * kChunk;
+  for (size_t i = 0; i < 2; ++i) ctx.pins.push_back({kTgid, snap.units[i].start, kChunk});
+  for (int round = 0; round < 3; ++round) placement.apply(planner.plan(snap, placement, topo, ctx));
+  EXPECT_EQ(placement.fastBytes(kTgid), 3 * kChunk);  // two pinned + the hottest one
+  EXPECT_TRUE(isFastUnit(placement, kTgid, snap.units[9].start));
+  EXPECT_FALSE(isFastUnit(placement, kTgid, snap.units[8].start));
+
+  // Pins over the whole quota: nothing else is promoted, nothing pinned demoted.
+  placement.map(kTgid, snap.units[2].start, kChunk, 0);
+  placement.map(kTgid, snap.units[9].start, kChunk, 1);
+  ctx.pins.push_back({kTgid, snap.units[2].start, kChunk});
+  for (int round = 0; round < 3; ++round) placement.apply(planner.plan(snap, placement, topo, ctx));
+  EXPECT_EQ(placement.fastBytes(kTgid), 3 * kChunk);
+  EXPECT_FALSE(isFastUnit(placement, kTgid, snap.units[9].start));
+}
+
 }  // namespace

@@ -31,6 +31,8 @@ class AdminServiceTest : public ::testing::Test {
     ctx.daemonVersion = "t";
     ctx.stagesMissing = {"policy"};
     ctx.isAdmin = [](const tt::registry::Peer& p) { return p.uid == 0 || p.uid == 500; };
+    ctx.manualPinSeconds = [this] { return pinSeconds; };
+    ctx.nowNs = [this] { return nowNs; };
     ctx.tune = [this](const pb::TuneRequest& r) -> tt::Result<std::string> {
       lastTune = r;
       return std::string("tuned");
@@ -65,6 +67,8 @@ class AdminServiceTest : public ::testing::Test {
   std::unique_ptr<tt::service::AdminService> admin;
   pb::TuneRequest lastTune;
   uint64_t regionId = 0;
+  uint32_t pinSeconds = 300;
+  uint64_t nowNs = 5'000'000'000ULL;  // fake CLOCK_MONOTONIC
 };
 
 TEST_F(AdminServiceTest, TuneAndMigrateAreRefusedToNonAdmins) {
@@ -105,6 +109,64 @@ TEST_F(AdminServiceTest, MigrateRegionSubmitsAManualPlan) {
   EXPECT_EQ(move.length, 4 * kPage);
   EXPECT_EQ(move.targetNode, 0);
   EXPECT_EQ(move.regionId, regionId);
+}
+
+TEST_F(AdminServiceTest, MigratePinsTheRegionAndRegionsShowsThePin) {
+  pb::ClientMessage m;
+  m.mutable_migrate()->set_region_id(regionId);
+  m.mutable_migrate()->set_node(0);
+  auto r = ask(0, m);
+  ASSERT_TRUE(r.has_migrate()) << r.DebugString();
+  EXPECT_TRUE(r.migrate().pinned());
+  EXPECT_EQ(r.migrate().pin_expires_in_ms(), 300000u);
+  EXPECT_EQ(executor.submitted.at(0).moves.at(0).priority, tt::service::EpochLoop::kManualPriority);
+  const auto pins = loop.pins();
+  ASSERT_EQ(pins.size(), 1u);
+  EXPECT_EQ(pins[0].regionId, regionId);
+  EXPECT_EQ(pins[0].expiresNs, nowNs + 300'000'000'000ULL);
+
+  nowNs += 100'000'000'000ULL;  // 100 s later
+  pb::ClientMessage list;
+  list.mutable_regions();
+  auto regions = ask(1000, list);
+  ASSERT_EQ(regions.regions().regions_size(), 1);
+  EXPECT_TRUE(regions.regions().regions(0).pinned());
+  EXPECT_EQ(regions.regions().regions(0).pinned_node(), 0);
+  EXPECT_EQ(regions.regions().regions(0).pin_expires_in_ms(), 200000u);
+
+  // Unpin by pid: the pin is gone and nothing is moved.
+  pb::ClientMessage unpin;
+  unpin.mutable_migrate()->set_pid(10);
+  unpin.mutable_migrate()->set_unpin(true);
+  auto u = ask(0, unpin);
+  ASSERT_TRUE(u.has_migrate()) << u.DebugString();
+  EXPECT_EQ(u.migrate().unpinned_ranges(), 1u);
+  EXPECT_TRUE(loop.pins().empty());
+  EXPECT_EQ(executor.submitted.size(), 1u);
+  regions = ask(1000, list);
+  EXPECT_FALSE(regions.regions().regions(0).pinned());
+  // Unpinning is refused to non-admins like migrate.
+  EXPECT_EQ(ask(1000, unpin).error().code(), pb::PERMISSION_DENIED);
+}
+
+TEST_F(AdminServiceTest, ZeroPinSecondsPinsUntilUnpinned) {
+  pinSeconds = 0;
+  pb::ClientMessage m;
+  m.mutable_migrate()->set_pid(10);
+  m.mutable_migrate()->set_node(1);
+  auto r = ask(0, m);
+  ASSERT_TRUE(r.has_migrate()) << r.DebugString();
+  EXPECT_TRUE(r.migrate().pinned());
+  EXPECT_EQ(r.migrate().pin_expires_in_ms(), 0u);
+  ASSERT_EQ(loop.pins().size(), 1u);
+  EXPECT_EQ(loop.pins()[0].expiresNs, 0u);
+  EXPECT_EQ(loop.pins()[0].node, 1);
+  pb::ClientMessage unpin;
+  unpin.mutable_migrate()->set_region_id(regionId);
+  unpin.mutable_migrate()->set_unpin(true);
+  EXPECT_EQ(ask(0, unpin).migrate().unpinned_ranges(), 1u);
+  unpin.mutable_migrate()->set_region_id(777);
+  EXPECT_EQ(ask(0, unpin).error().code(), pb::NO_SUCH_REGION);
 }
 
 TEST_F(AdminServiceTest, MigrateRejectsUnknownRegionsAndNodes) {

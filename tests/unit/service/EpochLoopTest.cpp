@@ -135,6 +135,107 @@ TEST_F(EpochLoopTest, MissingStagesAreSkipped) {
   EXPECT_FALSE(bare.submitManual({}).ok());
 }
 
+// --- manual pins (tensortierctl migrate) ---
+
+tt::MigrationPlan manualMove(uint64_t start, uint64_t length, int node, uint64_t regionId) {
+  tt::MigrationPlan plan;
+  plan.moves.push_back({10, start, length, node, EpochLoop::kManualPriority, regionId});
+  return plan;
+}
+
+TEST_F(EpochLoopTest, ManualMigrationPinsTheRangeForThePolicyUntilItExpires) {
+  registry.attachProcess(peer, "t", false);
+  const uint64_t id = addRegion(0, 4 * kPage);
+  loop.runOnce(1 * kSecond);
+  ASSERT_TRUE(loop.submitManual(manualMove(kBase, 4 * kPage, 1, id), 1 * kSecond, 300 * kSecond).ok());
+  ASSERT_EQ(executor.submitted.size(), 1u);
+
+  // The policy is told; a plan of its own carries the manual move again, first, so superseding
+  // the engine's queued manual plan does not drop it.
+  policy.nextPlan.moves.push_back({10, kBase + 64 * kPage, kPage, 0, 5, 0});
+  loop.runOnce(2 * kSecond);
+  ASSERT_EQ(policy.lastPins.size(), 1u);
+  EXPECT_EQ(policy.lastPins[0].tgid, 10);
+  EXPECT_EQ(policy.lastPins[0].start, kBase);
+  EXPECT_EQ(policy.lastPins[0].length, 4 * kPage);
+  EXPECT_EQ(policy.lastPins[0].node, 1);
+  EXPECT_EQ(policy.lastPins[0].expiresNs, 301 * kSecond);
+  ASSERT_EQ(executor.submitted.size(), 2u);
+  ASSERT_EQ(executor.submitted[1].moves.size(), 2u);
+  EXPECT_EQ(executor.submitted[1].moves[0].start, kBase);
+  EXPECT_EQ(executor.submitted[1].moves[0].targetNode, 1);
+  EXPECT_EQ(executor.submitted[1].moves[0].priority, EpochLoop::kManualPriority);
+  EXPECT_EQ(executor.submitted[1].moves[1].start, kBase + 64 * kPage);
+
+  // An empty policy plan submits nothing: the manual plan keeps running in the engine.
+  loop.runOnce(3 * kSecond);
+  EXPECT_EQ(executor.submitted.size(), 2u);
+  EXPECT_EQ(policy.lastPins.size(), 1u);
+
+  // Just before the expiry still pinned; at it, planned normally again.
+  loop.runOnce(301 * kSecond - 1);
+  EXPECT_EQ(policy.lastPins.size(), 1u);
+  policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 5, id});
+  loop.runOnce(301 * kSecond);
+  EXPECT_TRUE(policy.lastPins.empty());
+  EXPECT_TRUE(loop.pins().empty());
+  ASSERT_EQ(executor.submitted.size(), 3u);
+  ASSERT_EQ(executor.submitted[2].moves.size(), 1u);
+  EXPECT_EQ(executor.submitted[2].moves[0].targetNode, 0);
+}
+
+TEST_F(EpochLoopTest, PinWithoutExpiryLastsUntilUnpinned) {
+  registry.attachProcess(peer, "t", false);
+  const uint64_t id = addRegion(0, 4 * kPage);
+  ASSERT_TRUE(loop.submitManual(manualMove(kBase, 4 * kPage, 1, id), 1 * kSecond, 0).ok());
+  loop.runOnce(1000000 * kSecond);
+  ASSERT_EQ(policy.lastPins.size(), 1u);
+  EXPECT_EQ(policy.lastPins[0].expiresNs, 0u);
+  EXPECT_EQ(loop.unpin(10, id + 1), 0u);  // another region: nothing
+  EXPECT_EQ(loop.unpin(10, id), 1u);
+  loop.runOnce(1000001 * kSecond);
+  EXPECT_TRUE(policy.lastPins.empty());
+}
+
+TEST_F(EpochLoopTest, ANewerPinOfTheSameRangeReplacesTheOlder) {
+  registry.attachProcess(peer, "t", false);
+  const uint64_t id = addRegion(0, 4 * kPage);
+  ASSERT_TRUE(loop.submitManual(manualMove(kBase, 4 * kPage, 1, id), 1 * kSecond, 10 * kSecond).ok());
+  ASSERT_TRUE(loop.submitManual(manualMove(kBase, 4 * kPage, 0, id), 2 * kSecond, 10 * kSecond).ok());
+  const auto pins = loop.pins();
+  ASSERT_EQ(pins.size(), 1u);
+  EXPECT_EQ(pins[0].node, 0);
+  EXPECT_EQ(pins[0].expiresNs, 12 * kSecond);
+}
+
+TEST_F(EpochLoopTest, PinsEndWithTheirRegionOrProcess) {
+  registry.attachProcess(peer, "t", false);
+  const uint64_t a = addRegion(0, 4 * kPage);
+  const uint64_t b = addRegion(16 * kPage, 4 * kPage);
+  const uint64_t c = addRegion(32 * kPage, 4 * kPage);
+  loop.runOnce(1 * kSecond);
+  auto plan = manualMove(kBase, 4 * kPage, 1, a);
+  plan.moves.push_back({10, kBase + 16 * kPage, 4 * kPage, 1, EpochLoop::kManualPriority, b});
+  plan.moves.push_back({10, kBase + 32 * kPage, 4 * kPage, 1, EpochLoop::kManualPriority, c});
+  ASSERT_TRUE(loop.submitManual(plan, 1 * kSecond, 0).ok());
+  ASSERT_EQ(loop.pins().size(), 3u);
+  ASSERT_TRUE(registry.unregisterRegion(peer, a).ok());
+  loop.runOnce(2 * kSecond);
+  ASSERT_EQ(policy.lastPins.size(), 2u);
+  EXPECT_NE(policy.lastPins[0].regionId, a);
+  EXPECT_NE(policy.lastPins[1].regionId, a);
+  registry.removeProcess(10);
+  loop.runOnce(3 * kSecond);
+  EXPECT_TRUE(policy.lastPins.empty());
+  EXPECT_TRUE(loop.pins().empty());
+}
+
+TEST_F(EpochLoopTest, ARefusedManualPlanPinsNothing) {
+  EpochLoop bare(registry, {}, metrics);
+  EXPECT_FALSE(bare.submitManual(manualMove(kBase, kPage, 1, 1), 1 * kSecond, 10 * kSecond).ok());
+  EXPECT_TRUE(bare.pins().empty());
+}
+
 TEST_F(EpochLoopTest, ThreadRunsEpochsAndKeepAlivesAndStopsPromptly) {
   std::atomic<int> keepAlives{0};
   loop.setPeriod(std::chrono::milliseconds(400));

@@ -8,6 +8,7 @@
 
 #include "fakes/sources/FakeSoftDirtyTracker.h"
 #include "fakes/sources/FakeSource.h"
+#include "sources/SamplingSource.h"
 #include "sources/SoftDirtySource.h"
 #include "sources/SourceSet.h"
 #include "support/TestSupport.h"
@@ -266,6 +267,134 @@ TEST_F(DamonSysfsTest, ConfiguresOneKdamondPerProcessAndReadsTriedRegions) {
 TEST_F(DamonSysfsTest, MissingDamonIsUnavailable) {
   sys::DamonSysfs damon(sys::Fs(root_.string()), 0, 1);
   EXPECT_FALSE(damon.available());
+}
+
+// --- live tuning (SourceSet::applyConfig) ---
+
+tensortier::v1::SourcesConfig liveTuned(const tensortier::v1::SourcesConfig& base) {
+  auto c = base;
+  c.set_cpu_budget_percent(7.5);
+  c.mutable_pmu()->set_min_period(2003);
+  c.mutable_pmu()->set_max_period(50021);
+  c.mutable_software_faults()->set_period(4);
+  return c;
+}
+
+TEST(SourceSetLiveConfig, ClassifiesLiveAndRestartKeys) {
+  const tensortier::v1::SourcesConfig base;
+  auto next = liveTuned(base);
+  next.mutable_fault_trace()->set_ring_kib(2048);
+  next.set_aggregation(tensortier::v1::USER_RING);
+  const auto changes = SourceSet::classifyChanges(base, next);
+  EXPECT_EQ(changes.live, (std::vector<std::string>{"sources.pmu.min_period", "sources.pmu.max_period",
+                                                    "sources.software_faults.period", "sources.cpu_budget_percent"}));
+  EXPECT_EQ(changes.restart, (std::vector<std::string>{"sources.aggregation", "sources.fault_trace.ring_kib"}));
+  // A key set to its default value is no change.
+  tensortier::v1::SourcesConfig explicitDefault;
+  explicitDefault.set_cpu_budget_percent(base.cpu_budget_percent());
+  const auto none = SourceSet::classifyChanges(base, explicitDefault);
+  EXPECT_TRUE(none.live.empty());
+  EXPECT_TRUE(none.restart.empty());
+}
+
+TEST(SourceSetLiveConfig, WithLiveKeysTakesOnlyTheLiveKeys) {
+  const tensortier::v1::SourcesConfig base;
+  auto next = liveTuned(base);
+  next.mutable_damon()->set_enabled(true);
+  const auto merged = SourceSet::withLiveKeys(base, next);
+  EXPECT_DOUBLE_EQ(merged.cpu_budget_percent(), 7.5);
+  EXPECT_EQ(merged.pmu().min_period(), 2003U);
+  EXPECT_EQ(merged.pmu().max_period(), 50021U);
+  EXPECT_EQ(merged.software_faults().period(), 4U);
+  EXPECT_FALSE(merged.damon().enabled());
+}
+
+TEST(SourceSetLiveConfig, TunesEachSamplingSourceWithItsOwnBounds) {
+  auto pmu = std::make_unique<fakes::FakeSource>("pmu", true);
+  auto sw = std::make_unique<fakes::FakeSource>("software-faults", true);
+  auto trace = std::make_unique<fakes::FakeSource>("fault-trace", true);
+  auto *pp = pmu.get(), *ps = sw.get(), *pt = trace.get();
+  std::vector<std::unique_ptr<Source>> v;
+  v.push_back(std::move(pmu));
+  v.push_back(std::move(sw));
+  v.push_back(std::move(trace));
+  const tensortier::v1::SourcesConfig base;
+  SourceSet set(std::move(v), base);
+  auto next = liveTuned(base);
+  next.mutable_fault_trace()->set_ring_kib(2048);  // needs a restart
+  auto changes = set.applyConfig(next);
+  ASSERT_TRUE(changes.ok()) << changes.error().message();
+  EXPECT_EQ(changes->live.size(), 4U);
+  EXPECT_EQ(changes->restart, std::vector<std::string>{"sources.fault_trace.ring_kib"});
+  ASSERT_TRUE(pp->limits.has_value());
+  EXPECT_DOUBLE_EQ(pp->limits->cpuBudgetPercent, 7.5);
+  EXPECT_EQ(pp->limits->minPeriod, 2003U);
+  EXPECT_EQ(pp->limits->maxPeriod, 50021U);
+  ASSERT_TRUE(ps->limits.has_value());
+  EXPECT_DOUBLE_EQ(ps->limits->cpuBudgetPercent, 7.5);
+  EXPECT_EQ(ps->limits->minPeriod, 4U);  // a fixed period: both bounds
+  EXPECT_EQ(ps->limits->maxPeriod, 4U);
+  EXPECT_FALSE(pt->limits.has_value());
+  // The running config has the live keys only; the restart key is still pending.
+  EXPECT_DOUBLE_EQ(set.config().cpu_budget_percent(), 7.5);
+  EXPECT_EQ(set.config().fault_trace().ring_kib(), base.fault_trace().ring_kib());
+  auto again = set.applyConfig(next);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->live.empty());
+  EXPECT_EQ(again->restart, std::vector<std::string>{"sources.fault_trace.ring_kib"});
+}
+
+TEST(SourceSetLiveConfig, RestartOnlyChangesTouchNoSource) {
+  auto pmu = std::make_unique<fakes::FakeSource>("pmu", true);
+  auto* pp = pmu.get();
+  std::vector<std::unique_ptr<Source>> v;
+  v.push_back(std::move(pmu));
+  SourceSet set(std::move(v));
+  tensortier::v1::SourcesConfig next;
+  next.set_max_tracked_processes(7);
+  auto changes = set.applyConfig(next);
+  ASSERT_TRUE(changes.ok());
+  EXPECT_TRUE(changes->live.empty());
+  EXPECT_EQ(changes->restart, std::vector<std::string>{"sources.max_tracked_processes"});
+  EXPECT_FALSE(pp->limits.has_value());
+}
+
+TEST(SourceSetLiveConfig, AFailingSourceIsReportedAndTheOthersAreTuned) {
+  auto pmu = std::make_unique<fakes::FakeSource>("pmu", true);
+  auto sw = std::make_unique<fakes::FakeSource>("software-faults", true);
+  pmu->failTune = true;
+  auto* ps = sw.get();
+  std::vector<std::unique_ptr<Source>> v;
+  v.push_back(std::move(pmu));
+  v.push_back(std::move(sw));
+  SourceSet set(std::move(v));
+  auto changes = set.applyConfig(liveTuned(tensortier::v1::SourcesConfig()));
+  ASSERT_FALSE(changes.ok());
+  EXPECT_NE(changes.error().message().find("pmu: scripted tune failure"), std::string::npos)
+      << changes.error().message();
+  ASSERT_TRUE(ps->limits.has_value());
+  EXPECT_EQ(ps->limits->minPeriod, 4U);
+}
+
+// Without open() a sampling source has no events: the limits and the clamped period are recorded.
+TEST(SamplingSourceLimits, ClampsThePeriodIntoNewBoundsAndRejectsEmptyOnes) {
+  SamplingOptions o;
+  o.name = "software-faults";
+  o.events = {softwareFaultAttr(10007)};
+  o.minPeriod = 1009;
+  o.maxPeriod = 1000003;
+  SamplingSource s(o, sys::Fs("/nonexistent"));
+  ASSERT_EQ(s.period(), 10007U);
+  ASSERT_TRUE(s.setSamplingLimits({5.0, 20011, 40009}).ok());
+  EXPECT_EQ(s.period(), 20011U);
+  EXPECT_EQ(s.counters().period, 20011U);
+  ASSERT_TRUE(s.setSamplingLimits({5.0, 100, 300}).ok());
+  EXPECT_EQ(s.period(), 300U);
+  ASSERT_TRUE(s.setSamplingLimits({5.0, 100, 1000}).ok());
+  EXPECT_EQ(s.period(), 300U);  // inside the bounds: unchanged
+  EXPECT_FALSE(s.setSamplingLimits({5.0, 500, 400}).ok());
+  EXPECT_FALSE(s.setSamplingLimits({5.0, 0, 400}).ok());
+  EXPECT_EQ(s.period(), 300U);
 }
 
 }  // namespace
