@@ -2,8 +2,8 @@
 // kernel. Node 0 = fast (CPUs + DRAM), node 1 = slow (CPU-less NVDIMM onlined by kmem).
 //
 // Size knobs (environment, passed by ttvm --env): TT_MIGRATE_E2E_MIB (per page size, default 256)
-// and TT_MIGRATE_E2E_ROUNDS (0 -> 1 -> 0 round trips, default 20). CI runs a reduced variant (see
-// CMakeLists.txt); the defaults are the full test, runnable by hand.
+// and TT_MIGRATE_E2E_ROUNDS (0 -> 1 -> 0 round trips, default 20). CI runs the defaults, the full
+// test; smaller values give a quick local run (see CMakeLists.txt).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/io_uring.h>
