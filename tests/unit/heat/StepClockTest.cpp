@@ -71,12 +71,18 @@ void feedPeriodic(SamplePeriodDetector& det, uint64_t periodNs, uint64_t duratio
   }
 }
 
-TEST(SamplePeriod, CleanPeriodicStream) {
+// 5 ms bins over ~5 s of history, periods of 20 ms to 1 s: the daemon's defaults' shape.
+SamplePeriodParams detectorParams() {
   SamplePeriodParams p;
   p.binNs = 5 * kMs;
   p.historyBins = 1024;
   p.minPeriodNs = 20 * kMs;
   p.maxPeriodNs = 1000 * kMs;
+  return p;
+}
+
+TEST(SamplePeriod, CleanPeriodicStream) {
+  SamplePeriodParams p = detectorParams();
   SamplePeriodDetector det(p);
   feedPeriodic(det, 137 * kMs, 3000 * kMs, 0, 1);
   auto est = det.estimate();
@@ -86,11 +92,7 @@ TEST(SamplePeriod, CleanPeriodicStream) {
 }
 
 TEST(SamplePeriod, NoisyPeriodicStream) {
-  SamplePeriodParams p;
-  p.binNs = 5 * kMs;
-  p.historyBins = 1024;
-  p.minPeriodNs = 20 * kMs;
-  p.maxPeriodNs = 1000 * kMs;
+  SamplePeriodParams p = detectorParams();
   SamplePeriodDetector det(p);
   feedPeriodic(det, 90 * kMs, 3000 * kMs, 0.8, 2);
   auto est = det.estimate();
@@ -99,11 +101,7 @@ TEST(SamplePeriod, NoisyPeriodicStream) {
 }
 
 TEST(SamplePeriod, AperiodicStreamHasNoPeriod) {
-  SamplePeriodParams p;
-  p.binNs = 5 * kMs;
-  p.historyBins = 1024;
-  p.minPeriodNs = 20 * kMs;
-  p.maxPeriodNs = 1000 * kMs;
+  SamplePeriodParams p = detectorParams();
   p.minConfidence = 0.5;
   SamplePeriodDetector det(p);
   std::mt19937_64 rng(5);
