@@ -15,59 +15,8 @@ namespace {
 
 namespace pb = tensortier::v1;
 
-constexpr char kMagic[8] = {'T', 'T', 'T', 'R', 'A', 'C', 'E', '1'};
-constexpr size_t kChunkAccesses = 65536;
-constexpr uint32_t kMaxCount = 0x7fffffffU;
-
-pb::TraceRegionKind toProto(RegionKind kind) {
-  switch (kind) {
-    case RegionKind::Weight: return pb::TRACE_REGION_WEIGHT;
-    case RegionKind::Gradient: return pb::TRACE_REGION_GRADIENT;
-    case RegionKind::OptimizerState: return pb::TRACE_REGION_OPTIMIZER_STATE;
-    case RegionKind::Activation: return pb::TRACE_REGION_ACTIVATION;
-    case RegionKind::Workspace: return pb::TRACE_REGION_WORKSPACE;
-    case RegionKind::Other: break;
-  }
-  return pb::TRACE_REGION_OTHER;
-}
-
-RegionKind fromProto(pb::TraceRegionKind kind) {
-  switch (kind) {
-    case pb::TRACE_REGION_WEIGHT: return RegionKind::Weight;
-    case pb::TRACE_REGION_GRADIENT: return RegionKind::Gradient;
-    case pb::TRACE_REGION_OPTIMIZER_STATE: return RegionKind::OptimizerState;
-    case pb::TRACE_REGION_ACTIVATION: return RegionKind::Activation;
-    case pb::TRACE_REGION_WORKSPACE: return RegionKind::Workspace;
-    case pb::TRACE_REGION_OTHER: break;
-  }
-  return RegionKind::Other;
-}
-
-pb::TraceMarkType toProto(MarkType type) {
-  switch (type) {
-    case MarkType::StepBegin: return pb::TRACE_MARK_STEP_BEGIN;
-    case MarkType::StepEnd: return pb::TRACE_MARK_STEP_END;
-    case MarkType::PhaseBegin: break;
-  }
-  return pb::TRACE_MARK_PHASE_BEGIN;
-}
-
-MarkType fromProto(pb::TraceMarkType type) {
-  switch (type) {
-    case pb::TRACE_MARK_STEP_BEGIN: return MarkType::StepBegin;
-    case pb::TRACE_MARK_STEP_END: return MarkType::StepEnd;
-    case pb::TRACE_MARK_PHASE_BEGIN: break;
-  }
-  return MarkType::PhaseBegin;
-}
-
-void fillRegion(pb::TraceRegionRecord* r, const RegionInfo& region) {
-  r->set_id(region.id);
-  r->set_start(region.start);
-  r->set_length(region.length);
-  r->set_kind(toProto(region.kind));
-  r->set_name(region.name);
-}
+using trace::fromProto;
+using trace::kTraceMagic;
 
 }  // namespace
 
@@ -109,107 +58,6 @@ Result<void> validateTrace(const Trace& trace) {
       return logicError("trace '" + trace.name + "': mark " + std::to_string(i) + " goes back in time");
     }
   }
-  return {};
-}
-
-// ---- Writer -------------------------------------------------------------------------------------
-
-struct TraceWriter::Impl {
-  std::ofstream out;
-  std::string path;
-  pb::TraceChunk chunk;
-  uint64_t lastTime = 0;
-  uint64_t lastPage = 0;
-  bool chunkStarted = false;
-};
-
-TraceWriter::~TraceWriter() {
-  if (impl_ != nullptr) {
-    (void)close();
-  }
-}
-
-Result<void> TraceWriter::open(const std::string& path, const Header& header) {
-  if (impl_ != nullptr) return logicError("trace writer: " + path + ": already open");
-  auto impl = std::make_unique<Impl>();
-  impl->path = path;
-  impl->out.open(path, std::ios::binary | std::ios::trunc);
-  if (!impl->out) return errnoError("open trace file " + path + " for writing");
-  impl->out.write(kMagic, sizeof kMagic);
-  pb::TraceHeader proto;
-  proto.set_name(header.name);
-  proto.set_tgid(header.tgid);
-  proto.set_sample_period(header.samplePeriod);
-  proto.set_compute_only_time(header.computeOnlyTime);
-  proto.set_scale_divisor(header.scaleDivisor);
-  proto.set_description(header.description);
-  for (const auto& region : header.regions) fillRegion(proto.add_regions(), region);
-  if (!google::protobuf::util::SerializeDelimitedToOstream(proto, &impl->out) || !impl->out) {
-    return errnoError("write trace header to " + path);
-  }
-  impl_ = impl.release();
-  return {};
-}
-
-Result<void> TraceWriter::addAccess(uint64_t timeNs, uint64_t address, uint32_t count, bool write) {
-  if (impl_ == nullptr) return logicError("trace writer: addAccess before open");
-  auto& s = *impl_;
-  const uint64_t page = address / kBasePageSize;
-  if (!s.chunkStarted) {
-    s.chunk.set_base_time_ns(timeNs);
-    s.chunk.set_base_page(page);
-    s.lastTime = timeNs;
-    s.lastPage = page;
-    s.chunkStarted = true;
-  }
-  if (timeNs < s.lastTime) return logicError("trace writer " + s.path + ": access goes back in time");
-  s.chunk.add_time_delta_ns(timeNs - s.lastTime);
-  s.chunk.add_page_delta(static_cast<int64_t>(page - s.lastPage));
-  s.chunk.add_count_and_write((std::min(count, kMaxCount) << 1) | (write ? 1U : 0U));
-  s.lastTime = timeNs;
-  s.lastPage = page;
-  if (static_cast<size_t>(s.chunk.time_delta_ns_size()) >= kChunkAccesses) return flush();
-  return {};
-}
-
-Result<void> TraceWriter::addMark(const IterationMark& mark) {
-  if (impl_ == nullptr) return logicError("trace writer: addMark before open");
-  auto* m = impl_->chunk.add_marks();
-  m->set_time_ns(mark.timestampNs);
-  m->set_type(toProto(mark.type));
-  m->set_step(mark.step);
-  m->set_phase(mark.phase);
-  return {};
-}
-
-Result<void> TraceWriter::addRegion(const RegionInfo& region) {
-  if (impl_ == nullptr) return logicError("trace writer: addRegion before open");
-  fillRegion(impl_->chunk.add_regions(), region);
-  return {};
-}
-
-Result<void> TraceWriter::flush() {
-  if (impl_ == nullptr) return logicError("trace writer: flush before open");
-  auto& s = *impl_;
-  if (s.chunk.time_delta_ns_size() == 0 && s.chunk.marks_size() == 0 && s.chunk.regions_size() == 0) return {};
-  if (!google::protobuf::util::SerializeDelimitedToOstream(s.chunk, &s.out) || !s.out.flush()) {
-    return errnoError("write trace chunk to " + s.path);
-  }
-  s.chunk.Clear();
-  s.chunkStarted = false;
-  return {};
-}
-
-Result<void> TraceWriter::close() {
-  if (impl_ == nullptr) return {};
-  auto flushed = flush();
-  impl_->out.close();
-  const bool closedOk = !impl_->out.fail();
-  const std::string path = impl_->path;
-  delete impl_;
-  impl_ = nullptr;
-  if (!flushed) return flushed;
-  if (!closedOk) return errnoError("close trace file " + path);
   return {};
 }
 
@@ -257,9 +105,9 @@ Result<void> writeTraceFile(const Trace& trace, const std::string& path) {
 Result<Trace> readTraceFile(const std::string& path, ReadTraceStats* stats) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return errnoError("open trace file " + path);
-  char magic[sizeof kMagic] = {};
+  char magic[sizeof kTraceMagic] = {};
   in.read(magic, sizeof magic);
-  if (!in || std::memcmp(magic, kMagic, sizeof kMagic) != 0) {
+  if (!in || std::memcmp(magic, kTraceMagic, sizeof kTraceMagic) != 0) {
     return logicError("trace file " + path + ": not a tensortier trace (bad magic)");
   }
   google::protobuf::io::IstreamInputStream stream(&in);

@@ -8,6 +8,7 @@
 #include "Policy.h"
 #include "core/Result.h"
 #include "core/Types.h"
+#include "trace/TraceFile.h"
 
 namespace tt::tiersim {
 
@@ -45,36 +46,8 @@ struct ReadTraceStats {
 };
 [[nodiscard]] Result<Trace> readTraceFile(const std::string& path, ReadTraceStats* stats = nullptr);
 
-// Incremental writer for a live recording (the daemon): header first, then accesses/marks as they
-// come, in time order. Addresses are virtual; flush() closes a chunk.
-class TraceWriter {
- public:
-  TraceWriter() = default;
-  TraceWriter(const TraceWriter&) = delete;
-  TraceWriter& operator=(const TraceWriter&) = delete;
-  ~TraceWriter();
-
-  struct Header {
-    std::string name;
-    pid_t tgid = 0;
-    uint32_t samplePeriod = 1;
-    bool computeOnlyTime = false;
-    uint32_t scaleDivisor = 1;
-    std::vector<RegionInfo> regions;
-    std::string description;
-  };
-  [[nodiscard]] Result<void> open(const std::string& path, const Header& header);
-  // count: cache-line accesses the record stands for (a sample's weight).
-  [[nodiscard]] Result<void> addAccess(uint64_t timeNs, uint64_t address, uint32_t count, bool write);
-  [[nodiscard]] Result<void> addMark(const IterationMark& mark);
-  // A region registered after open() (goes into the current chunk).
-  [[nodiscard]] Result<void> addRegion(const RegionInfo& region);
-  [[nodiscard]] Result<void> flush();
-  [[nodiscard]] Result<void> close();
-
- private:
-  struct Impl;
-  Impl* impl_ = nullptr;
-};
+// The incremental writer is the daemon's (daemon/trace/TraceFile.h): the recorder of live runs
+// and tiersim write the same format with the same code.
+using trace::TraceWriter;
 
 }  // namespace tt::tiersim

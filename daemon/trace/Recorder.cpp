@@ -1,0 +1,206 @@
+#include "trace/Recorder.h"
+
+#include <cerrno>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <system_error>
+
+#include "core/Log.h"
+
+namespace tt::trace {
+
+namespace {
+
+std::string utcStamp() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+std::string sanitizeName(const std::string& name) {
+  std::string out;
+  for (char c : name) {
+    if (out.size() >= 32) break;
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-';
+    out += ok ? c : '_';
+  }
+  // A leading dot would hide the file; dots alone would be "." or "..".
+  while (!out.empty() && out.front() == '.') out.erase(out.begin());
+  return out.empty() ? "process" : out;
+}
+
+Recorder::Recorder(RecorderLimits limits) : limits_(std::move(limits)) {}
+
+Recorder::~Recorder() {
+  std::lock_guard lock(mutex_);
+  for (auto& [tgid, rec] : active_) (void)rec->writer.close();
+}
+
+void Recorder::setLimits(RecorderLimits limits) {
+  std::lock_guard lock(mutex_);
+  limits_ = std::move(limits);
+}
+
+Result<RecordingInfo> Recorder::start(pid_t tgid, const std::string& name, const std::vector<RegionInfo>& regions,
+                                      uint64_t nowNs, uint32_t seconds) {
+  std::lock_guard lock(mutex_);
+  if (active_.count(tgid) != 0) {
+    return systemError(EEXIST, "pid " + std::to_string(tgid) + " is already being recorded to " +
+                                   active_.at(tgid)->info.path);
+  }
+  if (active_.size() >= limits_.maxRecordings) {
+    return systemError(EBUSY, std::to_string(active_.size()) + " recordings are running (service.trace_max_recordings)");
+  }
+  if (limits_.directory.empty()) return systemError(EINVAL, "no trace directory configured (service.trace_directory)");
+  std::error_code ec;
+  std::filesystem::create_directories(limits_.directory, ec);
+  if (ec) return systemError(ec.value(), "create trace directory " + limits_.directory);
+
+  auto rec = std::make_unique<Recording>();
+  TraceWriter::Header header;
+  header.name = name;
+  header.tgid = tgid;
+  header.samplePeriod = 1;  // evidence weights are already scaled by the sources' periods
+  header.computeOnlyTime = false;
+  header.regions = regions;
+  header.description = "recorded by tensortierd from pid " + std::to_string(tgid) +
+                       "; accesses carry their epoch's end time (CLOCK_MONOTONIC ns)";
+  const std::string base = limits_.directory + "/" + sanitizeName(name) + "-" + std::to_string(tgid) + "-" + utcStamp();
+  Result<void> opened = logicError("unreachable");
+  std::string path;
+  // Two recordings of one pid within a second: a numbered name instead of an error.
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    path = base + (attempt == 0 ? "" : "-" + std::to_string(attempt)) + ".tttrace";
+    opened = rec->writer.open(path, header, TraceWriter::Create::Exclusive);
+    if (opened || opened.error().code != EEXIST) break;
+  }
+  if (!opened) return opened.error();
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                                         std::filesystem::perms::group_read,
+                               ec);
+  const uint32_t limit = limits_.maxSeconds;
+  const uint32_t secs = seconds == 0 || seconds > limit ? limit : seconds;
+  rec->info.tgid = tgid;
+  rec->info.path = path;
+  rec->info.active = true;
+  rec->info.startedNs = nowNs;
+  rec->info.endsByNs = nowNs + uint64_t{secs} * 1'000'000'000ULL;
+  rec->info.regions = regions.size();
+  rec->info.bytes = rec->writer.bytesWritten();
+  TT_LOG(Info) << "recording pid " << tgid << " to " << path << " for at most " << secs << " s";
+  RecordingInfo info = rec->info;
+  active_.emplace(tgid, std::move(rec));
+  return info;
+}
+
+Result<RecordingInfo> Recorder::stop(pid_t tgid, uint64_t nowNs) {
+  std::lock_guard lock(mutex_);
+  if (active_.count(tgid) == 0) return systemError(ENOENT, "pid " + std::to_string(tgid) + " is not being recorded");
+  endLocked(tgid, nowNs, "stopped");
+  return ended_.front();
+}
+
+std::vector<RecordingInfo> Recorder::list() const {
+  std::lock_guard lock(mutex_);
+  std::vector<RecordingInfo> out;
+  for (const auto& [tgid, rec] : active_) {
+    RecordingInfo info = rec->info;
+    info.bytes = rec->writer.bytesWritten();
+    out.push_back(info);
+  }
+  out.insert(out.end(), ended_.begin(), ended_.end());
+  return out;
+}
+
+void Recorder::failLocked(Recording& rec, const Error& error) {
+  if (rec.info.ended.empty()) {
+    rec.info.ended = "write error: " + error.message();
+    failed_.push_back(rec.info.tgid);
+  }
+}
+
+void Recorder::onRegion(const RegionInfo& region) {
+  std::lock_guard lock(mutex_);
+  auto it = active_.find(region.tgid);
+  if (it == active_.end()) return;
+  if (auto r = it->second->writer.addRegion(region); !r) return failLocked(*it->second, r.error());
+  ++it->second->info.regions;
+}
+
+void Recorder::onMark(const IterationMark& mark) {
+  std::lock_guard lock(mutex_);
+  auto it = active_.find(mark.tgid);
+  if (it == active_.end()) return;
+  if (auto r = it->second->writer.addMark(mark); !r) return failLocked(*it->second, r.error());
+  ++it->second->info.marks;
+}
+
+void Recorder::onEvidence(std::span<const AccessEvidence> evidence, uint64_t nowNs) {
+  std::lock_guard lock(mutex_);
+  if (active_.empty()) return;
+  for (const AccessEvidence& e : evidence) {
+    auto it = active_.find(e.tgid);
+    if (it == active_.end() || !it->second->info.ended.empty()) continue;
+    Recording& rec = *it->second;
+    // Marks of this epoch were written before its evidence; the writer needs accesses in time
+    // order, and marks carry the client's own (earlier) timestamps.
+    if (auto r = rec.writer.addAccess(nowNs, e.page, e.weight, e.kind == AccessKind::Store); !r) {
+      failLocked(rec, r.error());
+      continue;
+    }
+    ++rec.info.accesses;
+  }
+}
+
+void Recorder::onProcessExit(pid_t tgid, uint64_t nowNs) {
+  std::lock_guard lock(mutex_);
+  if (active_.count(tgid) != 0) endLocked(tgid, nowNs, "process exited");
+}
+
+void Recorder::endEpoch(uint64_t nowNs) {
+  std::lock_guard lock(mutex_);
+  for (pid_t tgid : failed_)
+    if (active_.count(tgid) != 0) endLocked(tgid, nowNs, active_.at(tgid)->info.ended);
+  failed_.clear();
+  std::vector<std::pair<pid_t, std::string>> done;
+  for (auto& [tgid, rec] : active_) {
+    if (auto r = rec->writer.flush(); !r) {
+      done.emplace_back(tgid, "write error: " + r.error().message());
+      continue;
+    }
+    if (rec->writer.bytesWritten() >= limits_.maxBytes) done.emplace_back(tgid, "size limit");
+    else if (nowNs >= rec->info.endsByNs) done.emplace_back(tgid, "time limit");
+  }
+  for (const auto& [tgid, why] : done) endLocked(tgid, nowNs, why);
+}
+
+void Recorder::stopAll(uint64_t nowNs) {
+  std::lock_guard lock(mutex_);
+  while (!active_.empty()) endLocked(active_.begin()->first, nowNs, "daemon stopped");
+}
+
+void Recorder::endLocked(pid_t tgid, uint64_t nowNs, const std::string& why) {
+  auto it = active_.find(tgid);
+  if (it == active_.end()) return;
+  Recording& rec = *it->second;
+  RecordingInfo info = rec.info;
+  info.ended = why;
+  if (auto r = rec.writer.close(); !r && why.rfind("write error", 0) != 0) info.ended = "write error: " + r.error().message();
+  info.active = false;
+  info.bytes = rec.writer.bytesWritten();
+  const double seconds = static_cast<double>(nowNs - std::min(nowNs, info.startedNs)) / 1e9;
+  TT_LOG(Info) << "recording of pid " << tgid << " ended (" << info.ended << "): " << info.path << ", " << info.accesses
+               << " accesses, " << info.marks << " marks, " << info.bytes << " bytes, " << seconds << " s";
+  ended_.push_front(std::move(info));
+  while (ended_.size() > kEndedKept) ended_.pop_back();
+  active_.erase(it);
+}
+
+}  // namespace tt::trace

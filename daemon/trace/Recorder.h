@@ -1,0 +1,107 @@
+// Records a live run of a registered process as a page-access trace (TraceFile.h) that
+// tools/tiersim replays (`tiersim run --trace FILE`, `tiersim info --trace FILE`): what the
+// daemon's sources saw (sampled accesses, already scaled by their period), the client's iteration
+// marks and the process's registered regions. Started and stopped by `tensortierctl record`.
+//
+// What a recording holds, and what it cannot: the daemon sees evidence once per epoch, so every
+// access of an epoch carries the epoch's end time (marks keep their own timestamps); timestamps
+// are CLOCK_MONOTONIC wall time, stalls included (computeOnlyTime = false). Accesses outside the
+// registered regions are recorded too; the replay drops them (it lays out the regions only).
+//
+// Files: <directory>/<name>-<pid>-<UTC time>.tttrace, created exclusively (never overwriting, never
+// through a symlink), mode 0640. Limits (RecorderLimits) bound size, duration and how many run at
+// once; a recording ends at its limit, when the process exits, on stop, or on a write error, and
+// its file is always left readable (complete chunks).
+//
+// Threading: start/stop/list come from the admin handler (event-loop thread), the on*/endEpoch
+// hooks from the epoch thread: one mutex guards everything, the hooks' work is a few appends.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/Result.h"
+#include "core/Types.h"
+#include "trace/TraceFile.h"
+
+namespace tt::trace {
+
+struct RecorderLimits {
+  std::string directory;
+  uint64_t maxBytes = 256ULL << 20;  // per recording
+  uint32_t maxSeconds = 600;         // per recording; a request may ask for less
+  uint32_t maxRecordings = 4;        // at once
+};
+
+struct RecordingInfo {
+  pid_t tgid = 0;
+  std::string path;
+  bool active = false;
+  uint64_t startedNs = 0;
+  uint64_t endsByNs = 0;    // the time limit
+  uint64_t accesses = 0;    // access records written
+  uint64_t marks = 0;
+  uint64_t regions = 0;     // in the header plus registered later
+  uint64_t bytes = 0;       // written to the file (complete chunks)
+  std::string ended;        // why it ended: "stopped", "process exited", "size limit", ...
+};
+
+class Recorder {
+ public:
+  explicit Recorder(RecorderLimits limits);
+  ~Recorder();
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  // New limits (SIGHUP, tune) apply to new recordings and to the size check of running ones.
+  void setLimits(RecorderLimits limits);
+
+  // Starts recording `tgid`, whose regions registered so far are `regions`, for `seconds` (0 or
+  // more than the limit: the limit). Errors: already recording it, too many recordings, the
+  // directory or the file cannot be created.
+  [[nodiscard]] Result<RecordingInfo> start(pid_t tgid, const std::string& name, const std::vector<RegionInfo>& regions,
+                                            uint64_t nowNs, uint32_t seconds);
+  // Ends the recording of `tgid` and returns its summary. Error: not recording it.
+  [[nodiscard]] Result<RecordingInfo> stop(pid_t tgid, uint64_t nowNs);
+  // Running recordings, then the most recently ended ones (at most kEndedKept).
+  [[nodiscard]] std::vector<RecordingInfo> list() const;
+  static constexpr size_t kEndedKept = 16;
+
+  // ---- epoch-thread hooks ----
+  void onRegion(const RegionInfo& region);
+  void onMark(const IterationMark& mark);
+  void onEvidence(std::span<const AccessEvidence> evidence, uint64_t nowNs);
+  void onProcessExit(pid_t tgid, uint64_t nowNs);
+  // Closes the epoch's chunk of every recording and ends those past a limit.
+  void endEpoch(uint64_t nowNs);
+  // Daemon shutdown: ends every recording.
+  void stopAll(uint64_t nowNs);
+
+ private:
+  struct Recording {
+    RecordingInfo info;
+    TraceWriter writer;
+  };
+  void endLocked(pid_t tgid, uint64_t nowNs, const std::string& why);
+  void failLocked(Recording& rec, const Error& error);
+
+  mutable std::mutex mutex_;
+  RecorderLimits limits_;
+  std::map<pid_t, std::unique_ptr<Recording>> active_;
+  std::deque<RecordingInfo> ended_;
+  std::vector<pid_t> failed_;  // write errors seen in a hook, ended at the next endEpoch
+};
+
+// The file name part from a client name: [A-Za-z0-9._-] kept, others '_', at most 32 characters,
+// "process" when nothing is left.
+[[nodiscard]] std::string sanitizeName(const std::string& name);
+
+}  // namespace tt::trace

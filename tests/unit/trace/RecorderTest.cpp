@@ -1,0 +1,214 @@
+// trace::Recorder: a live run of one process written as a trace that tiersim reads back.
+#include "trace/Recorder.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "Trace.h"
+
+namespace tt::trace {
+namespace {
+
+namespace fs = std::filesystem;
+
+class RecorderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/tt-recorder-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  [[nodiscard]] RecorderLimits limits() const {
+    RecorderLimits l;
+    l.directory = dir_ + "/traces";  // created on first use
+    l.maxBytes = 1 << 20;
+    l.maxSeconds = 60;
+    l.maxRecordings = 2;
+    return l;
+  }
+  static AccessEvidence evidence(pid_t tgid, uint64_t page, uint32_t weight, AccessKind kind) {
+    AccessEvidence e;
+    e.tgid = tgid;
+    e.page = page;
+    e.weight = weight;
+    e.kind = kind;
+    return e;
+  }
+  std::string dir_;
+};
+
+constexpr uint64_t kS = 1'000'000'000ULL;
+
+TEST_F(RecorderTest, RecordsRegionsMarksAndAccessesOfOneProcessOnly) {
+  Recorder rec(limits());
+  const RegionInfo weights{1, 100, 0x7f0000000000, 4 * 4096, RegionKind::Weight, "w", 0};
+  auto started = rec.start(100, "train.py", {weights}, 10 * kS, 0);
+  ASSERT_TRUE(started.ok()) << started.error().message();
+  EXPECT_TRUE(started->active);
+  EXPECT_EQ(fs::path(started->path).parent_path(), fs::path(dir_ + "/traces"));
+  EXPECT_NE(started->path.find("train.py-100-"), std::string::npos) << started->path;
+  EXPECT_EQ(started->endsByNs, 70 * kS);  // the limit: 60 s
+
+  // Epoch 1: a mark, evidence of the recorded process and of another one.
+  rec.onMark(IterationMark{100, MarkType::StepBegin, 0, "", 10 * kS + 5});
+  rec.onMark(IterationMark{200, MarkType::StepBegin, 0, "", 10 * kS + 6});  // not recorded
+  const AccessEvidence epoch1[] = {evidence(100, 0x7f0000001000, 64, AccessKind::Load),
+                                   evidence(200, 0x7f0000001000, 9, AccessKind::Load),
+                                   evidence(100, 0x7f0000003000, 8, AccessKind::Store)};
+  rec.onEvidence(epoch1, 11 * kS);
+  rec.endEpoch(11 * kS);
+  // Epoch 2: a region registered later, an access in it, a phase mark.
+  const RegionInfo acts{2, 100, 0x7f0000100000, 2 * 4096, RegionKind::Activation, "act", 0};
+  rec.onRegion(acts);
+  rec.onRegion(RegionInfo{3, 200, 0x7f0000200000, 4096, RegionKind::Other, "theirs", 0});
+  rec.onMark(IterationMark{100, MarkType::PhaseBegin, 0, "backward", 11 * kS + 500});
+  const AccessEvidence epoch2[] = {evidence(100, 0x7f0000101000, 2, AccessKind::Fault)};
+  rec.onEvidence(epoch2, 12 * kS);
+  rec.endEpoch(12 * kS);
+
+  auto stopped = rec.stop(100, 13 * kS);
+  ASSERT_TRUE(stopped.ok()) << stopped.error().message();
+  EXPECT_FALSE(stopped->active);
+  EXPECT_EQ(stopped->ended, "stopped");
+  EXPECT_EQ(stopped->accesses, 3U);
+  EXPECT_EQ(stopped->marks, 2U);
+  EXPECT_EQ(stopped->regions, 2U);
+  EXPECT_EQ(stopped->bytes, fs::file_size(stopped->path));
+
+  // Only the owner (root in the daemon) may write; the group may read; others nothing.
+  struct stat st {};
+  ASSERT_EQ(::stat(stopped->path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640U);
+
+  tiersim::ReadTraceStats stats;
+  auto trace = tiersim::readTraceFile(stopped->path, &stats);
+  ASSERT_TRUE(trace.ok()) << trace.error().message();
+  EXPECT_EQ(trace->name, "train.py");
+  EXPECT_FALSE(trace->computeOnlyTime);
+  EXPECT_EQ(trace->samplePeriod, 1U);
+  ASSERT_EQ(trace->regions.size(), 2U);
+  EXPECT_EQ(trace->regions[0].name, "w");
+  EXPECT_EQ(trace->regions[0].kind, RegionKind::Weight);
+  EXPECT_EQ(trace->regions[1].name, "act");
+  EXPECT_EQ(trace->regions[1].pages, 2U);
+  ASSERT_EQ(trace->accesses.size(), 3U);
+  EXPECT_EQ(stats.droppedAccesses, 0U);
+  // Page ids are dense over the regions: w = 0..3, act = 4..5.
+  EXPECT_EQ(trace->accesses[0].page, 1U);
+  EXPECT_EQ(trace->accesses[0].count, 64U);
+  EXPECT_FALSE(trace->accesses[0].write);
+  EXPECT_EQ(trace->accesses[0].timeNs, 11 * kS);
+  EXPECT_EQ(trace->accesses[1].page, 3U);
+  EXPECT_TRUE(trace->accesses[1].write);
+  EXPECT_EQ(trace->accesses[2].page, 5U);
+  EXPECT_EQ(trace->accesses[2].timeNs, 12 * kS);
+  ASSERT_EQ(trace->marks.size(), 2U);
+  EXPECT_EQ(trace->marks[0].type, MarkType::StepBegin);
+  EXPECT_EQ(trace->marks[0].timestampNs, 10 * kS + 5);
+  EXPECT_EQ(trace->marks[1].phase, "backward");
+}
+
+TEST_F(RecorderTest, RefusesASecondRecordingOfOneProcessAndMoreThanTheLimit) {
+  Recorder rec(limits());
+  ASSERT_TRUE(rec.start(1, "a", {}, 0, 0).ok());
+  auto again = rec.start(1, "a", {}, 0, 0);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code, EEXIST);
+  ASSERT_TRUE(rec.start(2, "b", {}, 0, 0).ok());
+  auto third = rec.start(3, "c", {}, 0, 0);
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(third.error().code, EBUSY);
+  auto notRecording = rec.stop(3, 0);
+  ASSERT_FALSE(notRecording.ok());
+  EXPECT_EQ(notRecording.error().code, ENOENT);
+  EXPECT_EQ(rec.list().size(), 2U);
+}
+
+TEST_F(RecorderTest, NeverWritesThroughAPlantedSymlinkOrOverAnExistingFile) {
+  // Two recordings of one pid in the same second get distinct names; a symlink planted at the
+  // next name is neither followed nor replaced.
+  Recorder rec(limits());
+  auto first = rec.start(7, "x", {}, 0, 0);
+  ASSERT_TRUE(first.ok()) << first.error().message();
+  ASSERT_TRUE(rec.stop(7, 0).ok());
+  const std::string victim = dir_ + "/victim";
+  { std::ofstream(victim) << "keep me"; }
+  const std::string planted = first->path.substr(0, first->path.size() - 8) + "-1.tttrace";
+  fs::create_symlink(victim, planted);
+  auto second = rec.start(7, "x", {}, 0, 0);
+  ASSERT_TRUE(second.ok()) << second.error().message();
+  EXPECT_NE(second->path, first->path);
+  EXPECT_NE(second->path, planted);
+  std::ifstream in(victim);
+  std::string content;
+  std::getline(in, content);
+  EXPECT_EQ(content, "keep me");
+  EXPECT_TRUE(fs::is_symlink(planted));
+}
+
+TEST_F(RecorderTest, EndsAtTheTimeLimitTheSizeLimitAndProcessExit) {
+  RecorderLimits l = limits();
+  l.maxBytes = 4096;
+  l.maxRecordings = 4;
+  Recorder rec(l);
+  ASSERT_TRUE(rec.start(1, "timed", {}, 0, 5).ok());   // asks for 5 s
+  ASSERT_TRUE(rec.start(2, "big", {}, 0, 0).ok());
+  ASSERT_TRUE(rec.start(3, "exits", {}, 0, 0).ok());
+  std::vector<AccessEvidence> many;
+  for (uint64_t i = 0; i < 4096; ++i) many.push_back(evidence(2, 0x10000000 + i * 4096 * 7, 1, AccessKind::Load));
+  rec.onEvidence(many, 1 * kS);
+  rec.endEpoch(1 * kS);
+  rec.onProcessExit(3, 2 * kS);
+  rec.endEpoch(4 * kS);
+  EXPECT_EQ(rec.list().size(), 3U);
+  EXPECT_TRUE(rec.list().front().active);  // pid 1 runs until 5 s
+  rec.endEpoch(5 * kS);
+  std::map<pid_t, std::string> ended;
+  for (const auto& r : rec.list()) {
+    EXPECT_FALSE(r.active);
+    ended[r.tgid] = r.ended;
+  }
+  EXPECT_EQ(ended[1], "time limit");
+  EXPECT_EQ(ended[2], "size limit");
+  EXPECT_EQ(ended[3], "process exited");
+  // The size-limited file is complete and readable.
+  for (const auto& r : rec.list())
+    if (r.tgid == 2) {
+      EXPECT_GE(r.bytes, 4096U);
+      std::ifstream in(r.path, std::ios::binary);
+      char magic[8] = {};
+      in.read(magic, 8);
+      EXPECT_EQ(std::string(magic, 8), "TTTRACE1");
+    }
+}
+
+TEST_F(RecorderTest, AnUncreatableDirectoryIsAnErrorNotACrash) {
+  RecorderLimits l = limits();
+  { std::ofstream(dir_ + "/file") << "x"; }
+  l.directory = dir_ + "/file/traces";  // a path through a regular file
+  Recorder rec(l);
+  auto r = rec.start(1, "a", {}, 0, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("trace directory"), std::string::npos) << r.error().message();
+  EXPECT_TRUE(rec.list().empty());
+}
+
+TEST(RecorderName, SanitizesClientNamesForFileNames) {
+  EXPECT_EQ(sanitizeName("train.py"), "train.py");
+  EXPECT_EQ(sanitizeName("../../etc/passwd"), "_.._etc_passwd");
+  EXPECT_EQ(sanitizeName(""), "process");
+  EXPECT_EQ(sanitizeName("..."), "process");
+  EXPECT_EQ(sanitizeName(std::string(100, 'a')).size(), 32U);
+}
+
+}  // namespace
+}  // namespace tt::trace
