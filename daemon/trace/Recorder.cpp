@@ -48,7 +48,7 @@ void Recorder::setLimits(RecorderLimits limits) {
   limits_ = std::move(limits);
 }
 
-Result<RecordingInfo> Recorder::start(pid_t tgid, const std::string& name, const std::vector<RegionInfo>& regions,
+Result<RecordingInfo> Recorder::start(pid_t tgid, const std::string& name, const RegionsFn& regionsFn,
                                       uint64_t nowNs, uint32_t seconds) {
   std::lock_guard lock(mutex_);
   if (active_.count(tgid) != 0) {
@@ -63,6 +63,7 @@ Result<RecordingInfo> Recorder::start(pid_t tgid, const std::string& name, const
   std::filesystem::create_directories(limits_.directory, ec);
   if (ec) return systemError(ec.value(), "create trace directory " + limits_.directory);
 
+  const std::vector<RegionInfo> regions = regionsFn ? regionsFn() : std::vector<RegionInfo>{};
   auto rec = std::make_unique<Recording>();
   TraceWriter::Header header;
   header.name = name;

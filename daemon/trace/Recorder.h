@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -64,10 +65,13 @@ class Recorder {
   // New limits (SIGHUP, tune) apply to new recordings and to the size check of running ones.
   void setLimits(RecorderLimits limits);
 
-  // Starts recording `tgid`, whose regions registered so far are `regions`, for `seconds` (0 or
-  // more than the limit: the limit). Errors: already recording it, too many recordings, the
+  // Starts recording `tgid` for `seconds` (0 or more than the limit: the limit). `regions` returns
+  // the regions registered so far; it is called under the recorder's lock, so a region registered
+  // concurrently is either in the header or reaches onRegion() later (then it appears twice, which
+  // the reader merges), never lost. Errors: already recording it, too many recordings, the
   // directory or the file cannot be created.
-  [[nodiscard]] Result<RecordingInfo> start(pid_t tgid, const std::string& name, const std::vector<RegionInfo>& regions,
+  using RegionsFn = std::function<std::vector<RegionInfo>()>;
+  [[nodiscard]] Result<RecordingInfo> start(pid_t tgid, const std::string& name, const RegionsFn& regions,
                                             uint64_t nowNs, uint32_t seconds);
   // Ends the recording of `tgid` and returns its summary. Error: not recording it.
   [[nodiscard]] Result<RecordingInfo> stop(pid_t tgid, uint64_t nowNs);

@@ -51,7 +51,7 @@ constexpr uint64_t kS = 1'000'000'000ULL;
 TEST_F(RecorderTest, RecordsRegionsMarksAndAccessesOfOneProcessOnly) {
   Recorder rec(limits());
   const RegionInfo weights{1, 100, 0x7f0000000000, 4 * 4096, RegionKind::Weight, "w", 0};
-  auto started = rec.start(100, "train.py", {weights}, 10 * kS, 0);
+  auto started = rec.start(100, "train.py", [&] { return std::vector<RegionInfo>{weights}; }, 10 * kS, 0);
   ASSERT_TRUE(started.ok()) << started.error().message();
   EXPECT_TRUE(started->active);
   EXPECT_EQ(fs::path(started->path).parent_path(), fs::path(dir_ + "/traces"));
@@ -119,12 +119,12 @@ TEST_F(RecorderTest, RecordsRegionsMarksAndAccessesOfOneProcessOnly) {
 
 TEST_F(RecorderTest, RefusesASecondRecordingOfOneProcessAndMoreThanTheLimit) {
   Recorder rec(limits());
-  ASSERT_TRUE(rec.start(1, "a", {}, 0, 0).ok());
-  auto again = rec.start(1, "a", {}, 0, 0);
+  ASSERT_TRUE(rec.start(1, "a", nullptr, 0, 0).ok());
+  auto again = rec.start(1, "a", nullptr, 0, 0);
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.error().code, EEXIST);
-  ASSERT_TRUE(rec.start(2, "b", {}, 0, 0).ok());
-  auto third = rec.start(3, "c", {}, 0, 0);
+  ASSERT_TRUE(rec.start(2, "b", nullptr, 0, 0).ok());
+  auto third = rec.start(3, "c", nullptr, 0, 0);
   ASSERT_FALSE(third.ok());
   EXPECT_EQ(third.error().code, EBUSY);
   auto notRecording = rec.stop(3, 0);
@@ -137,14 +137,14 @@ TEST_F(RecorderTest, NeverWritesThroughAPlantedSymlinkOrOverAnExistingFile) {
   // Two recordings of one pid in the same second get distinct names; a symlink planted at the
   // next name is neither followed nor replaced.
   Recorder rec(limits());
-  auto first = rec.start(7, "x", {}, 0, 0);
+  auto first = rec.start(7, "x", nullptr, 0, 0);
   ASSERT_TRUE(first.ok()) << first.error().message();
   ASSERT_TRUE(rec.stop(7, 0).ok());
   const std::string victim = dir_ + "/victim";
   { std::ofstream(victim) << "keep me"; }
   const std::string planted = first->path.substr(0, first->path.size() - 8) + "-1.tttrace";
   fs::create_symlink(victim, planted);
-  auto second = rec.start(7, "x", {}, 0, 0);
+  auto second = rec.start(7, "x", nullptr, 0, 0);
   ASSERT_TRUE(second.ok()) << second.error().message();
   EXPECT_NE(second->path, first->path);
   EXPECT_NE(second->path, planted);
@@ -160,9 +160,9 @@ TEST_F(RecorderTest, EndsAtTheTimeLimitTheSizeLimitAndProcessExit) {
   l.maxBytes = 4096;
   l.maxRecordings = 4;
   Recorder rec(l);
-  ASSERT_TRUE(rec.start(1, "timed", {}, 0, 5).ok());   // asks for 5 s
-  ASSERT_TRUE(rec.start(2, "big", {}, 0, 0).ok());
-  ASSERT_TRUE(rec.start(3, "exits", {}, 0, 0).ok());
+  ASSERT_TRUE(rec.start(1, "timed", nullptr, 0, 5).ok());   // asks for 5 s
+  ASSERT_TRUE(rec.start(2, "big", nullptr, 0, 0).ok());
+  ASSERT_TRUE(rec.start(3, "exits", nullptr, 0, 0).ok());
   std::vector<AccessEvidence> many;
   for (uint64_t i = 0; i < 4096; ++i) many.push_back(evidence(2, 0x10000000 + i * 4096 * 7, 1, AccessKind::Load));
   rec.onEvidence(many, 1 * kS);
@@ -196,7 +196,7 @@ TEST_F(RecorderTest, AnUncreatableDirectoryIsAnErrorNotACrash) {
   { std::ofstream(dir_ + "/file") << "x"; }
   l.directory = dir_ + "/file/traces";  // a path through a regular file
   Recorder rec(l);
-  auto r = rec.start(1, "a", {}, 0, 0);
+  auto r = rec.start(1, "a", nullptr, 0, 0);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message().find("trace directory"), std::string::npos) << r.error().message();
   EXPECT_TRUE(rec.list().empty());
