@@ -4,6 +4,7 @@
 //   EngineExecutor       -> migrate::Engine
 //   SocketInProcessMover -> ipc::Server (migrate::InProcessMover over MbindRequest/MbindResult)
 //   PageMoverResidency   -> sys::PageMover (per-process fast-tier bytes)
+//   RecorderSink         -> trace::Recorder (tensortierctl record)
 #pragma once
 
 #include <atomic>
@@ -21,6 +22,7 @@
 #include "service/Stages.h"
 #include "sources/SourceSet.h"
 #include "topology/Topology.h"
+#include "trace/Recorder.h"
 
 namespace tt::service {
 
@@ -109,6 +111,21 @@ class PageMoverResidency final : public ResidencyProbe {
  private:
   ipc::PlacementReader reader_;
   const topology::Topology& topology_;
+};
+
+class RecorderSink final : public TraceSink {
+ public:
+  explicit RecorderSink(trace::Recorder& recorder) : recorder_(recorder) {}
+  void onRegion(const RegionInfo& region) override { recorder_.onRegion(region); }
+  void onMark(const IterationMark& mark) override { recorder_.onMark(mark); }
+  void onProcessExit(pid_t tgid, uint64_t nowNs) override { recorder_.onProcessExit(tgid, nowNs); }
+  void onEvidence(std::span<const AccessEvidence> evidence, uint64_t nowNs) override {
+    recorder_.onEvidence(evidence, nowNs);
+  }
+  void endEpoch(uint64_t nowNs) override { recorder_.endEpoch(nowNs); }
+
+ private:
+  trace::Recorder& recorder_;
 };
 
 }  // namespace tt::service

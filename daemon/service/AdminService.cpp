@@ -12,11 +12,15 @@ AdminService::AdminService(AdminContext context) : ctx_(std::move(context)), sta
 
 void AdminService::handleAdmin(const ipc::Session& session, const pb::ClientMessage& request, pb::DaemonMessage& reply) {
   using B = pb::ClientMessage::BodyCase;
-  const bool privileged = request.body_case() == B::kTune || request.body_case() == B::kMigrate;
+  // Recording writes files as the daemon and reads another process's access pattern: admin only,
+  // like tune and migrate (listing included: it names files and pids).
+  const bool privileged = request.body_case() == B::kTune || request.body_case() == B::kMigrate ||
+                          request.body_case() == B::kRecord;
   if (privileged && !(ctx_.isAdmin && ctx_.isAdmin(session.peer))) {
-    TT_LOG(Info) << "refused " << (request.body_case() == B::kTune ? "tune" : "migrate") << " from uid "
-                 << session.peer.uid << " (pid " << session.peer.pid << "): not root or in the admin group";
-    ipc::setError(reply, pb::PERMISSION_DENIED, "tune and migrate need root or the admin group");
+    const char* what = request.body_case() == B::kTune ? "tune" : request.body_case() == B::kMigrate ? "migrate" : "record";
+    TT_LOG(Info) << "refused " << what << " from uid " << session.peer.uid << " (pid " << session.peer.pid
+                 << "): not root or in the admin group";
+    ipc::setError(reply, pb::PERMISSION_DENIED, "tune, migrate and record need root or the admin group");
     return;
   }
   switch (request.body_case()) {
@@ -35,6 +39,7 @@ void AdminService::handleAdmin(const ipc::Session& session, const pb::ClientMess
       return;
     }
     case B::kMigrate: migrate(request.migrate(), reply); return;
+    case B::kRecord: record(request.record(), reply); return;
     default: ipc::setError(reply, pb::BAD_REQUEST, "unknown admin request"); return;
   }
 }
@@ -232,6 +237,70 @@ void AdminService::migrate(const pb::MigrateRequest& request, pb::DaemonMessage&
   out->set_detail(pinSeconds == 0 ? "queued to the migration engine; pinned there until `tensortierctl migrate --unpin`"
                                   : "queued to the migration engine; pinned there for " + std::to_string(pinSeconds) +
                                         " s (the policy will not move it back before)");
+}
+
+namespace {
+void fillRecording(const trace::RecordingInfo& r, uint64_t nowNs, pb::Recording& out) {
+  out.set_pid(r.tgid);
+  out.set_path(r.path);
+  out.set_active(r.active);
+  out.set_accesses(r.accesses);
+  out.set_marks(r.marks);
+  out.set_regions(r.regions);
+  out.set_bytes(r.bytes);
+  if (r.active) {
+    out.set_elapsed_ms(nowNs > r.startedNs ? (nowNs - r.startedNs) / 1000000 : 0);
+    out.set_ends_in_ms(r.endsByNs > nowNs ? (r.endsByNs - nowNs) / 1000000 : 0);
+  }
+  out.set_ended(r.ended);
+}
+}  // namespace
+
+void AdminService::record(const pb::RecordRequest& request, pb::DaemonMessage& reply) {
+  if (!ctx_.recorder) {
+    ipc::setError(reply, pb::INTERNAL, "recording is not available in this daemon");
+    return;
+  }
+  const uint64_t nowNs = now();
+  switch (request.action()) {
+    case pb::RecordRequest::START: {
+      const auto procs = ctx_.registry->processes();
+      const auto proc = std::find_if(procs.begin(), procs.end(), [&](const auto& p) { return p.pid == request.pid(); });
+      if (request.pid() <= 0 || proc == procs.end()) {
+        ipc::setError(reply, pb::BAD_REQUEST,
+                      "pid " + std::to_string(request.pid()) + " is not a registered process (see tensortierctl processes)");
+        return;
+      }
+      const pid_t tgid = request.pid();
+      auto regionsNow = [this, tgid] {
+        std::vector<RegionInfo> out;
+        for (const auto& r : ctx_.registry->allRegions(tgid)) out.push_back(r.info);
+        return out;
+      };
+      auto started = ctx_.recorder->start(tgid, proc->clientName, regionsNow, nowNs, request.seconds());
+      if (!started) {
+        ipc::setError(reply, started.error().code == EEXIST || started.error().code == EBUSY ? pb::BAD_REQUEST : pb::INTERNAL,
+                      started.error().message());
+        return;
+      }
+      fillRecording(*started, nowNs, *reply.mutable_record()->add_recordings());
+      return;
+    }
+    case pb::RecordRequest::STOP: {
+      auto stopped = ctx_.recorder->stop(request.pid(), nowNs);
+      if (!stopped) {
+        ipc::setError(reply, pb::BAD_REQUEST, stopped.error().message());
+        return;
+      }
+      fillRecording(*stopped, nowNs, *reply.mutable_record()->add_recordings());
+      return;
+    }
+    default: {
+      auto* out = reply.mutable_record();
+      for (const auto& r : ctx_.recorder->list()) fillRecording(r, nowNs, *out->add_recordings());
+      return;
+    }
+  }
 }
 
 }  // namespace tt::service

@@ -1,5 +1,5 @@
 // The admin requests of tensortierctl (admin.proto): status, processes, regions, top (read-only,
-// any peer that can connect), tune and migrate (root or the configured admin group).
+// any peer that can connect), tune, migrate and record (root or the configured admin group).
 // Runs on the event-loop thread.
 #pragma once
 
@@ -16,6 +16,7 @@
 #include "service/EpochLoop.h"
 #include "service/Stages.h"
 #include "topology/Topology.h"
+#include "trace/Recorder.h"
 
 namespace tt::service {
 
@@ -34,6 +35,8 @@ struct AdminContext {
   std::function<uint32_t()> epochMs;
   // service.manual_pin_seconds as configured now (0 = pins last until unpinned).
   std::function<uint32_t()> manualPinSeconds;
+  // Recordings of live runs (tensortierctl record); null = not available.
+  trace::Recorder* recorder = nullptr;
   // CLOCK_MONOTONIC ns; tests pass a fake clock. Unset = EpochLoop::monotonicNowNs.
   std::function<uint64_t()> nowNs;
 };
@@ -50,6 +53,7 @@ class AdminService final : public ipc::AdminHandler {
   void regions(const tensortier::v1::RegionsRequest& request, ipc::pb::DaemonMessage& reply);
   void top(const tensortier::v1::TopRequest& request, ipc::pb::DaemonMessage& reply);
   void migrate(const tensortier::v1::MigrateRequest& request, ipc::pb::DaemonMessage& reply);
+  void record(const tensortier::v1::RecordRequest& request, ipc::pb::DaemonMessage& reply);
   [[nodiscard]] bool fillRegion(const registry::RegionRecord& record, tensortier::v1::RegionEntry& entry,
                                 const std::vector<ManualPin>& pins);
   [[nodiscard]] std::vector<ManualPin> pins() const;

@@ -54,6 +54,15 @@ registry::Limits limitsOf(const pb::ServiceConfig& s) {
   return l;
 }
 
+trace::RecorderLimits recorderLimitsOf(const pb::ServiceConfig& s) {
+  trace::RecorderLimits l;
+  l.directory = s.trace_directory();
+  l.maxBytes = uint64_t{s.trace_max_mib()} << 20;
+  l.maxSeconds = s.trace_max_seconds();
+  l.maxRecordings = s.trace_max_recordings();
+  return l;
+}
+
 ipc::ServerOptions serverOptionsOf(const pb::ServiceConfig& s) {
   return {s.max_frame_bytes(), s.max_send_queue_bytes(), std::chrono::milliseconds(s.mbind_timeout_ms())};
 }
@@ -122,6 +131,8 @@ class Daemon {
   std::unique_ptr<migrate::Engine> engine_;
   std::unique_ptr<EngineExecutor> executor_;
   std::unique_ptr<PageMoverResidency> residency_;
+  std::unique_ptr<trace::Recorder> recorder_;
+  std::unique_ptr<RecorderSink> recorderSink_;
   std::unique_ptr<EpochLoop> epochLoop_;
   std::unique_ptr<AdminService> admin_;
   std::atomic<uint32_t> epochMs_{1000};
@@ -205,8 +216,11 @@ int Daemon::run() {
 
   buildStages();
   std::vector<std::string> missing;  // every stage is wired in this build
+  recorder_ = std::make_unique<trace::Recorder>(recorderLimitsOf(s));
+  recorderSink_ = std::make_unique<RecorderSink>(*recorder_);
   epochLoop_ = std::make_unique<EpochLoop>(
-      *registry_, EpochStages{source_.get(), policy_.get(), executor_.get(), residency_.get()}, metrics_);
+      *registry_,
+      EpochStages{source_.get(), policy_.get(), executor_.get(), residency_.get(), recorderSink_.get()}, metrics_);
   epochMs_ = s.epoch_ms();
   manualPinSeconds_ = s.manual_pin_seconds();
   epochLoop_->setPeriod(std::chrono::milliseconds(s.epoch_ms()));
@@ -246,6 +260,7 @@ int Daemon::run() {
   admin.tune = [this](const pb::TuneRequest& r) { return tune(r); };
   admin.epochMs = [this] { return epochMs_.load(); };
   admin.manualPinSeconds = [this] { return manualPinSeconds_.load(); };
+  admin.recorder = recorder_.get();
   admin_ = std::make_unique<AdminService>(std::move(admin));
   handler_->setAdminHandler(admin_.get());
 
@@ -315,6 +330,7 @@ std::string Daemon::applyLive(const config::DaemonConfig& next) {
   server_->setOptions(serverOptionsOf(n));
   epochMs_ = n.epoch_ms();
   manualPinSeconds_ = n.manual_pin_seconds();  // for later migrations; existing pins keep their expiry
+  recorder_->setLimits(recorderLimitsOf(n));
   epochLoop_->setPeriod(std::chrono::milliseconds(n.epoch_ms()));
   adminGid_ = lookupGroup(n.admin_group(), "admin group");
   if (o.socket_path() != n.socket_path() || o.socket_group() != n.socket_group() || o.socket_mode() != n.socket_mode())
@@ -382,6 +398,7 @@ void Daemon::shutdown() {
   server_->stop();  // no new requests; pending mbinds fail
   inProcess_->cancelAll();
   epochLoop_->stop();  // finishes the epoch in progress
+  recorder_->stopAll(EpochLoop::monotonicNowNs());  // recordings end with complete files
   executor_->shutdown(config_.service().shutdown_grace_ms());
   source_->shutdown();
   if (exporter_) exporter_->stop();

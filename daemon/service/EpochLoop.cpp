@@ -78,7 +78,7 @@ void EpochLoop::threadMain() {
   }
 }
 
-void EpochLoop::applyEvents() {
+void EpochLoop::applyEvents(uint64_t nowNs) {
   using T = registry::RegistryEvent::Type;
   for (auto& ev : registry_.drainEvents()) {
     switch (ev.type) {
@@ -95,6 +95,7 @@ void EpochLoop::applyEvents() {
         if (stages_.source) (void)stages_.source->removeProcess(ev.tgid);
         if (stages_.policy) stages_.policy->removeProcess(ev.tgid);
         regions_.erase(ev.tgid);
+        if (stages_.trace) stages_.trace->onProcessExit(ev.tgid, nowNs);
         metrics_.removeSeries("tensortier_process_fast_tier_bytes", {{"pid", std::to_string(ev.tgid)}});
         {
           std::lock_guard lock(statsMutex_);
@@ -108,6 +109,7 @@ void EpochLoop::applyEvents() {
           }
         }
         regions_[ev.tgid][ev.region.start] = ev.region;
+        if (stages_.trace) stages_.trace->onRegion(ev.region);
         break;
       case T::RegionRemoved:
         (void)unpin(ev.tgid, ev.region.id);
@@ -119,6 +121,7 @@ void EpochLoop::applyEvents() {
         break;
       case T::Mark:
         if (stages_.policy) stages_.policy->onMark(ev.mark);
+        if (stages_.trace) stages_.trace->onMark(ev.mark);
         break;
     }
   }
@@ -141,13 +144,17 @@ void EpochLoop::runOnce(uint64_t nowNs) {
   const double epochSeconds = lastNowNs_ == 0 || nowNs <= lastNowNs_ ? static_cast<double>(periodMs_.load()) / 1000.0
                                                                      : static_cast<double>(nowNs - lastNowNs_) / 1e9;
   lastNowNs_ = nowNs;
-  applyEvents();
+  applyEvents(nowNs);
 
   evidence_.clear();
   if (stages_.source) {
     if (auto r = stages_.source->collect(evidence_); !r) {
       TT_LOG(Debug) << "sources: " << r.error().message();
     }
+  }
+  if (stages_.trace) {
+    stages_.trace->onEvidence(evidence_, nowNs);
+    stages_.trace->endEpoch(nowNs);
   }
 
   // The engine's achievable bandwidth is not bytes moved per epoch (the engine idles when the

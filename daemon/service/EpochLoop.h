@@ -1,7 +1,8 @@
 // The epoch loop: every `epoch_ms`, on its own thread,
 //   registry changes -> sources (add/remove process) and policy (regions, marks)
 //   sources.collect -> policy.observe -> policy.plan -> executor.submit
-//   heat -> registry (for QueryPlacement), counters -> metrics, keep-alive -> systemd watchdog.
+//   heat -> registry (for QueryPlacement), counters -> metrics, keep-alive -> systemd watchdog;
+//   registry changes and evidence also -> trace sink (recordings of live runs).
 // Missing stages (null) are skipped; the daemon still serves registrations and queries.
 //
 // runOnce() is one epoch on the caller's thread: unit tests drive the loop with fakes through it.
@@ -48,6 +49,7 @@ struct EpochStages {
   PlacementPolicy* policy = nullptr;
   PlanExecutor* executor = nullptr;
   ResidencyProbe* residency = nullptr;
+  TraceSink* trace = nullptr;
 };
 
 class EpochLoop {
@@ -98,7 +100,7 @@ class EpochLoop {
 
  private:
   void threadMain();
-  void applyEvents();
+  void applyEvents(uint64_t nowNs);
   void updateResidency();
   void exportCounters(double epochSeconds, const ExecutorCounters& counters);
 

@@ -100,4 +100,17 @@ class PlanExecutor {
   virtual void shutdown(uint32_t graceMs) = 0;
 };
 
+// Observes what the loop feeds the policy (tensortierctl record: trace::Recorder behind
+// service/Adapters.h). Called on the epoch thread, in event order: regions and marks as they are
+// drained, then the epoch's evidence, then endEpoch.
+class TraceSink {
+ public:
+  virtual ~TraceSink() = default;
+  virtual void onRegion(const RegionInfo& region) = 0;
+  virtual void onMark(const IterationMark& mark) = 0;
+  virtual void onProcessExit(pid_t tgid, uint64_t nowNs) = 0;
+  virtual void onEvidence(std::span<const AccessEvidence> evidence, uint64_t nowNs) = 0;
+  virtual void endEpoch(uint64_t nowNs) = 0;
+};
+
 }  // namespace tt::service

@@ -1,6 +1,6 @@
 // tensortierctl: inspect and steer a running tensortierd.
 //
-//   tensortierctl [--socket PATH] [--json] status|processes|regions|top|tune|migrate|check-config ...
+//   tensortierctl [--socket PATH] [--json] status|processes|regions|top|tune|migrate|record|check-config ...
 //
 // Human tables by default; --json prints one JSON document (nlohmann-json) for scripts.
 #include <cstdio>
@@ -37,6 +37,11 @@ constexpr const char* kUsage =
     "                                 service.manual_pin_seconds (root or admin group)\n"
     "  migrate (--region ID | --pid PID) --unpin\n"
     "                                 drop the pin: the policy places it again\n"
+    "  record start --pid PID [--seconds N]\n"
+    "                                 record a live run (sampled accesses, marks, regions) as a trace\n"
+    "                                 for `tiersim run --trace FILE` (root or admin group)\n"
+    "  record stop --pid PID          end it; prints the file\n"
+    "  record [list]                  running and recently ended recordings\n"
     "  check-config [--config PATH]   validate a config file (default /etc/tensortier/tensortierd.conf)\n"
     "--socket defaults to $TENSORTIER_SOCKET, else /run/tensortier/tensortier.sock.\n";
 
@@ -76,6 +81,30 @@ class Table {
  private:
   std::vector<std::vector<std::string>> rows_;
 };
+
+void printRecordings(const pb::RecordReply& reply, bool asJson) {
+  if (asJson) {
+    json a = json::array();
+    for (const auto& r : reply.recordings())
+      a.push_back({{"pid", r.pid()},         {"path", r.path()},     {"active", r.active()},
+                   {"accesses", r.accesses()}, {"marks", r.marks()},   {"regions", r.regions()},
+                   {"bytes", r.bytes()},     {"elapsed_ms", r.elapsed_ms()}, {"ends_in_ms", r.ends_in_ms()},
+                   {"ended", r.ended()}});
+    std::cout << json{{"recordings", a}}.dump(2) << '\n';
+    return;
+  }
+  if (reply.recordings().empty()) {
+    std::cout << "no recordings\n";
+    return;
+  }
+  for (const auto& r : reply.recordings()) {
+    std::cout << "pid " << r.pid() << "  " << (r.active() ? "recording" : "ended: " + r.ended()) << "  "
+              << r.accesses() << " accesses, " << r.marks() << " marks, " << r.regions() << " regions, "
+              << bytes(r.bytes());
+    if (r.active()) std::cout << ", " << r.elapsed_ms() / 1000 << " s so far, at most " << r.ends_in_ms() / 1000 << " s more";
+    std::cout << "\n  " << r.path() << '\n';
+  }
+}
 
 json regionJson(const pb::RegionEntry& r) {
   json nodes = json::object();
@@ -315,6 +344,20 @@ int main(int argc, char** argv) {
     }
     if (r->target_case() == pb::MigrateRequest::TARGET_NOT_SET || (haveNode == r->unpin()))
       return fail("migrate needs --region ID or --pid PID, and either --node N or --unpin");
+  } else if (command == "record") {
+    auto* r = request.mutable_record();
+    const std::string action = opts.more() ? opts.next("") : "list";
+    if (action == "start") r->set_action(pb::RecordRequest::START);
+    else if (action == "stop") r->set_action(pb::RecordRequest::STOP);
+    else if (action == "list") r->set_action(pb::RecordRequest::LIST);
+    else return fail("record: unknown action '" + action + "' (start, stop or list)");
+    while (opts.more()) {
+      const std::string a = opts.next("");
+      if (a == "--pid") r->set_pid(static_cast<int32_t>(number(a, opts.next(a))));
+      else if (a == "--seconds") r->set_seconds(static_cast<uint32_t>(number(a, opts.next(a))));
+      else { std::cerr << kUsage; return 2; }
+    }
+    if (r->action() != pb::RecordRequest::LIST && r->pid() <= 0) return fail("record " + action + " needs --pid PID");
   } else {
     std::cerr << "tensortierctl: unknown command '" << command << "'\n" << kUsage;
     return 2;
@@ -370,6 +413,8 @@ int main(int argc, char** argv) {
       std::cout << m.unpinned_ranges() << " pin(s) dropped: " << m.detail() << '\n';
     else
       std::cout << bytes(m.requested_bytes()) << (m.queued() ? " queued: " : " moved: ") << m.detail() << '\n';
+  } else if (reply->has_record()) {
+    printRecordings(reply->record(), asJson);
   } else {
     return fail("unexpected reply from the daemon");
   }

@@ -111,4 +111,19 @@ class FakeExecutor final : public service::PlanExecutor {
   service::ExecutorCounters current;
 };
 
+// Records the calls a trace sink gets, as "kind:detail" lines in call order.
+class FakeTraceSink final : public service::TraceSink {
+ public:
+  void onRegion(const RegionInfo& region) override { calls.push_back("region:" + std::to_string(region.id)); }
+  void onMark(const IterationMark& mark) override { calls.push_back("mark:" + std::to_string(mark.step)); }
+  void onProcessExit(pid_t tgid, uint64_t nowNs) override {
+    calls.push_back("exit:" + std::to_string(tgid) + "@" + std::to_string(nowNs));
+  }
+  void onEvidence(std::span<const AccessEvidence> evidence, uint64_t nowNs) override {
+    calls.push_back("evidence:" + std::to_string(evidence.size()) + "@" + std::to_string(nowNs));
+  }
+  void endEpoch(uint64_t nowNs) override { calls.push_back("end@" + std::to_string(nowNs)); }
+  std::vector<std::string> calls;
+};
+
 }  // namespace tt::test

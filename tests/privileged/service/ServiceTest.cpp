@@ -14,9 +14,11 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "DaemonHarness.h"
+#include "Trace.h"
 #include "ctl/CtlClient.h"
 #include "ipc/FrameCodec.h"
 #include "support/TestSupport.h"
@@ -427,6 +429,80 @@ TEST_F(ServiceTest, TensortierctlTunesTheSamplingBudgetLiveAndMigratePinsUntilUn
   auto both = tt::test::runCommand(std::string(TT_TENSORTIERCTL) + " --socket " + daemon.socket() +
                                    " --json migrate --region " + id + " --node 0 --unpin");
   EXPECT_EQ(both.exitCode, 1) << both.out;
+}
+
+// tensortierctl record: a live run of this process (first touches the sources see, iteration
+// marks, the registered region) ends up in a trace file that tiersim's reader replays.
+TEST_F(ServiceTest, TensortierctlRecordsALiveRunThatTiersimReadsBack) {
+  const std::string traceDir = daemon.dir() + "/traces";
+  daemon.signal(SIGTERM);
+  ASSERT_EQ(daemon.wait(), std::optional<int>(0)) << daemon.log();
+  daemon.writeConfig(baseConfig("  trace_directory: \"" + traceDir + "\"\n"));
+  ASSERT_TRUE(daemon.start()) << daemon.log();
+
+  CtlClient c;
+  connect(c, "record-test");
+  constexpr size_t kPages = 64;
+  void* addr = ::mmap(nullptr, kPages * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(addr, MAP_FAILED);
+  auto reg = c.call(registerMsg(addr, kPages * kPage, "acts"));
+  ASSERT_TRUE(reg.ok()) << reg.error().message();
+  ASSERT_TRUE(reg->has_register_region_reply()) << reg->DebugString();
+
+  const std::string pid = std::to_string(::getpid());
+  auto started = ctlJson("record start --pid " + pid + " --seconds 60");
+  ASSERT_EQ(started["recordings"].size(), 1u) << started.dump();
+  EXPECT_EQ(started["recordings"][0]["active"], true);
+  const std::string path = started["recordings"][0]["path"].get<std::string>();
+  EXPECT_EQ(path.rfind(traceDir + "/record-test-" + pid + "-", 0), 0u) << path;
+  // Let the sources pick the process up (next epoch), then run two "steps" of first touches.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  auto* bytes = static_cast<volatile char*>(addr);
+  for (uint64_t step = 0; step < 2; ++step) {
+    pb::ClientMessage mark;
+    mark.mutable_iteration_mark()->set_type(pb::IterationMark::STEP_BEGIN);
+    mark.mutable_iteration_mark()->set_step(step);
+    ASSERT_TRUE(c.post(mark).ok());
+    for (size_t p = step * kPages / 2; p < (step + 1) * kPages / 2; ++p) bytes[p * kPage] = 1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    mark.mutable_iteration_mark()->set_type(pb::IterationMark::STEP_END);
+    ASSERT_TRUE(c.post(mark).ok());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto listed = ctlJson("record list");
+  ASSERT_GE(listed["recordings"].size(), 1u);
+  EXPECT_EQ(listed["recordings"][0]["active"], true);
+  auto stopped = ctlJson("record stop --pid " + pid);
+  ASSERT_EQ(stopped["recordings"].size(), 1u) << stopped.dump();
+  EXPECT_EQ(stopped["recordings"][0]["ended"], "stopped");
+  EXPECT_EQ(stopped["recordings"][0]["marks"], 4);
+  // Not root and not in the admin group: refused.
+  auto refused = tt::test::runCommand("setpriv --reuid=65534 --regid=65534 --clear-groups " + std::string(TT_TENSORTIERCTL) +
+                                      " --socket " + daemon.socket() + " record list");
+  EXPECT_EQ(refused.exitCode, 1) << refused.out;
+
+  tt::tiersim::ReadTraceStats stats;
+  auto trace = tt::tiersim::readTraceFile(path, &stats);
+  ASSERT_TRUE(trace.ok()) << trace.error().message();
+  EXPECT_EQ(trace->name, "record-test");
+  ASSERT_EQ(trace->regions.size(), 1u);
+  EXPECT_EQ(trace->regions[0].name, "acts");
+  EXPECT_EQ(trace->regions[0].pages, kPages);
+  ASSERT_EQ(trace->marks.size(), 4u);
+  EXPECT_EQ(trace->marks[3].step, 1u);
+  EXPECT_EQ(trace->marks[3].type, tt::MarkType::StepEnd);
+  // Every first touch the daemon's sources saw is there, on the right page: most of the 64.
+  std::set<uint64_t> pages;
+  for (const auto& a : trace->accesses) pages.insert(a.page);
+  EXPECT_GE(pages.size(), kPages * 95 / 100) << trace->accesses.size() << " accesses, " << stats.droppedAccesses
+                                             << " outside the region\n" << daemon.log();
+  // And the simulator replays it: one row per recorded step.
+  auto replay = tt::test::runCommand(std::string(TT_TIERSIM) + " run --trace " + path + " --policy tensortier --fraction 0.5");
+  EXPECT_EQ(replay.exitCode, 0) << replay.out;
+  EXPECT_NE(replay.out.find("\n   0 "), std::string::npos) << replay.out;
+  EXPECT_NE(replay.out.find("\n   1 "), std::string::npos) << replay.out;
+  EXPECT_NE(replay.out.find("mean step"), std::string::npos) << replay.out;
+  ::munmap(addr, kPages * kPage);
 }
 
 TEST_F(ServiceTest, PerUidConnectionLimitRefusesTheExtraConnection) {

@@ -1,6 +1,9 @@
-// Admin requests: read-only ones for anyone, tune and migrate only for admins; migrate turns
+// Admin requests: read-only ones for anyone, tune, migrate and record only for admins; migrate turns
 // regions into a manual plan; status and regions report what the registry and loop know.
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
 
 #include "fakes/migrate/FakePageMover.h"
 #include "fakes/registry/FakeAddressSpace.h"
@@ -33,6 +36,12 @@ class AdminServiceTest : public ::testing::Test {
     ctx.isAdmin = [](const tt::registry::Peer& p) { return p.uid == 0 || p.uid == 500; };
     ctx.manualPinSeconds = [this] { return pinSeconds; };
     ctx.nowNs = [this] { return nowNs; };
+    char tmpl[] = "/tmp/tt-admin-record-XXXXXX";
+    traceDir = ::mkdtemp(tmpl) != nullptr ? tmpl : "";
+    tt::trace::RecorderLimits limits;
+    limits.directory = traceDir;
+    recorder = std::make_unique<tt::trace::Recorder>(limits);
+    ctx.recorder = recorder.get();
     ctx.tune = [this](const pb::TuneRequest& r) -> tt::Result<std::string> {
       lastTune = r;
       return std::string("tuned");
@@ -64,7 +73,9 @@ class AdminServiceTest : public ::testing::Test {
   tt::test::FakeExecutor executor;
   tt::service::EpochLoop loop;
   tt::topology::Topology topology;
+  std::unique_ptr<tt::trace::Recorder> recorder;
   std::unique_ptr<tt::service::AdminService> admin;
+  std::string traceDir;
   pb::TuneRequest lastTune;
   uint64_t regionId = 0;
   uint32_t pinSeconds = 300;
@@ -84,6 +95,55 @@ TEST_F(AdminServiceTest, TuneAndMigrateAreRefusedToNonAdmins) {
   r = ask(1000, migrate);
   EXPECT_EQ(r.error().code(), pb::PERMISSION_DENIED);
   EXPECT_TRUE(executor.submitted.empty());
+}
+
+TEST_F(AdminServiceTest, RecordIsForAdminsAndOnlyOfRegisteredProcesses) {
+  ASSERT_FALSE(traceDir.empty());
+  pb::ClientMessage start;
+  start.mutable_record()->set_action(pb::RecordRequest::START);
+  start.mutable_record()->set_pid(10);
+  // Not even the process's own user: recording writes files as the daemon.
+  auto r = ask(1000, start);
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().code(), pb::PERMISSION_DENIED);
+  pb::ClientMessage list;
+  list.mutable_record();
+  EXPECT_EQ(ask(1000, list).error().code(), pb::PERMISSION_DENIED);
+
+  pb::ClientMessage stranger = start;
+  stranger.mutable_record()->set_pid(4242);
+  r = ask(0, stranger);
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().code(), pb::BAD_REQUEST);
+  EXPECT_NE(r.error().message().find("not a registered process"), std::string::npos);
+
+  start.mutable_record()->set_seconds(30);
+  r = ask(500, start);
+  ASSERT_TRUE(r.has_record()) << r.DebugString();
+  ASSERT_EQ(r.record().recordings_size(), 1);
+  const auto& rec = r.record().recordings(0);
+  EXPECT_TRUE(rec.active());
+  EXPECT_EQ(rec.pid(), 10);
+  EXPECT_EQ(rec.regions(), 1u);  // "grad", registered before the recording started
+  EXPECT_EQ(rec.ends_in_ms(), 30000u);
+  EXPECT_EQ(rec.path().rfind(traceDir + "/trainer-10-", 0), 0u) << rec.path();
+  EXPECT_EQ(ask(0, start).error().code(), pb::BAD_REQUEST);  // already recording
+
+  auto listed = ask(0, list);
+  ASSERT_EQ(listed.record().recordings_size(), 1);
+  EXPECT_TRUE(listed.record().recordings(0).active());
+
+  pb::ClientMessage stop;
+  stop.mutable_record()->set_action(pb::RecordRequest::STOP);
+  stop.mutable_record()->set_pid(10);
+  auto stopped = ask(0, stop);
+  ASSERT_TRUE(stopped.has_record()) << stopped.DebugString();
+  EXPECT_FALSE(stopped.record().recordings(0).active());
+  EXPECT_EQ(stopped.record().recordings(0).ended(), "stopped");
+  EXPECT_EQ(stopped.record().recordings(0).path(), rec.path());
+  EXPECT_GT(stopped.record().recordings(0).bytes(), 8u);
+  EXPECT_EQ(ask(0, stop).error().code(), pb::BAD_REQUEST);  // nothing to stop any more
+  std::filesystem::remove_all(traceDir);
 }
 
 TEST_F(AdminServiceTest, AdminGroupMemberMayTune) {

@@ -58,6 +58,24 @@ TEST_F(EpochLoopTest, RegistryChangesReachSourcesAndPolicy) {
   EXPECT_EQ(policy.regions.count(id), 0u);
 }
 
+TEST_F(EpochLoopTest, TheTraceSinkSeesRegionsMarksEvidenceAndExitsInOrder) {
+  tt::test::FakeTraceSink sink;
+  EpochLoop traced(registry, {&source, &policy, &executor, nullptr, &sink}, metrics);
+  registry.attachProcess(peer, "t", false);
+  const uint64_t id = addRegion(0, 4 * kPage);
+  tt::IterationMark mark;
+  mark.step = 5;
+  registry.mark(peer, mark);
+  source.next = {{10, kBase + kPage, 7}, {10, kBase + 2 * kPage, 3}};
+  traced.runOnce(1 * kSecond);
+  (void)registry.removeProcess(10);
+  traced.runOnce(2 * kSecond);
+  const std::vector<std::string> expected = {"region:" + std::to_string(id), "mark:5", "evidence:2@1000000000",
+                                             "end@1000000000",  "exit:10@2000000000", "evidence:0@2000000000",
+                                             "end@2000000000"};
+  EXPECT_EQ(sink.calls, expected);
+}
+
 TEST_F(EpochLoopTest, EvidenceFlowsToThePolicyAndHeatBackToTheRegistry) {
   registry.attachProcess(peer, "t", false);
   const uint64_t hot = addRegion(0, 4 * kPage);
