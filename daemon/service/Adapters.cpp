@@ -68,7 +68,12 @@ std::vector<std::pair<uint64_t, double>> HeatPlannerPolicy::regionHeat() const {
 
 PolicyView HeatPlannerPolicy::view() const {
   const auto& s = planner_->lastStats();
-  return {s.budgetBytes, s.fastUsedBytes};
+  PolicyView v{s.budgetBytes, s.fastUsedBytes, {}, {}};
+  const auto& heat = heat_.snapshot();
+  for (size_t f = 0; f < heat::kFeatureCount; ++f) v.featureWeights.push_back({heat::featureName(f), heat_.weights()[f]});
+  for (const auto& p : heat.processes)
+    v.clocks.push_back({p.tgid, p.clock.periodNs, heat::periodSourceName(p.clock.source), p.clock.confidence, p.phase});
+  return v;
 }
 
 Result<void> HeatPlannerPolicy::applyConfig(const tensortier::v1::PolicyConfig& config) {

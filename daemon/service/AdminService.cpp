@@ -88,11 +88,17 @@ void AdminService::status(pb::DaemonMessage& reply) {
   s->set_registered_bytes(totals.registeredBytes);
   s->set_connections(totals.connections);
   for (const auto& m : ctx_.stagesMissing) s->add_stages_missing(m);
+  for (const auto& w : st.policy.featureWeights) {
+    auto* o = s->add_feature_weights();
+    o->set_name(w.name);
+    o->set_weight(w.weight);
+  }
 }
 
 void AdminService::processes(pb::DaemonMessage& reply) {
   auto* out = reply.mutable_processes();
   const auto fast = ctx_.epochLoop ? ctx_.epochLoop->fastBytesByProcess() : std::map<pid_t, uint64_t>{};
+  const EpochStats st = ctx_.epochLoop ? ctx_.epochLoop->stats() : EpochStats{};
   for (const auto& p : ctx_.registry->processes()) {
     auto* e = out->add_processes();
     e->set_pid(p.pid);
@@ -103,6 +109,13 @@ void AdminService::processes(pb::DaemonMessage& reply) {
     if (auto it = fast.find(p.pid); it != fast.end()) e->set_fast_tier_bytes(it->second);
     e->set_last_step(p.lastStep);
     e->set_accepts_mbind(p.acceptsMbind);
+    for (const auto& c : st.policy.clocks)
+      if (c.tgid == p.pid) {
+        e->set_step_period_us(c.periodNs / 1000);
+        e->set_step_period_source(c.source);
+        e->set_step_period_confidence(c.confidence);
+        e->set_phase(c.phase);
+      }
   }
 }
 

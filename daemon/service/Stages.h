@@ -55,9 +55,25 @@ struct ManualPin {
   uint64_t expiresNs = 0;
 };
 
+// The heat model's learned state, for the CLI: DeepTM's feature weights as they adapt, and each
+// process's training-step clock.
+struct FeatureWeight {
+  std::string name;  // "frequency", "recency", "size", "reuse"
+  double weight = 0;
+};
+struct ProcessClockView {
+  pid_t tgid = 0;
+  uint64_t periodNs = 0;     // 0 = not known yet
+  std::string source;        // where the period comes from: "marks", "samples", "hint", "none"
+  double confidence = 0;
+  std::string phase;         // the current phase from the client's marks ("" = none)
+};
+
 struct PolicyView {
   uint64_t fastBudgetBytes = 0;  // 0 = unknown
   uint64_t fastUsedBytes = 0;    // managed bytes on fast nodes at the last plan
+  std::vector<FeatureWeight> featureWeights;  // empty: no heat model
+  std::vector<ProcessClockView> clocks;
 };
 
 // Heat model + planner: evidence and marks in, a MigrationPlan out.

@@ -175,6 +175,9 @@ void printStatus(const pb::StatusReply& s, bool asJson) {
               {"registered_bytes", s.registered_bytes()},
               {"connections", s.connections()},
               {"stages_missing", std::vector<std::string>(s.stages_missing().begin(), s.stages_missing().end())}};
+    json weights = json::object();
+    for (const auto& w : s.feature_weights()) weights[w.name()] = w.weight();
+    j["feature_weights"] = weights;
     std::cout << j.dump(2) << '\n';
     return;
   }
@@ -197,6 +200,11 @@ void printStatus(const pb::StatusReply& s, bool asJson) {
   for (const auto& src : s.sources())
     sources.add({src.name(), src.active() ? "on" : "off", std::to_string(src.samples()), src.detail()});
   std::cout << sources.str();
+  if (!s.feature_weights().empty()) {
+    std::cout << "\nheat feature weights (adapted online):";
+    for (const auto& w : s.feature_weights()) std::cout << ' ' << w.name() << ' ' << std::setprecision(3) << w.weight();
+    std::cout << '\n';
+  }
   for (const auto& m : s.stages_missing()) std::cout << "not wired in this build: " << m << '\n';
 }
 
@@ -206,15 +214,23 @@ void printProcesses(const pb::ProcessesReply& r, bool asJson) {
     for (const auto& p : r.processes())
       a.push_back({{"pid", p.pid()}, {"uid", p.uid()}, {"client_name", p.client_name()}, {"regions", p.regions()},
                    {"registered_bytes", p.registered_bytes()}, {"fast_tier_bytes", p.fast_tier_bytes()},
-                   {"last_step", p.last_step()}, {"accepts_mbind", p.accepts_mbind()}});
+                   {"last_step", p.last_step()}, {"accepts_mbind", p.accepts_mbind()},
+                   {"step_period_us", p.step_period_us()}, {"step_period_source", p.step_period_source()},
+                   {"step_period_confidence", p.step_period_confidence()}, {"phase", p.phase()}});
     std::cout << json{{"processes", a}}.dump(2) << '\n';
     return;
   }
-  Table t({"PID", "UID", "CLIENT", "REGIONS", "REGISTERED", "FAST", "STEP", "MBIND"});
-  for (const auto& p : r.processes())
+  Table t({"PID", "UID", "CLIENT", "REGIONS", "REGISTERED", "FAST", "STEP", "PERIOD", "PHASE", "MBIND"});
+  for (const auto& p : r.processes()) {
+    std::ostringstream period;
+    if (p.step_period_us() == 0) period << "-";
+    else period << std::fixed << std::setprecision(1) << static_cast<double>(p.step_period_us()) / 1000.0 << " ms ("
+                << p.step_period_source() << ")";
     t.add({std::to_string(p.pid()), std::to_string(p.uid()), p.client_name().empty() ? "-" : p.client_name(),
            std::to_string(p.regions()), bytes(p.registered_bytes()), bytes(p.fast_tier_bytes()),
-           std::to_string(p.last_step()), p.accepts_mbind() ? "yes" : "no"});
+           std::to_string(p.last_step()), period.str(), p.phase().empty() ? "-" : p.phase(),
+           p.accepts_mbind() ? "yes" : "no"});
+  }
   std::cout << t.str();
 }
 

@@ -71,7 +71,11 @@ class FakePolicy final : public service::PlacementPolicy {
   std::vector<std::pair<uint64_t, double>> regionHeat() const override {
     return {heat.begin(), heat.end()};
   }
-  service::PolicyView view() const override { return {budget, 0}; }
+  service::PolicyView view() const override {
+    service::PolicyView v = learned;
+    v.fastBudgetBytes = budget;
+    return v;
+  }
   Result<void> applyConfig(const tensortier::v1::PolicyConfig&) override { return {}; }
 
   std::map<uint64_t, RegionInfo> regions;
@@ -85,6 +89,7 @@ class FakePolicy final : public service::PlacementPolicy {
   double lastBandwidth = -1;
   int plans = 0;
   uint64_t budget = 0;
+  service::PolicyView learned;  // feature weights and clocks view() reports
 };
 
 class FakeExecutor final : public service::PlanExecutor {

@@ -469,6 +469,16 @@ TEST_F(ServiceTest, TensortierctlRecordsALiveRunThatTiersimReadsBack) {
     ASSERT_TRUE(c.post(mark).ok());
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The real heat model's state is visible: four feature weights summing to 1, the step clock.
+  auto status = ctlJson("status");
+  ASSERT_EQ(status["feature_weights"].size(), 4u) << status.dump();
+  double sum = 0;
+  for (const char* f : {"frequency", "recency", "size", "reuse"}) sum += status["feature_weights"][f].get<double>();
+  EXPECT_NEAR(sum, 1.0, 1e-6);
+  auto procs = ctlJson("processes");
+  ASSERT_EQ(procs["processes"].size(), 1u);
+  EXPECT_TRUE(procs["processes"][0].contains("step_period_us")) << procs.dump();
+
   auto listed = ctlJson("record list");
   ASSERT_GE(listed["recordings"].size(), 1u);
   EXPECT_EQ(listed["recordings"][0]["active"], true);

@@ -146,6 +146,47 @@ TEST_F(AdminServiceTest, RecordIsForAdminsAndOnlyOfRegisteredProcesses) {
   std::filesystem::remove_all(traceDir);
 }
 
+// What the heat model learned is visible: feature weights in status, each process's step clock
+// and phase in processes (as of the last epoch).
+TEST(AdminServiceHeat, StatusShowsFeatureWeightsAndProcessesShowTheStepClock) {
+  tt::test::FakeAddressSpace space;
+  space.map(10, kBase, kBase + (1ULL << 20));
+  tt::registry::Registry registry(space, {});
+  tt::metrics::Registry metrics;
+  tt::test::FakePolicy policy;
+  policy.learned.featureWeights = {{"frequency", 0.4}, {"recency", 0.1}, {"size", 0.2}, {"reuse", 0.3}};
+  policy.learned.clocks = {{10, 250'000'000, "marks", 1.0, "backward"}, {77, 0, "none", 0, ""}};
+  tt::service::EpochLoop loop(registry, {nullptr, &policy, nullptr, nullptr}, metrics);
+  registry.attachProcess({10, 1000, 1000}, "trainer", false);
+  loop.runOnce(1'000'000'000);
+  tt::service::AdminContext ctx;
+  ctx.registry = &registry;
+  ctx.epochLoop = &loop;
+  tt::service::AdminService admin(std::move(ctx));
+  tt::ipc::Session session;
+  session.peer = {99, 1000, 1000};
+  session.hello = true;
+
+  pb::ClientMessage status;
+  status.mutable_status();
+  pb::DaemonMessage reply;
+  admin.handleAdmin(session, status, reply);
+  ASSERT_EQ(reply.status().feature_weights_size(), 4) << reply.DebugString();
+  EXPECT_EQ(reply.status().feature_weights(3).name(), "reuse");
+  EXPECT_DOUBLE_EQ(reply.status().feature_weights(3).weight(), 0.3);
+
+  pb::ClientMessage processes;
+  processes.mutable_processes();
+  reply.Clear();
+  admin.handleAdmin(session, processes, reply);
+  ASSERT_EQ(reply.processes().processes_size(), 1) << reply.DebugString();
+  const auto& p = reply.processes().processes(0);
+  EXPECT_EQ(p.step_period_us(), 250'000u);
+  EXPECT_EQ(p.step_period_source(), "marks");
+  EXPECT_DOUBLE_EQ(p.step_period_confidence(), 1.0);
+  EXPECT_EQ(p.phase(), "backward");
+}
+
 TEST_F(AdminServiceTest, AdminGroupMemberMayTune) {
   pb::ClientMessage tune;
   tune.mutable_tune()->set_epoch_ms(50);
