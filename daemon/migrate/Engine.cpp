@@ -57,6 +57,7 @@ struct Engine::DirectionCounters {
   std::atomic<uint64_t> moved{0}, movedHugeFolios{0}, alreadyThere{0}, busy{0}, notMapped{0}, noMemory{0},
       permissionDenied{0}, failed{0}, skippedTargetFull{0}, cancelled{0};
   std::atomic<uint64_t> moveCalls{0}, batches{0}, busyRetries{0};
+  std::atomic<uint64_t> busyNs{0}, busyBytes{0};
 };
 
 // One plan being executed: its runs, report, and what stops parts of it.
@@ -245,6 +246,8 @@ CountersSnapshot Engine::counters() const {
     o.moveCalls = c.moveCalls.load();
     o.batches = c.batches.load();
     o.busyRetries = c.busyRetries.load();
+    o.busyNs = c.busyNs.load();
+    o.busyBytes = c.busyBytes.load();
   }
   s.plansExecuted = plansExecuted_.load();
   s.plansSuperseded = plansSuperseded_.load();
@@ -699,6 +702,9 @@ void Engine::executeBatch(Batch& b) {
   Outcome o;
   size_t n = b.count;
   std::fill_n(b.nodes.begin(), n, b.node);
+  // Busy time: the batch's move_pages and query calls, not its busy-page backoff sleeps.
+  const auto began = clock_.now();
+  std::chrono::nanoseconds backedOff{0};
   for (uint32_t attempt = 0; n > 0;) {
     if (plan.cancelled(b.tgid)) {
       o.cancelled += n * unit;
@@ -784,11 +790,19 @@ void Engine::executeBatch(Batch& b) {
       break;
     }
     counters.busyRetries.fetch_add(1, std::memory_order_relaxed);
-    if (!sleepUnlessCancelled(plan, b.tgid, backoff * (1LL << attempt))) {
+    const auto sleepStart = clock_.now();
+    const bool slept = sleepUnlessCancelled(plan, b.tgid, backoff * (1LL << attempt));
+    backedOff += clock_.now() - sleepStart;
+    if (!slept) {
       o.cancelled += n * unit;
       break;
     }
     ++attempt;
+  }
+  if (o.moved > 0) {
+    const auto busy = clock_.now() - began - backedOff;
+    counters.busyNs.fetch_add(static_cast<uint64_t>(std::max<int64_t>(0, busy.count())), std::memory_order_relaxed);
+    counters.busyBytes.fetch_add(o.moved * kBasePageSize, std::memory_order_relaxed);
   }
   account(plan, b.runIndex, b.direction, o);
 }

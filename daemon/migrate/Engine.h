@@ -75,6 +75,11 @@ struct DirectionCountersSnapshot {
   uint64_t moveCalls = 0;        // move_pages calls that moved (queries not counted)
   uint64_t batches = 0;
   uint64_t busyRetries = 0;      // retry rounds after EBUSY / unmigrated pages
+  // Time move_pages batches that moved something spent in the kernel (calls and queries, not
+  // backoff or rate-limit waits), summed over workers, and the bytes they moved: bytes / time is
+  // what one worker moves per second when it is busy.
+  uint64_t busyNs = 0;
+  uint64_t busyBytes = 0;
 };
 
 struct CountersSnapshot {

@@ -75,15 +75,20 @@ class HeatPlannerPolicy final : public PlacementPolicy {
 
 class EngineExecutor final : public PlanExecutor {
  public:
-  explicit EngineExecutor(migrate::Engine& engine) : engine_(engine) {}
+  EngineExecutor(migrate::Engine& engine, uint32_t promoteMbps) : engine_(engine), promoteMbps_(promoteMbps) {}
   Result<void> submit(MigrationPlan plan) override { return engine_.submit(std::move(plan)); }
   void cancelProcess(pid_t tgid) override { engine_.cancelProcess(tgid); }
   ExecutorCounters counters() const override;
-  Result<void> applyConfig(const tensortier::v1::MigrationConfig& config) override { return engine_.applyConfig(config); }
+  Result<void> applyConfig(const tensortier::v1::MigrationConfig& config) override {
+    auto r = engine_.applyConfig(config);
+    if (r) promoteMbps_ = config.promote_mbps();
+    return r;
+  }
   void shutdown(uint32_t graceMs) override;
 
  private:
   migrate::Engine& engine_;
+  std::atomic<uint32_t> promoteMbps_;
 };
 
 class SocketInProcessMover final : public migrate::InProcessMover {

@@ -127,6 +127,25 @@ void EpochLoop::applyEvents(uint64_t nowNs) {
   }
 }
 
+double EpochLoop::updateBandwidth(const ExecutorCounters& counters) {
+  // Bytes moved per epoch would understate what the engine can do (it idles when plans are
+  // small, and the next plan would shrink with it): the rate is the engine's busy-time
+  // throughput, from epochs that moved enough to time, smoothed, capped by the rate limit.
+  // Until then 0: the policy uses its configured initial bandwidth.
+  const uint64_t bytes = counters.moveBusyBytes - std::min(counters.moveBusyBytes, lastCounters_.moveBusyBytes);
+  const uint64_t ns = counters.moveBusyNs - std::min(counters.moveBusyNs, lastCounters_.moveBusyNs);
+  if (bytes >= kMinBandwidthSampleBytes && ns > 0) {
+    const double sample = static_cast<double>(bytes) * 1e9 / static_cast<double>(ns);
+    measuredBandwidth_ = measuredBandwidth_ == 0 ? sample : 0.5 * measuredBandwidth_ + 0.5 * sample;
+  }
+  double bandwidth = measuredBandwidth_;
+  if (bandwidth > 0 && counters.promoteRateLimitBytesPerSec > 0)
+    bandwidth = std::min(bandwidth, counters.promoteRateLimitBytesPerSec);
+  std::lock_guard lock(statsMutex_);
+  stats_.migrationBandwidth = bandwidth;
+  return bandwidth;
+}
+
 void EpochLoop::runBeforeNextEpoch(std::function<void()> task) {
   std::lock_guard lock(tasksMutex_);
   tasks_.push_back(std::move(task));
@@ -157,12 +176,9 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     stages_.trace->endEpoch(nowNs);
   }
 
-  // The engine's achievable bandwidth is not bytes moved per epoch (the engine idles when the
-  // plan is small, and that would shrink the next plan); until the engine reports its busy-time
-  // throughput the policy uses its configured initial bandwidth (0 = unknown).
-  const double bandwidth = 0;
   ExecutorCounters counters;
   if (stages_.executor) counters = stages_.executor->counters();
+  const double bandwidth = updateBandwidth(counters);
 
   if (log::enabled(log::Level::Debug) && !evidence_.empty()) {
     uint64_t weight = 0;

@@ -40,6 +40,9 @@ struct EpochStats {
   uint64_t lastPlanMoves = 0;
   double promoteBytesPerSec = 0;  // over the last epoch
   double demoteBytesPerSec = 0;
+  // What the policy plans with: the engine's measured busy-time throughput capped by the
+  // promotion rate limit; 0 = not measured yet (the policy's initial_migration_bandwidth).
+  double migrationBandwidth = 0;
   PolicyView policy;
   std::vector<SourceReport> sources;  // as of the last epoch (sources are epoch-thread only)
 };
@@ -54,6 +57,9 @@ struct EpochStages {
 
 class EpochLoop {
  public:
+  // An epoch's moves count towards the measured migration bandwidth from this many bytes on
+  // (smaller ones are dominated by per-call overhead).
+  static constexpr uint64_t kMinBandwidthSampleBytes = 4ULL << 20;
   // Pages sampled per epoch, over all processes, for the per-process fast-tier gauges.
   static constexpr uint64_t kResidencyPagesPerEpoch = 65536;
 
@@ -103,6 +109,7 @@ class EpochLoop {
   void applyEvents(uint64_t nowNs);
   void updateResidency();
   void exportCounters(double epochSeconds, const ExecutorCounters& counters);
+  [[nodiscard]] double updateBandwidth(const ExecutorCounters& counters);
 
   registry::Registry& registry_;
   EpochStages stages_;
@@ -132,6 +139,7 @@ class EpochLoop {
   std::vector<AccessEvidence> evidence_;
   std::unordered_map<pid_t, std::map<uint64_t, RegionInfo>> regions_;  // mirror, by start
   ExecutorCounters lastCounters_;
+  double measuredBandwidth_ = 0;  // bytes/s, smoothed; 0 = not measured yet
   std::map<std::string, uint64_t> lastSamples_;
   uint64_t lastNowNs_ = 0;
 

@@ -96,6 +96,12 @@ class PlacementPolicy {
 };
 
 struct ExecutorCounters {
+  // Busy time of the engine's move calls and the bytes they moved (both directions, cumulative),
+  // and the configured promotion rate limit (0 = none): the loop turns them into the migration
+  // bandwidth the policy plans with.
+  uint64_t moveBusyNs = 0;
+  uint64_t moveBusyBytes = 0;
+  double promoteRateLimitBytesPerSec = 0;
   uint64_t promotedPages = 0;  // 4 KiB units
   uint64_t demotedPages = 0;
   uint64_t promotedBytes = 0;

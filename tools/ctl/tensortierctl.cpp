@@ -170,6 +170,7 @@ void printStatus(const pb::StatusReply& s, bool asJson) {
               {"bytes_demoted", s.bytes_demoted()},
               {"promote_bytes_per_sec", s.promote_bytes_per_sec()},
               {"demote_bytes_per_sec", s.demote_bytes_per_sec()},
+              {"migration_bandwidth_bytes_per_sec", s.migration_bandwidth_bytes_per_sec()},
               {"processes", s.processes()},
               {"regions", s.regions()},
               {"registered_bytes", s.registered_bytes()},
@@ -195,7 +196,11 @@ void printStatus(const pb::StatusReply& s, bool asJson) {
             << bytes(s.registered_bytes()) << " registered, " << s.connections() << " connection(s)\n";
   std::cout << "migration: promoted " << bytes(s.bytes_promoted()) << ", demoted " << bytes(s.bytes_demoted())
             << "; now " << bytes(static_cast<uint64_t>(s.promote_bytes_per_sec())) << "/s up, "
-            << bytes(static_cast<uint64_t>(s.demote_bytes_per_sec())) << "/s down\n\n";
+            << bytes(static_cast<uint64_t>(s.demote_bytes_per_sec())) << "/s down; planning with "
+            << (s.migration_bandwidth_bytes_per_sec() > 0
+                    ? bytes(static_cast<uint64_t>(s.migration_bandwidth_bytes_per_sec())) + "/s (measured)"
+                    : std::string("the configured initial bandwidth (not measured yet)"))
+            << "\n\n";
   Table sources({"SOURCE", "STATE", "SAMPLES", "DETAIL"});
   for (const auto& src : s.sources())
     sources.add({src.name(), src.active() ? "on" : "off", std::to_string(src.samples()), src.detail()});

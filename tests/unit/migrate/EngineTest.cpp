@@ -198,6 +198,24 @@ TEST_F(MigrateEngine, HugeDetectionFailureFallsBackToBasePages) {
   EXPECT_NE(report.errors[0].find("huge-page detection"), std::string::npos);
 }
 
+// The engine's busy time (what the service turns into the policy's migration bandwidth) is the
+// time of its move calls, not of the backoff between busy-page retries.
+TEST_F(MigrateEngine, BusyTimeCountsMoveCallsButNotBackoff) {
+  mover_.map(100, kBase, 8192 * kPage, kSlow);
+  mover_.setBusy(100, kBase + 10 * kPage, 1);  // one retry after a 2 ms backoff
+  mover_.onMove([this](size_t) { clock_.advance(5ms); });  // each move_pages call takes 5 ms
+  auto engine = make(unlimited());
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 8192 * kPage, kFast, 0, 0}}));
+  EXPECT_EQ(report.total().moved, 8192u);
+  const auto calls = mover_.calls().size();  // two batches and one retry
+  ASSERT_EQ(calls, 3u);
+  EXPECT_EQ(clock_.slept(), 2ms);
+  const auto c = engine->counters().of(Direction::Promote);
+  EXPECT_EQ(c.busyNs, static_cast<uint64_t>(std::chrono::nanoseconds(5ms).count()) * calls);
+  EXPECT_EQ(c.busyBytes, 8192 * kPage);
+  EXPECT_EQ(engine->counters().of(Direction::Demote).busyNs, 0u);
+}
+
 TEST_F(MigrateEngine, BusyPagesAreRetriedWithBackoffThenReported) {
   mover_.map(100, kBase, 512 * kPage, kSlow);
   mover_.setBusy(100, kBase + 10 * kPage, 2);   // busy twice, then movable

@@ -118,6 +118,33 @@ TEST_F(EpochLoopTest, ProcessExitCancelsMovesAndUntracks) {
   EXPECT_TRUE(policy.regions.empty());
 }
 
+// The policy plans with the engine's busy-time throughput, not bytes moved per epoch: smoothed,
+// only from epochs that moved enough to time, capped by the promotion rate limit.
+TEST_F(EpochLoopTest, ThePolicyGetsTheEnginesMeasuredBandwidth) {
+  auto step = [&](uint64_t addBytes, uint64_t addNs, double limit, uint64_t nowNs) {
+    {
+      std::lock_guard lock(executor.mutex);
+      executor.current.moveBusyBytes += addBytes;
+      executor.current.moveBusyNs += addNs;
+      executor.current.promoteRateLimitBytesPerSec = limit;
+    }
+    loop.runOnce(nowNs);
+  };
+  step(0, 0, 0, 1 * kSecond);
+  EXPECT_DOUBLE_EQ(policy.lastBandwidth, 0.0);  // nothing measured: the policy's initial value
+  step(64ULL << 20, 50'000'000, 0, 2 * kSecond);  // 64 MiB in 50 ms of busy time
+  const double first = (64.0 * 1048576) / 0.05;
+  EXPECT_DOUBLE_EQ(policy.lastBandwidth, first);
+  EXPECT_DOUBLE_EQ(loop.stats().migrationBandwidth, first);
+  step(1ULL << 20, 100'000'000, 0, 3 * kSecond);  // too little to time: kept
+  EXPECT_DOUBLE_EQ(policy.lastBandwidth, first);
+  step(64ULL << 20, 100'000'000, 0, 4 * kSecond);  // half the speed: smoothed halfway
+  const double second = 0.5 * first + 0.5 * (64.0 * 1048576) / 0.1;
+  EXPECT_DOUBLE_EQ(policy.lastBandwidth, second);
+  step(0, 0, 100e6, 5 * kSecond);  // a rate limit below it caps what the policy plans with
+  EXPECT_DOUBLE_EQ(policy.lastBandwidth, 100e6);
+}
+
 TEST_F(EpochLoopTest, CountersBecomeMetricsAndRates) {
   loop.runOnce(1 * kSecond);
   {
