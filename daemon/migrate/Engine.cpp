@@ -192,6 +192,11 @@ uint64_t Engine::watermarkBytes(const topology::NodeMemory& memory) const {
   return std::max(fixed, relative);
 }
 
+bool Engine::idle() const {
+  std::lock_guard lock(planMutex_);
+  return running_ == nullptr && !queued_;
+}
+
 Result<void> Engine::submit(MigrationPlan plan) {
   std::lock_guard lock(planMutex_);
   if (stopping_) return logicError("migration engine is shut down");

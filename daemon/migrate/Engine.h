@@ -132,6 +132,8 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
+  // Whether no plan is running or queued (any thread): the service plans again only then.
+  [[nodiscard]] bool idle() const;
   // Queues `plan` for the coordinator and returns at once. A plan whose generation is not newer
   // than the last one submitted is rejected; a newer plan supersedes the in-flight one (its
   // current batches finish, nothing more of it starts) and any queued one.

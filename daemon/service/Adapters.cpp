@@ -112,6 +112,7 @@ ExecutorCounters EngineExecutor::counters() const {
     out.failedPages["cancelled"] += dir->pages.cancelled;
   }
   out.plans = c.plansExecuted;
+  out.planInFlight = !engine_.idle();
   out.moveBusyNs = p.busyNs + d.busyNs;
   out.moveBusyBytes = p.busyBytes + d.busyBytes;
   out.promoteRateLimitBytesPerSec = static_cast<double>(promoteMbps_.load()) * 1e6;  // MB/s, as configured

@@ -204,6 +204,18 @@ void EpochLoop::runOnce(uint64_t nowNs) {
       plan.moves.insert(plan.moves.begin(), carried.begin(), carried.end());
     }
     moves = plan.moves.size();
+    // While the engine still runs the previous plan, the residency this plan was made from misses
+    // the batch in flight (up to batch_pages): superseding it could promote that batch's worth
+    // over the budget. The plan is dropped; the next epoch plans from settled placement. Plans are
+    // sized to one interval of the measured bandwidth, so this costs an epoch now and then.
+    if (!plan.moves.empty() && stages_.executor && counters.planInFlight) {
+      TT_LOG(Debug) << "epoch: engine still busy with plan " << generation_ << "; this epoch's plan (" << moves
+                    << " moves) is dropped";
+      std::lock_guard lock(statsMutex_);
+      ++stats_.plansDeferred;
+      moves = 0;
+      plan.moves.clear();
+    }
     if (!plan.moves.empty() && stages_.executor) {
       plan.generation = ++generation_;
       if (auto r = stages_.executor->submit(std::move(plan)); !r) {

@@ -37,6 +37,7 @@ struct EpochStats {
   uint64_t epochs = 0;
   double lastEpochMs = 0;
   uint64_t plansSubmitted = 0;
+  uint64_t plansDeferred = 0;  // not submitted: the engine was still running the previous one
   uint64_t lastPlanMoves = 0;
   double promoteBytesPerSec = 0;  // over the last epoch
   double demoteBytesPerSec = 0;

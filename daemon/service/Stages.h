@@ -99,6 +99,8 @@ struct ExecutorCounters {
   // Busy time of the engine's move calls and the bytes they moved (both directions, cumulative),
   // and the configured promotion rate limit (0 = none): the loop turns them into the migration
   // bandwidth the policy plans with.
+  // A plan is running or queued: the pages it is moving are neither here nor there yet.
+  bool planInFlight = false;
   uint64_t moveBusyNs = 0;
   uint64_t moveBusyBytes = 0;
   double promoteRateLimitBytesPerSec = 0;

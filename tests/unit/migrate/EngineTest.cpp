@@ -426,6 +426,20 @@ TEST_F(MigrateEngine, NewerPlanSupersedesTheInFlightOne) {
   EXPECT_EQ(engine->counters().plansSuperseded, 1u);
 }
 
+TEST_F(MigrateEngine, IsIdleOnlyWhenNoPlanRunsOrWaits) {
+  mover_.map(100, kBase, 8192 * kPage, kSlow);
+  auto engine = make(unlimited());
+  EXPECT_TRUE(engine->idle());
+  std::atomic<int> busyInCalls{0};
+  mover_.onMove([&](size_t) {
+    if (!engine->idle()) ++busyInCalls;
+  });
+  ASSERT_TRUE(engine->submit(plan(1, {{100, kBase, 8192 * kPage, kFast, 0, 0}})));
+  engine->waitIdle();
+  EXPECT_EQ(busyInCalls.load(), 2);  // both batches ran while the plan counted as in flight
+  EXPECT_TRUE(engine->idle());
+}
+
 TEST_F(MigrateEngine, StaleGenerationIsRejected) {
   auto engine = make(unlimited());
   ASSERT_TRUE(engine->submit(plan(5, {})));

@@ -145,6 +145,27 @@ TEST_F(EpochLoopTest, ThePolicyGetsTheEnginesMeasuredBandwidth) {
   EXPECT_DOUBLE_EQ(policy.lastBandwidth, 100e6);
 }
 
+// A plan made while the engine still moves the previous one is not submitted: its residency
+// misses the batch in flight, and superseding could overshoot the budget by that batch.
+TEST_F(EpochLoopTest, NoPlanIsSubmittedWhileTheEngineStillRunsThePreviousOne) {
+  policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});
+  {
+    std::lock_guard lock(executor.mutex);
+    executor.current.planInFlight = true;
+  }
+  loop.runOnce(1 * kSecond);
+  EXPECT_TRUE(executor.submitted.empty());
+  EXPECT_EQ(loop.stats().plansDeferred, 1u);
+  {
+    std::lock_guard lock(executor.mutex);
+    executor.current.planInFlight = false;
+  }
+  policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});
+  loop.runOnce(2 * kSecond);
+  ASSERT_EQ(executor.submitted.size(), 1u);
+  EXPECT_EQ(loop.stats().plansSubmitted, 1u);
+}
+
 TEST_F(EpochLoopTest, CountersBecomeMetricsAndRates) {
   loop.runOnce(1 * kSecond);
   {
