@@ -156,6 +156,11 @@ Result<void> SamplingSource::collect(std::vector<AccessEvidence>& out) {
     // Blocks are unique per (tgid, chunk) and the kind is the event's: no aggregation needed,
     // the pages go straight to `out`.
     counters_.evidence += appendChunkEvidence(chunks_, options_.defaultKind, out);
+    // Do not keep the buffer of one exceptional epoch (up to mapEntries blocks of 528 bytes).
+    if (chunks_.capacity() > 1024 && chunks_.capacity() > 4 * chunks_.size()) {
+      chunks_.clear();
+      chunks_.shrink_to_fit();
+    }
     // Samples as the program saw them: counts in the blocks saturate, the program's stats do not.
     if (auto st = agg_->stats()) {
       const uint64_t seen = st->tracked - st->noAddress;
