@@ -7,27 +7,42 @@
 typedef __u32 tt_u32;
 typedef __u64 tt_u64;
 typedef __u16 tt_u16;
+typedef __u8 tt_u8;
 #else
 #include <stdint.h>
 typedef uint32_t tt_u32;
 typedef uint64_t tt_u64;
 typedef uint16_t tt_u16;
+typedef uint8_t tt_u8;
 #endif
 
-/* Key of the in-kernel per-page sample counts (perf_sample_agg). */
-struct tt_page_key {
+/* perf_sample_agg counts samples per 4 KiB page in blocks of 512 counters, one block per
+ * (tgid, 2 MiB-aligned virtual chunk). */
+#define TT_PAGE_SHIFT 12
+#define TT_CHUNK_PAGES 512
+#define TT_CHUNK_BYTES (TT_CHUNK_PAGES * 4096ULL)
+
+/* Key of the in-kernel count blocks (perf_sample_agg `chunks`). */
+struct tt_chunk_key {
   tt_u32 tgid;
-  tt_u32 pad; /* always 0: hash keys compare every byte */
-  tt_u64 page; /* virtual address >> 12 << 12 */
+  tt_u32 pad;   /* always 0: hash keys compare every byte */
+  tt_u64 chunk; /* virtual address of the chunk's first page (2 MiB aligned) */
+};
+
+/* Value: samples of page i of the chunk in count[i], saturating at 255. */
+struct tt_chunk_counts {
+  tt_u8 count[TT_CHUNK_PAGES];
 };
 
 /* Indices of perf_sample_agg's per-CPU `stats` array. */
 enum tt_agg_stat {
-  TT_AGG_SAMPLES = 0,      /* program runs (samples the event produced) */
-  TT_AGG_TRACKED = 1,      /* samples of a tracked tgid */
-  TT_AGG_NO_ADDR = 2,      /* tracked samples without a data address */
-  TT_AGG_MAP_FULL = 3,     /* insertions that failed */
-  TT_AGG_NR_STATS = 4,
+  TT_AGG_SAMPLES = 0,    /* program runs (samples the event produced) */
+  TT_AGG_TRACKED = 1,    /* samples of a tracked tgid */
+  TT_AGG_NO_ADDR = 2,    /* tracked samples without a data address */
+  TT_AGG_MAP_FULL = 3,   /* samples dropped: their chunk could not be inserted */
+  TT_AGG_NEW_CHUNKS = 4, /* chunks inserted */
+  TT_AGG_SATURATED = 5,  /* samples not counted: their page's counter was already 255 */
+  TT_AGG_NR_STATS = 6,
 };
 
 /* What one fault_trace ring-buffer record reports. */

@@ -2,11 +2,35 @@
 
 #include <algorithm>
 #include <sstream>
+#include <tuple>
 
 #include "core/Log.h"
 #include "sources/PerfDecode.h"
 
 namespace tt::sources {
+
+size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind,
+                           std::vector<AccessEvidence>& out) {
+  std::sort(chunks.begin(), chunks.end(),
+            [](const auto& a, const auto& b) { return std::tie(a.tgid, a.base) < std::tie(b.tgid, b.base); });
+  const size_t before = out.size();
+  // Exact reservation: growing by doubling would hold up to twice the epoch's evidence.
+  size_t pages = 0;
+  for (const auto& c : chunks)
+    pages += static_cast<size_t>(std::count_if(c.counts.begin(), c.counts.end(), [](uint8_t n) { return n != 0; }));
+  out.reserve(before + pages);
+  for (const auto& c : chunks) {
+    for (uint32_t i = 0; i < sys::bpf::kChunkPages; ++i) {
+      if (c.counts[i] == 0) continue;
+      AccessEvidence& e = out.emplace_back();
+      e.tgid = static_cast<pid_t>(c.tgid);
+      e.page = c.base + uint64_t{i} * kBasePageSize;
+      e.weight = c.counts[i];
+      e.kind = kind;
+    }
+  }
+  return out.size() - before;
+}
 
 SamplingSource::SamplingSource(SamplingOptions options, sys::Fs sysfs)
     : options_(std::move(options)), sysfs_(std::move(sysfs)) {
@@ -126,13 +150,22 @@ Result<void> SamplingSource::collect(std::vector<AccessEvidence>& out) {
   if (!status_.available) return {};
   const uint64_t cpu0 = sys::perf::threadCpuNs();
   if (agg_) {
-    counts_.clear();
-    auto n = agg_->drain(counts_);
+    chunks_.clear();
+    auto n = agg_->drain(chunks_);
     if (!n) return n.error();
-    for (const auto& c : counts_) {
-      counters_.samples += c.samples;
-      pending_.add(static_cast<pid_t>(c.tgid), c.page, options_.defaultKind,
-                   static_cast<uint32_t>(std::min<uint64_t>(c.samples, UINT32_MAX)));
+    // Blocks are unique per (tgid, chunk) and the kind is the event's: no aggregation needed,
+    // the pages go straight to `out`.
+    counters_.evidence += appendChunkEvidence(chunks_, options_.defaultKind, out);
+    // Do not keep the buffer of one exceptional epoch (up to mapEntries blocks of 528 bytes).
+    if (chunks_.capacity() > 1024 && chunks_.capacity() > 4 * chunks_.size()) {
+      chunks_.clear();
+      chunks_.shrink_to_fit();
+    }
+    // Samples as the program saw them: counts in the blocks saturate, the program's stats do not.
+    if (auto st = agg_->stats()) {
+      const uint64_t seen = st->tracked - st->noAddress;
+      counters_.samples += seen - lastAggSamples_;
+      lastAggSamples_ = seen;
     }
   } else {
     for (size_t i = 0; i < events_.size(); ++i) {

@@ -1,7 +1,8 @@
 // Sampling sources: per-CPU perf events (PMU precise memory sampling, or the software page-fault
 // event) whose samples are counted per (tgid, page) either
-//   - in the kernel, by bpf/perf_sample_agg attached to each event (the daemon reads one map per
-//     epoch; samples never reach a ring buffer), or
+//   - in the kernel, by bpf/perf_sample_agg attached to each event (blocks of 512 per-page
+//     counters per 2 MiB chunk; the daemon reads one map per epoch and expands the blocks into
+//     per-page evidence; samples never reach a ring buffer), or
 //   - in user space, by reading every sample from the per-CPU mmap rings (the path for kernels
 //     without BPF, and the baseline the benchmark compares against).
 // Events are system-wide per CPU (pid -1), so threads a process creates later are covered; the
@@ -37,13 +38,18 @@ struct SamplingOptions {
   uint64_t minPeriod = 1;
   uint64_t maxPeriod = 1;
   double cpuBudgetPercent = 3.0;
-  uint32_t mapEntries = 262144;
+  uint32_t mapEntries = 16384;  // in-kernel count blocks (2 MiB chunks) per epoch at most
   // Evidence kind when the sample has no data_src (software events): Fault.
   AccessKind defaultKind = AccessKind::Fault;
 };
 
 // The software page-fault event every `period` faults, sampling TID|ADDR (user-space faults only).
 [[nodiscard]] perf_event_attr softwareFaultAttr(uint64_t period);
+
+// Expands drained count blocks into one evidence record per sampled page (weight = the page's
+// sample count, `kind` for all), appended to `out` sorted by (tgid, page) like
+// EvidenceAggregator::flush. Reorders `chunks`. Returns the number of records appended.
+size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind, std::vector<AccessEvidence>& out);
 
 class SamplingSource final : public Source {
  public:
@@ -83,7 +89,8 @@ class SamplingSource final : public Source {
   std::unique_ptr<sys::bpf::PerfSampleAgg> agg_;
   std::unordered_set<pid_t> tracked_;
   EvidenceAggregator pending_;
-  std::vector<sys::bpf::PageCount> counts_;
+  std::vector<sys::bpf::ChunkCounts> chunks_;
+  uint64_t lastAggSamples_ = 0;  // tracked samples with an address the BPF program has seen
   uint64_t period_ = 1;
   uint64_t lastWallNs_ = 0;
   uint64_t lastBpfNs_ = 0;

@@ -24,13 +24,16 @@ Result<uint32_t> readPidMax(const std::string& procRoot) {
   return static_cast<uint32_t>(v);
 }
 
-Result<std::unique_ptr<PerfSampleAgg>> PerfSampleAgg::load(uint32_t pidMax, uint32_t maxPages) {
+static_assert(kChunkPages == TT_CHUNK_PAGES && kChunkBytes == TT_CHUNK_BYTES);
+static_assert(sizeof(tt_chunk_counts) == kChunkPages && sizeof(tt_chunk_key) == 16);
+
+Result<std::unique_ptr<PerfSampleAgg>> PerfSampleAgg::load(uint32_t pidMax, uint32_t maxChunks) {
   routeLibbpfLogs();
   perf_sample_agg* skel = perf_sample_agg__open();
   if (skel == nullptr) return errnoError("open BPF object perf_sample_agg");
   std::unique_ptr<PerfSampleAgg> self(new PerfSampleAgg(skel, pidMax));
   if (bpf_map__set_max_entries(skel->maps.tracked_bits, (pidMax + 63) / 64) != 0 ||
-      bpf_map__set_max_entries(skel->maps.counts, maxPages) != 0)
+      bpf_map__set_max_entries(skel->maps.chunks, maxChunks) != 0)
     return errnoError("size perf_sample_agg maps");
   if (int err = perf_sample_agg__load(skel); err != 0) return systemError(-err, "load BPF perf_sample_agg");
   return self;
@@ -67,19 +70,17 @@ Result<void> PerfSampleAgg::track(pid_t tgid) { return setBit(tgid, true); }
 
 Result<void> PerfSampleAgg::untrack(pid_t tgid) { return setBit(tgid, false); }
 
-Result<size_t> PerfSampleAgg::drain(std::vector<PageCount>& out) {
-  const int fd = bpf_map__fd(skel_->maps.counts);
-  constexpr uint32_t kBatch = 4096;
-  keys_.resize(kBatch * sizeof(tt_page_key));
-  values_.resize(kBatch * sizeof(uint64_t));
+Result<size_t> PerfSampleAgg::drain(std::vector<ChunkCounts>& out) {
+  const int fd = bpf_map__fd(skel_->maps.chunks);
   size_t total = 0;
   auto append = [&](uint32_t n) {
     for (uint32_t i = 0; i < n; ++i) {
-      tt_page_key k;
-      uint64_t v;
+      tt_chunk_key k;
       std::memcpy(&k, keys_.data() + i * sizeof k, sizeof k);
-      std::memcpy(&v, values_.data() + i * sizeof v, sizeof v);
-      out.push_back(PageCount{k.tgid, k.page, v});
+      ChunkCounts& c = out.emplace_back();
+      c.tgid = k.tgid;
+      c.base = k.chunk;
+      std::memcpy(c.counts.data(), values_.data() + size_t{i} * kChunkPages, kChunkPages);
     }
     total += n;
   };
@@ -87,31 +88,40 @@ Result<size_t> PerfSampleAgg::drain(std::vector<PageCount>& out) {
     uint64_t inBatch = 0, outBatch = 0;
     bool first = true;
     for (;;) {
-      uint32_t count = kBatch;
+      keys_.resize(size_t{batch_} * sizeof(tt_chunk_key));
+      values_.resize(size_t{batch_} * kChunkPages);
+      uint32_t count = batch_;
       const int ret = bpf_map_lookup_and_delete_batch(fd, first ? nullptr : &inBatch, &outBatch, keys_.data(),
                                                       values_.data(), &count, nullptr);
       const int err = ret != 0 ? errno : 0;
+      if (ret != 0 && err == ENOSPC && count == 0 && batch_ < (1U << 16)) {
+        batch_ *= 2;  // one hash bucket holds more blocks than a batch: retry with a bigger one
+        continue;
+      }
       append(count);
       if (ret != 0 && err == ENOENT) return total;  // reached the end
       if (ret != 0 && (err == EINVAL || err == ENOTSUP || err == EOPNOTSUPP) && first && count == 0) {
         batchUnsupported_ = true;
         break;
       }
-      if (ret != 0) return systemError(err, "lookup_and_delete_batch perf_sample_agg counts");
+      if (ret != 0) return systemError(err, "lookup_and_delete_batch perf_sample_agg chunks");
       inBatch = outBatch;
       first = false;
     }
   }
   // Key walk for kernels without batch ops: take the first key, read it, delete it, repeat.
-  // Counts added between the read and the delete of one key are lost; rare and harmless.
-  tt_page_key next{};
+  // Samples counted between the read and the delete of one block are lost; rare and harmless.
+  tt_chunk_key next{};
+  values_.resize(kChunkPages);
   while (bpf_map_get_next_key(fd, nullptr, &next) == 0) {
-    uint64_t v = 0;
-    if (bpf_map_lookup_elem(fd, &next, &v) == 0) {
-      out.push_back(PageCount{next.tgid, next.page, v});
+    if (bpf_map_lookup_elem(fd, &next, values_.data()) == 0) {
+      ChunkCounts& c = out.emplace_back();
+      c.tgid = next.tgid;
+      c.base = next.chunk;
+      std::memcpy(c.counts.data(), values_.data(), kChunkPages);
       ++total;
     }
-    if (bpf_map_delete_elem(fd, &next) != 0 && errno != ENOENT) return errnoError("delete perf_sample_agg count");
+    if (bpf_map_delete_elem(fd, &next) != 0 && errno != ENOENT) return errnoError("delete perf_sample_agg chunk");
   }
   return total;
 }
@@ -126,7 +136,8 @@ Result<AggStats> PerfSampleAgg::stats() const {
       return errnoError("read perf_sample_agg stats");
     for (uint64_t v : perCpu) sums[i] += v;
   }
-  return AggStats{sums[TT_AGG_SAMPLES], sums[TT_AGG_TRACKED], sums[TT_AGG_NO_ADDR], sums[TT_AGG_MAP_FULL]};
+  return AggStats{sums[TT_AGG_SAMPLES],  sums[TT_AGG_TRACKED],    sums[TT_AGG_NO_ADDR],
+                  sums[TT_AGG_MAP_FULL], sums[TT_AGG_NEW_CHUNKS], sums[TT_AGG_SATURATED]};
 }
 
 int PerfSampleAgg::programFd() const { return bpf_program__fd(skel_->progs.tt_count_sample); }
@@ -139,26 +150,27 @@ Result<std::pair<uint64_t, uint64_t>> PerfSampleAgg::runTimeNsAndCount() const {
   return std::pair<uint64_t, uint64_t>{info.run_time_ns, info.run_cnt};
 }
 
-Result<uint64_t> PerfSampleAgg::mapMemoryBytes() const {
-  uint64_t total = 0;
-  for (const bpf_map* map : {skel_->maps.counts, skel_->maps.tracked_bits, skel_->maps.stats}) {
+Result<PerfSampleAgg::MapMemory> PerfSampleAgg::mapMemory() const {
+  auto memlock = [](const bpf_map* map) -> Result<uint64_t> {
     const std::string path = "/proc/self/fdinfo/" + std::to_string(bpf_map__fd(map));
     std::ifstream in(path);
     if (!in) return errnoError("open " + path);
     std::string key;
     uint64_t value = 0;
-    bool found = false;
-    while (in >> key) {
-      if (key == "memlock:") {
-        in >> value;
-        found = true;
-        break;
-      }
-    }
-    if (!found) return logicError(path + " has no memlock line");
-    total += value;
+    while (in >> key)
+      if (key == "memlock:" && (in >> value)) return value;
+    return logicError(path + " has no memlock line");
+  };
+  MapMemory m;
+  auto chunks = memlock(skel_->maps.chunks);
+  if (!chunks) return chunks.error();
+  m.chunks = *chunks;
+  for (const bpf_map* map : {skel_->maps.tracked_bits, skel_->maps.zero_block, skel_->maps.stats}) {
+    auto v = memlock(map);
+    if (!v) return v.error();
+    m.other += *v;
   }
-  return total;
+  return m;
 }
 
 Result<int> enableBpfRunTimeStats() {

@@ -1,10 +1,12 @@
 // Owner of bpf/perf_sample_agg.bpf.c: a BPF perf_event program attached to sampling events that
 // counts samples per (tgid, page) in the kernel for tracked tgids only, and drops the samples
-// before they reach any perf ring. The daemon reads the counts once per epoch.
+// before they reach any perf ring. Counts are kept in blocks of 512 per-page u8 counters, one per
+// (tgid, 2 MiB-aligned chunk); the daemon reads and clears the blocks once per epoch.
 #pragma once
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,24 +19,31 @@ struct bpf_link;
 
 namespace tt::sys::bpf {
 
-struct PageCount {
+inline constexpr uint32_t kChunkPages = 512;  // TT_CHUNK_PAGES
+inline constexpr uint64_t kChunkBytes = uint64_t{kChunkPages} * 4096;
+inline constexpr uint8_t kChunkCountMax = 255;  // a page's counter saturates here
+
+// One drained block: samples of page `base + i * 4096` in counts[i] (0 = not sampled).
+struct ChunkCounts {
   uint32_t tgid = 0;
-  uint64_t page = 0;
-  uint64_t samples = 0;
+  uint64_t base = 0;  // 2 MiB aligned
+  std::array<uint8_t, kChunkPages> counts{};
 };
 
 struct AggStats {
-  uint64_t samples = 0;   // program runs
-  uint64_t tracked = 0;   // of tracked tgids
+  uint64_t samples = 0;    // program runs
+  uint64_t tracked = 0;    // of tracked tgids
   uint64_t noAddress = 0;
-  uint64_t mapFull = 0;
+  uint64_t mapFull = 0;    // samples dropped because their chunk could not be inserted
+  uint64_t newChunks = 0;  // chunks inserted
+  uint64_t saturated = 0;  // samples not counted: their page's counter was at kChunkCountMax
 };
 
 class PerfSampleAgg {
  public:
   // Opens and loads the program; the tgid bitmap covers tgids below `pidMax` (kernel.pid_max),
-  // the count map holds up to `maxPages` pages per epoch. Needs CAP_BPF/CAP_PERFMON (root).
-  [[nodiscard]] static Result<std::unique_ptr<PerfSampleAgg>> load(uint32_t pidMax, uint32_t maxPages);
+  // the count map holds up to `maxChunks` 2 MiB chunks per epoch. Needs CAP_BPF/CAP_PERFMON (root).
+  [[nodiscard]] static Result<std::unique_ptr<PerfSampleAgg>> load(uint32_t pidMax, uint32_t maxChunks);
   ~PerfSampleAgg();
   PerfSampleAgg(const PerfSampleAgg&) = delete;
   PerfSampleAgg& operator=(const PerfSampleAgg&) = delete;
@@ -46,18 +55,25 @@ class PerfSampleAgg {
   [[nodiscard]] Result<void> track(pid_t tgid);
   [[nodiscard]] Result<void> untrack(pid_t tgid);
 
-  // Reads and removes every count (BPF_MAP_LOOKUP_AND_DELETE_BATCH; falls back to a key walk on
-  // kernels without batch ops). Appends to `out`.
-  [[nodiscard]] Result<size_t> drain(std::vector<PageCount>& out);
+  // Reads and removes every count block (BPF_MAP_LOOKUP_AND_DELETE_BATCH; falls back to a key
+  // walk on kernels without batch ops). Appends to `out`; returns the number of blocks appended.
+  [[nodiscard]] Result<size_t> drain(std::vector<ChunkCounts>& out);
 
   // Per-CPU stats summed.
   [[nodiscard]] Result<AggStats> stats() const;
   // Total BPF run time and run count of the program (needs bpf_enable_stats, else zeros).
   [[nodiscard]] Result<std::pair<uint64_t, uint64_t>> runTimeNsAndCount() const;
   [[nodiscard]] int programFd() const;
-  // Kernel memory of the program's maps now (memlock of /proc/self/fdinfo/<map fd>, which 6.x
-  // reports as the memory in use for non-preallocated hash maps).
-  [[nodiscard]] Result<uint64_t> mapMemoryBytes() const;
+  // Kernel memory of the program's maps now: memlock of /proc/self/fdinfo/<map fd>. Since 6.4 the
+  // kernel reports a non-preallocated hash map's bucket array plus its elements in use (key, value
+  // and element header each, not the slab size class they are allocated from); older kernels
+  // report an estimate from max_entries.
+  struct MapMemory {
+    uint64_t chunks = 0;  // the count-block hash
+    uint64_t other = 0;   // tgid bitmap, zero block, stats
+    [[nodiscard]] uint64_t total() const { return chunks + other; }
+  };
+  [[nodiscard]] Result<MapMemory> mapMemory() const;
 
  private:
   explicit PerfSampleAgg(perf_sample_agg* skel, uint32_t pidMax) : skel_(skel), pidMax_(pidMax) {}
@@ -66,6 +82,7 @@ class PerfSampleAgg {
   uint32_t pidMax_;
   std::vector<bpf_link*> links_;
   bool batchUnsupported_ = false;
+  uint32_t batch_ = 256;  // blocks per batch call; grows when one hash bucket holds more
   std::vector<uint8_t> keys_, values_;
 };
 

@@ -7,6 +7,7 @@
 #include <numaif.h>
 
 #include <chrono>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -81,6 +82,37 @@ TEST(SourcesE2e, BpfPerfSampleAggregationLoadsOnSoftwareFaults) {
   const Score s = score(ev, child.pid(), child.base(), truth, AccessKind::Fault);
   EXPECT_GE(s.precision, 0.95) << s.reported;
   EXPECT_GE(s.recall, 0.95) << s.reported;
+}
+
+// The count blocks on this kernel: every fault of the child is sampled (period 1), so a page's
+// weight is its number of faults in the epoch, capped at 255 by its u8 counter.
+TEST(SourcesE2e, BpfPerfSampleBlocksCountPerPageAndSaturate) {
+  TT_REQUIRE_ROOT();
+  SamplingOptions o;
+  o.name = "software-faults";
+  o.events = {softwareFaultAttr(1)};
+  o.eventDescription = "sw page faults";
+  o.aggregation = Aggregation::InKernel;
+  SamplingSource source(o, sys::Fs("/sys"));
+  source.open();
+  ASSERT_EQ(source.aggregation(), Aggregation::InKernel) << source.status().detail;
+  test::PatternChild child(64);
+  ASSERT_TRUE(source.addProcess(child.pid()).ok());
+  std::vector<AccessEvidence> ev;
+  ASSERT_TRUE(source.collect(ev).ok());
+  ev.clear();
+  (void)child.refaultRange(0, 1, 300);
+  (void)child.refaultRange(8, 16, 7);
+  ASSERT_TRUE(source.collect(ev).ok());
+  std::map<uint64_t, uint64_t> weight;
+  for (const auto& e : ev)
+    if (e.tgid == child.pid() && e.page >= child.base() && e.page < child.base() + 64 * 4096) weight[e.page] += e.weight;
+  EXPECT_EQ(weight[child.base()], 255U);
+  for (uint64_t i = 8; i < 16; ++i) EXPECT_EQ(weight[child.base() + i * 4096], 7U) << "page " << i;
+  auto stats = source.agg()->stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GE(stats->saturated, 300U - 255U);
+  EXPECT_EQ(stats->mapFull, 0U);
 }
 
 TEST(SourcesE2e, SoftDirtyTellsRewrittenHotQuarterFromColdRest) {

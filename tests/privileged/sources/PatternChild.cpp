@@ -46,6 +46,12 @@ PatternChild::PatternChild(uint64_t pages) : pages_(pages) {
         for (uint64_t i = cmd[2]; i < pages; i += cmd[1]) buf[i * 4096] = 1;
       } else if (cmd[0] == 1) {  // write pages [a, b)
         for (uint64_t i = cmd[1]; i < cmd[2] && i < pages; ++i) buf[i * 4096] = 2;
+      } else if (cmd[0] == 3) {  // c times: write pages [a, b), discard them
+        const uint64_t end = cmd[2] < pages ? cmd[2] : pages;
+        for (uint64_t t = 0; t < cmd[3]; ++t) {
+          for (uint64_t i = cmd[1]; i < end; ++i) buf[i * 4096] = 3;
+          if (end > cmd[1]) ::madvise(const_cast<char*>(buf) + cmd[1] * 4096, (end - cmd[1]) * 4096, MADV_DONTNEED);
+        }
       } else {  // read pages [a, b) for c ms
         timespec t0{}, t{};
         ::clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -97,6 +103,12 @@ std::set<uint64_t> PatternChild::touch(uint32_t stride, uint32_t offset) {
 
 std::set<uint64_t> PatternChild::writeRange(uint64_t first, uint64_t end) {
   std::set<uint64_t> touched = command(1, first, end, 0);
+  for (uint64_t i = first; i < end && i < pages_; ++i) touched.insert(base_ + i * 4096);
+  return touched;
+}
+
+std::set<uint64_t> PatternChild::refaultRange(uint64_t first, uint64_t end, uint32_t times) {
+  std::set<uint64_t> touched = command(3, first, end, times);
   for (uint64_t i = first; i < end && i < pages_; ++i) touched.insert(base_ + i * 4096);
   return touched;
 }

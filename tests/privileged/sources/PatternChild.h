@@ -26,6 +26,9 @@ class PatternChild {
   std::set<uint64_t> touch(uint32_t stride, uint32_t offset);
   // Writes one byte to every page in [first, end); waits until done. Returns the page addresses.
   std::set<uint64_t> writeRange(uint64_t first, uint64_t end);
+  // `times` times: writes one byte to every page in [first, end), then discards the range
+  // (MADV_DONTNEED), so each write is a fresh page fault: `times` faults per page. Waits until done.
+  std::set<uint64_t> refaultRange(uint64_t first, uint64_t end, uint32_t times);
   // Reads every page in [first, end) over and over for `ms` milliseconds; waits until done.
   std::set<uint64_t> readRangeFor(uint64_t first, uint64_t end, uint32_t ms);
 

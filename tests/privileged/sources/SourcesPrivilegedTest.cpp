@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -115,6 +116,47 @@ TEST(SourcesPrivileged, SoftwareFaultSamplingThroughInKernelAggregation) {
   ASSERT_TRUE(stats.ok());
   EXPECT_GT(stats->tracked, 0U);
   EXPECT_EQ(stats->mapFull, 0U);
+}
+
+// Per-page counts: every fault of the child is sampled (period 1), so each page's evidence weight
+// is its number of faults in the epoch; the in-kernel path's per-page counters stop at 255.
+void expectPerPageWeights(SamplingSource& source, uint64_t cap) {
+  test::PatternChild child(64);
+  ASSERT_TRUE(source.addProcess(child.pid()).ok());
+  std::vector<AccessEvidence> evidence;
+  ASSERT_TRUE(source.collect(evidence).ok());
+  evidence.clear();
+  constexpr uint32_t kHot = 300, kWarm = 7;
+  (void)child.refaultRange(0, 1, kHot);
+  (void)child.refaultRange(8, 16, kWarm);
+  ASSERT_TRUE(source.collect(evidence).ok());
+  std::map<uint64_t, uint64_t> weight;
+  for (const auto& e : evidence)
+    if (e.tgid == child.pid() && e.page >= child.base() && e.page < child.base() + 64 * 4096) weight[e.page] += e.weight;
+  EXPECT_EQ(weight[child.base()], std::min<uint64_t>(kHot, cap)) << source.name();
+  for (uint64_t i = 8; i < 16; ++i) EXPECT_EQ(weight[child.base() + i * 4096], kWarm) << source.name() << " page " << i;
+  for (uint64_t i : {1U, 7U, 16U, 63U}) EXPECT_EQ(weight.count(child.base() + i * 4096), 0U) << "untouched page " << i;
+}
+
+TEST(SourcesPrivileged, InKernelBlocksCountFaultsPerPageAndSaturate) {
+  TT_REQUIRE_ROOT();
+  auto source = softwareSource(Aggregation::InKernel);
+  ASSERT_EQ(source->aggregation(), Aggregation::InKernel) << source->status().detail;
+  auto before = source->agg()->stats();
+  ASSERT_TRUE(before.ok());
+  expectPerPageWeights(*source, sys::bpf::kChunkCountMax);
+  auto after = source->agg()->stats();
+  ASSERT_TRUE(after.ok());
+  EXPECT_GE(after->saturated - before->saturated, 300U - sys::bpf::kChunkCountMax);
+  EXPECT_GE(after->newChunks - before->newChunks, 1U);
+}
+
+TEST(SourcesPrivileged, UserRingCountsFaultsPerPageWithoutCap) {
+  TT_REQUIRE_ROOT();
+  auto source = softwareSource(Aggregation::UserRing);
+  ASSERT_TRUE(source->status().available) << source->status().detail;
+  expectPerPageWeights(*source, UINT64_MAX);
+  EXPECT_EQ(source->counters().lost, 0U);
 }
 
 // Live tuning: SourceSet::applyConfig changes the running events' period (PERF_EVENT_IOC_PERIOD);

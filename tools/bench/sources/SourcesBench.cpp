@@ -1,7 +1,8 @@
 // Hotness-source benchmark (run as root; results in docs/benchmarks.md, "Hotness sources").
 //
-//   sources_bench cost       per-sample cost, user-space ring path vs in-kernel BPF aggregation,
-//                            same software page-fault event, same fault-heavy workload
+//   sources_bench cost [N]   per-sample cost, user-space ring path vs in-kernel BPF aggregation,
+//                            over a baseline where the same event's samples are dropped by an
+//                            empty BPF program; same software page-fault event and workloads
 //   sources_bench slowdown   runtime of a memory-bound workload untracked vs tracked by the
 //                            default source set (one run each)
 //   sources_bench memory     tracking state per GiB of tracked memory (1 GiB touched in one epoch)
@@ -17,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -32,6 +34,11 @@
 #include "sources/SourceSet.h"
 #include "sys/bpf/PerfSampleAgg.h"
 #include "sys/perf/PerfEvent.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "sample_drop.skel.h"
 
 namespace {
 
@@ -56,14 +63,23 @@ class Workload {
       if (::read(down[0], &go, 1) != 1) ::_exit(1);
       const double t0 = nowSec();
       const uint64_t pages = bytes / 4096;
-      if (kind == Kind::Faults || kind == Kind::TouchOnce) {
+      if (kind == Kind::Faults) {
+        // Every round maps a fresh slice of one reserved range, touches it and unmaps it: each
+        // fault is on a page (and chunk) not seen before, at most `bytes` resident at a time.
+        auto* range = static_cast<char*>(::mmap(nullptr, bytes * static_cast<uint64_t>(rounds), PROT_NONE,
+                                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
         for (int r = 0; r < rounds; ++r) {
-          auto* p = static_cast<volatile char*>(
-              ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+          auto* p = static_cast<volatile char*>(::mmap(range + bytes * static_cast<uint64_t>(r), bytes,
+                                                       PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0));
           ::madvise(const_cast<char*>(p), bytes, MADV_NOHUGEPAGE);
           for (uint64_t i = 0; i < pages; ++i) p[i * 4096] = 1;
-          if (kind == Kind::Faults) ::munmap(const_cast<char*>(p), bytes);
+          ::munmap(const_cast<char*>(p), bytes);
         }
+      } else if (kind == Kind::TouchOnce) {
+        auto* p = static_cast<volatile char*>(
+            ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+        ::madvise(const_cast<char*>(p), bytes, MADV_NOHUGEPAGE);
+        for (uint64_t i = 0; i < pages; ++i) p[i * 4096] = 1;
       } else if (kind == Kind::HotFaults) {
         // The same few pages fault again and again (zapped after each pass): samples concentrate
         // on a hot set, as PMU samples do on hot pages.
@@ -154,31 +170,100 @@ std::unique_ptr<SamplingSource> softwareSource(Aggregation a, uint32_t ringPages
   return s;
 }
 
-struct CostResult {
-  double workloadSec = 0;
-  uint64_t samples = 0, lost = 0;
-  uint64_t consumerNs = 0, bpfNs = 0;
-  size_t evidence = 0;
-  double childCpuSec = 0;
+// The cost baseline: the same software page-fault event on every online CPU with sample_drop
+// attached, so every sample is prepared and handed to a BPF program that returns 0 (no ring).
+class DropBaseline {
+ public:
+  DropBaseline() {
+    skel_ = sample_drop__open_and_load();
+    if (skel_ == nullptr) return;
+    auto cpus = sys::perf::onlineCpus(sys::Fs("/sys"));
+    if (!cpus) return;
+    for (int cpu : *cpus) {
+      perf_event_attr a = softwareFaultAttr(1);
+      a.disabled = 1;
+      auto ev = sys::perf::PerfEvent::open(a, -1, cpu, 0);
+      if (!ev) return;
+      bpf_link* link = bpf_program__attach_perf_event(skel_->progs.tt_drop_sample, (*ev)->fd());
+      if (link == nullptr) return;
+      links_.push_back(link);
+      if (!(*ev)->enable()) return;
+      events_.push_back(std::move(*ev));
+    }
+    ok_ = true;
+  }
+  ~DropBaseline() {
+    for (bpf_link* l : links_) bpf_link__destroy(l);
+    events_.clear();
+    if (skel_) sample_drop__destroy(skel_);
+  }
+  DropBaseline(const DropBaseline&) = delete;
+  DropBaseline& operator=(const DropBaseline&) = delete;
+  bool ok() const { return ok_; }
+  // Run time (ns) and runs of the program (run time needs bpf_enable_stats).
+  std::pair<uint64_t, uint64_t> runTime() const {
+    bpf_prog_info info{};
+    uint32_t len = sizeof info;
+    if (bpf_obj_get_info_by_fd(bpf_program__fd(skel_->progs.tt_drop_sample), &info, &len) != 0) return {0, 0};
+    return {info.run_time_ns, info.run_cnt};
+  }
+
+ private:
+  sample_drop* skel_ = nullptr;
+  std::vector<bpf_link*> links_;
+  std::vector<std::unique_ptr<sys::perf::PerfEvent>> events_;
+  bool ok_ = false;
 };
 
-// Runs the fault workload tracked by `source` (nullptr: untracked), collecting every `epochMs`.
-CostResult runTracked(SamplingSource* source, Workload::Kind kind, uint64_t bytes, int rounds, int epochMs) {
+enum class Path { None, Drop, Ring, Kernel };
+constexpr const char* kPathNames[] = {"no event", "baseline", "user ring", "in-kernel"};
+
+struct CostResult {
+  double workloadSec = 0;
+  double childCpuSec = 0;   // the workload's user+system CPU (the kernel's per-sample work runs in its context)
+  uint64_t daemonNs = 0;    // the collecting thread's CPU in collect()
+  uint64_t samples = 0;     // samples of the workload the path counted
+  uint64_t lost = 0;
+  uint64_t bpfNs = 0, bpfRuns = 0;  // BPF program run time and runs (all processes' samples)
+  size_t evidence = 0;
+};
+
+// One run of the workload with `path` collecting: the ring path every 10 ms (its 4 MiB per-CPU
+// rings must not fill), the in-kernel path once per 1 s epoch (not waking per batch of samples is
+// its point).
+CostResult runOnce(Path path, Workload::Kind kind, uint64_t bytes, int rounds) {
+  std::unique_ptr<SamplingSource> source;
+  std::unique_ptr<DropBaseline> drop;
+  if (path == Path::Ring) source = softwareSource(Aggregation::UserRing, 1024);
+  if (path == Path::Kernel) source = softwareSource(Aggregation::InKernel, 0);
+  if (path == Path::Drop) drop = std::make_unique<DropBaseline>();
+  if ((source && !source->status().available) || (path == Path::Kernel && source && source->aggregation() != Aggregation::InKernel) ||
+      (drop && !drop->ok())) {
+    std::fprintf(stderr, "cannot set up %s: %s\n", kPathNames[static_cast<int>(path)],
+                 source ? source->status().detail.c_str() : "BPF baseline");
+    std::exit(1);
+  }
+  const int epochMs = path == Path::Kernel ? 1000 : 10;
   Workload w(kind, bytes, rounds);
   CostResult r;
-  if (source) (void)source->addProcess(w.pid());
   std::vector<AccessEvidence> out;
-  if (source) (void)source->collect(out);
-  out.clear();
-  const uint64_t bpf0 = source ? source->bpfRunTimeNs() : 0;
+  if (source) {
+    (void)source->addProcess(w.pid());
+    (void)source->collect(out);
+    out.clear();
+  }
   const uint64_t samples0 = source ? source->counters().samples : 0;
-  uint64_t cpu = 0;
+  std::pair<uint64_t, uint64_t> bpf0{0, 0};
+  if (path == Path::Kernel) {
+    if (auto rt = source->agg()->runTimeNsAndCount()) bpf0 = *rt;
+  }
+  if (drop) bpf0 = drop->runTime();
   w.start();
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(epochMs));
     const uint64_t c0 = sys::perf::threadCpuNs();
     if (source) (void)source->collect(out);
-    cpu += sys::perf::threadCpuNs() - c0;
+    r.daemonNs += sys::perf::threadCpuNs() - c0;
     r.evidence += out.size();
     out.clear();
     if (w.finished(r.workloadSec)) break;
@@ -186,71 +271,118 @@ CostResult runTracked(SamplingSource* source, Workload::Kind kind, uint64_t byte
   if (source) {
     const uint64_t c0 = sys::perf::threadCpuNs();
     (void)source->collect(out);
-    cpu += sys::perf::threadCpuNs() - c0;
+    r.daemonNs += sys::perf::threadCpuNs() - c0;
     r.evidence += out.size();
     r.samples = source->counters().samples - samples0;
     r.lost = source->counters().lost;
-    r.bpfNs = source->bpfRunTimeNs() - bpf0;
-    (void)source->removeProcess(w.pid());
   }
-  r.consumerNs = cpu;
+  std::pair<uint64_t, uint64_t> bpf1 = bpf0;
+  if (path == Path::Kernel) {
+    if (auto rt = source->agg()->runTimeNsAndCount()) bpf1 = *rt;
+  }
+  if (drop) bpf1 = drop->runTime();
+  r.bpfNs = bpf1.first - bpf0.first;
+  r.bpfRuns = bpf1.second - bpf0.second;
   r.childCpuSec = w.reapCpuSeconds();
   return r;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+int gCostRepeats = 7;  // `sources_bench cost N` changes it
+
 void costFor(const char* title, Workload::Kind kind, uint64_t bytes, int rounds) {
-  const auto base = runTracked(nullptr, kind, bytes, rounds, 10);
-  auto ring = softwareSource(Aggregation::UserRing, 1024);
-  // Each path collects as often as it must: the ring path before its rings fill (10 ms), the
-  // in-kernel path once per daemon epoch (1 s): not waking per batch of samples is its point.
-  const auto r = runTracked(ring.get(), kind, bytes, rounds, 10);
-  ring.reset();
-  auto kern = softwareSource(Aggregation::InKernel, 0);
-  const auto k = runTracked(kern.get(), kind, bytes, rounds, 1000);
-  auto perSample = [](const CostResult& c) {
-    return c.samples ? static_cast<double>(c.consumerNs + c.bpfNs) / static_cast<double>(c.samples) : 0.0;
+  // Paths alternate run by run so drifting load on the shared machine hits all of them; medians.
+  std::vector<CostResult> runs[4];
+  for (int i = 0; i < gCostRepeats; ++i)
+    for (Path p : {Path::None, Path::Drop, Path::Ring, Path::Kernel}) runs[static_cast<int>(p)].push_back(runOnce(p, kind, bytes, rounds));
+  auto med = [&](Path p, auto field) {
+    std::vector<double> v;
+    for (const auto& r : runs[static_cast<int>(p)]) v.push_back(static_cast<double>(field(r)));
+    return median(v);
   };
+  auto child = [&](Path p) { return med(p, [](const CostResult& r) { return r.childCpuSec; }); };
+  auto daemon = [&](Path p) { return med(p, [](const CostResult& r) { return r.daemonNs; }); };
+  auto samples = [&](Path p) { return med(p, [](const CostResult& r) { return r.samples; }); };
   std::printf("\n%s\n", title);
-  std::printf("%-10s %8s %10s %6s %11s %8s %10s %10s %14s\n", "path", "work s", "samples", "lost", "consumer ms",
-              "bpf ms", "evidence", "ns/sample", "samples/s/core");
-  auto row = [&](const char* name, const CostResult& c) {
-    const double ns = perSample(c);
-    std::printf("%-10s %8.3f %10llu %6llu %11.2f %8.2f %10zu %10.1f %14.0f\n", name, c.workloadSec,
-                static_cast<unsigned long long>(c.samples), static_cast<unsigned long long>(c.lost),
-                static_cast<double>(c.consumerNs) / 1e6, static_cast<double>(c.bpfNs) / 1e6, c.evidence, ns,
-                ns > 0 ? 1e9 / ns : 0.0);
+  std::printf("%-10s %8s %9s %10s %6s %10s %10s %12s %14s %14s\n", "path", "work s", "child s", "samples", "lost",
+              "daemon ms", "evidence", "bpf ns/run", "extra/sample", "vs no event");
+  const double nSamples = std::max(samples(Path::Ring), samples(Path::Kernel));
+  double extra[4] = {};
+  for (Path p : {Path::None, Path::Drop, Path::Ring, Path::Kernel}) {
+    const int k = static_cast<int>(p);
+    const double n = p == Path::Ring || p == Path::Kernel ? samples(p) : nSamples;
+    // End to end over the baseline: the workload's extra CPU plus the daemon's, per sample.
+    extra[k] = n > 0 ? ((child(p) - child(Path::Drop)) * 1e9 + daemon(p)) / n : 0;
+    const double overNone = n > 0 ? ((child(p) - child(Path::None)) * 1e9 + daemon(p)) / n : 0;
+    const double bpfRuns = med(p, [](const CostResult& r) { return r.bpfRuns; });
+    const double bpfNs = med(p, [](const CostResult& r) { return r.bpfNs; });
+    std::printf("%-10s %8.3f %9.3f %10.0f %6.0f %10.2f %10.0f %12.1f %11.0f ns %11.0f ns\n", kPathNames[k],
+                med(p, [](const CostResult& r) { return r.workloadSec; }), child(p), samples(p),
+                med(p, [](const CostResult& r) { return r.lost; }), daemon(p) / 1e6,
+                med(p, [](const CostResult& r) { return r.evidence; }), bpfRuns > 0 ? bpfNs / bpfRuns : 0.0,
+                p == Path::None ? 0.0 : extra[k], overNone);
+  }
+  const double ring = extra[static_cast<int>(Path::Ring)], kern = extra[static_cast<int>(Path::Kernel)];
+  std::printf("extra CPU per sample over the baseline (workload + daemon, medians of %d): user ring %.0f ns, in-kernel "
+              "%.0f ns, ratio %.2fx; daemon CPU per sample: user ring %.1f ns, in-kernel %.2f ns\n",
+              gCostRepeats, ring, kern, kern > 0 ? ring / kern : 0.0, daemon(Path::Ring) / samples(Path::Ring),
+              daemon(Path::Kernel) / samples(Path::Kernel));
+  // Interference from other load on the machine only adds CPU time: the minima are a second,
+  // less noise-prone estimate.
+  auto least = [&](Path p, auto field) {
+    double v = 1e300;
+    for (const auto& r : runs[static_cast<int>(p)]) v = std::min(v, static_cast<double>(field(r)));
+    return v;
   };
-  row("untracked", base);
-  row("user-ring", r);
-  row("in-kernel", k);
-  if (perSample(k) > 0)
-    std::printf("user-ring / in-kernel cost per sample (daemon CPU + BPF run time): %.2fx\n", perSample(r) / perSample(k));
-  if (r.samples) std::printf("user-ring daemon CPU per sample without BPF: %.1f ns; in-kernel daemon CPU per sample: %.1f ns\n",
-              static_cast<double>(r.consumerNs) / static_cast<double>(r.samples),
-              k.samples ? static_cast<double>(k.consumerNs) / static_cast<double>(k.samples) : 0.0);
-  std::printf("workload runtime ratio vs untracked: user-ring %.3f, in-kernel %.3f\n", r.workloadSec / base.workloadSec,
-              k.workloadSec / base.workloadSec);
-  // End to end: extra CPU of the workload (the kernel's per-sample work runs in its context: perf
-  // ring output or the BPF program) plus the daemon's CPU, per sample.
-  auto total = [&](const CostResult& c) {
-    return c.samples ? ((c.childCpuSec - base.childCpuSec) * 1e9 + static_cast<double>(c.consumerNs)) /
-                           static_cast<double>(c.samples)
-                     : 0.0;
+  auto minExtra = [&](Path p) {
+    const double n = samples(p);
+    return n > 0 ? ((least(p, [](const CostResult& r) { return r.childCpuSec; }) -
+                     least(Path::Drop, [](const CostResult& r) { return r.childCpuSec; })) * 1e9 +
+                    least(p, [](const CostResult& r) { return r.daemonNs; })) / n
+                 : 0.0;
   };
-  std::printf("workload CPU s: untracked %.3f, user-ring %.3f, in-kernel %.3f; end-to-end extra CPU per sample "
-              "(workload + daemon): user-ring %.0f ns, in-kernel %.0f ns\n",
-              base.childCpuSec, r.childCpuSec, k.childCpuSec, total(r), total(k));
+  std::printf("same from the minima of the %d runs: user ring %.0f ns, in-kernel %.0f ns, ratio %.2fx\n", gCostRepeats,
+              minExtra(Path::Ring), minExtra(Path::Kernel),
+              minExtra(Path::Kernel) > 0 ? minExtra(Path::Ring) / minExtra(Path::Kernel) : 0.0);
+  // With run-time stats the in-kernel path's kernel side is also measured directly: its program's
+  // run time per run minus the empty program's (both include the stats' clock reads).
+  auto perRun = [&](Path p) {
+    const double n = med(p, [](const CostResult& r) { return r.bpfRuns; });
+    return n > 0 ? med(p, [](const CostResult& r) { return r.bpfNs; }) / n : 0.0;
+  };
+  if (perRun(Path::Kernel) > 0 && perRun(Path::Drop) > 0) {
+    const double direct = perRun(Path::Kernel) - perRun(Path::Drop) + daemon(Path::Kernel) / samples(Path::Kernel);
+    std::printf("in-kernel extra from BPF run time (program %.1f - empty program %.1f ns per run) + daemon: %.0f ns per "
+                "sample; user ring (workload + daemon over the baseline) / that: %.2fx\n",
+                perRun(Path::Kernel), perRun(Path::Drop), direct, direct > 0 ? ring / direct : 0.0);
+  }
+}
+
+void costAll() {
+  std::printf("software page-fault event, period 1, system-wide per CPU; user ring collects every 10 ms, in-kernel every "
+              "1 s; baseline = the same events with an empty BPF program (samples dropped, no ring); %d runs per path, "
+              "alternating, medians\n", gCostRepeats);
+  costFor("hot set: 256 pages re-faulted 2560 times (MADV_DONTNEED between passes) = 655360 faults",
+          Workload::Kind::HotFaults, 1ULL << 20, 2560);
+  costFor("distinct pages: 40 fresh 64 MiB slices of one range, mmap/touch/munmap = 655360 faults",
+          Workload::Kind::Faults, 64ULL << 20, 40);
 }
 
 void cost() {
+  std::printf("=== BPF run-time stats off (no clock reads around BPF programs; bpf ns/run not available)\n");
+  costAll();
   auto stats = sys::bpf::enableBpfRunTimeStats();
-  if (!stats) std::cout << "warning: " << stats.error().message() << " (BPF run time not counted)\n";
-  std::printf("software page-fault event, period 1, system-wide per CPU; user-ring collects every 10 ms, in-kernel every 1 s\n");
-  costFor("hot set: 256 pages re-faulted 2560 times (MADV_DONTNEED between passes) = 655360 faults",
-          Workload::Kind::HotFaults, 1ULL << 20, 2560);
-  costFor("distinct pages: 40 x 64 MiB mmap/touch/munmap = 655360 faults (worst case for aggregation)",
-          Workload::Kind::Faults, 64ULL << 20, 40);
-  if (stats) ::close(*stats);
+  if (!stats) {
+    std::cout << "warning: " << stats.error().message() << " (no run with BPF run-time stats)\n";
+    return;
+  }
+  std::printf("\n=== BPF run-time stats on (bpf_enable_stats(BPF_STATS_RUN_TIME): two clock reads per program run)\n");
+  costAll();
+  ::close(*stats);
 }
 
 struct StreamTimes {
@@ -281,11 +413,6 @@ StreamTimes streamRun(SourceSet* set) {
     }
   }
   return t;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Untracked and tracked runs alternate (5 each) so drifting load on the shared machine hits both;
@@ -338,24 +465,45 @@ void memory() {
   constexpr uint64_t kBytes = 1ULL << 30;
   const uint64_t rss0 = rssBytes();
   auto kern = softwareSource(Aggregation::InKernel, 0);
+  if (kern->aggregation() != Aggregation::InKernel) {
+    std::fprintf(stderr, "in-kernel aggregation unavailable: %s\n", kern->status().detail.c_str());
+    std::exit(1);
+  }
+  auto empty = kern->agg()->mapMemory();
   Workload w(Workload::Kind::TouchOnce, kBytes, 1);
   (void)kern->addProcess(w.pid());
   std::vector<AccessEvidence> out;
+  (void)kern->collect(out);
+  out.clear();
+  const uint64_t rss1 = rssBytes();
   w.start();
   (void)w.wait();
-  auto mem = kern->agg()->mapMemoryBytes();  // before the drain: every page of 1 GiB sampled in one epoch
+  auto full = kern->agg()->mapMemory();  // before the drain: every page of 1 GiB sampled in one epoch
+  auto stats = kern->agg()->stats();
   (void)kern->collect(out);
-  const uint64_t rss1 = rssBytes();
-  std::printf("1 GiB touched in one epoch (262144 pages, all sampled): BPF map memory %.2f MiB = %.3f%% of tracked; "
-              "evidence vector %zu records = %.2f MiB; daemon RSS growth %.2f MiB\n",
-              mem ? static_cast<double>(*mem) / (1 << 20) : -1.0,
-              mem ? 100.0 * static_cast<double>(*mem) / static_cast<double>(kBytes) : -1.0, out.size(),
-              static_cast<double>(out.size() * sizeof(AccessEvidence)) / (1 << 20),
-              static_cast<double>(rss1 - rss0) / (1 << 20));
-  out.clear();
-  out.shrink_to_fit();
-  auto after = kern->agg()->mapMemoryBytes();
-  std::printf("after the epoch's drain: BPF map memory %.2f MiB\n", after ? static_cast<double>(*after) / (1 << 20) : -1.0);
+  const uint64_t rss2 = rssBytes();
+  auto drained = kern->agg()->mapMemory();
+  auto mib = [](uint64_t b) { return static_cast<double>(b) / (1 << 20); };
+  auto pct = [&](uint64_t b) { return 100.0 * static_cast<double>(b) / static_cast<double>(kBytes); };
+  if (!empty || !full || !drained || !stats) {
+    std::fprintf(stderr, "cannot read the BPF maps' memory or stats\n");
+    std::exit(1);
+  }
+  std::printf("1 GiB touched in one epoch (262144 pages, all sampled; %llu chunks inserted, %llu samples saturated, "
+              "%llu dropped as map full)\n",
+              static_cast<unsigned long long>(stats->newChunks), static_cast<unsigned long long>(stats->saturated),
+              static_cast<unsigned long long>(stats->mapFull));
+  std::printf("BPF maps (fdinfo memlock): loaded %.3f MiB (count map %.3f, others %.3f); before the drain %.3f MiB "
+              "(count map %.3f, others %.3f) = %.3f%% of tracked; after the drain %.3f MiB\n",
+              mib(empty->total()), mib(empty->chunks), mib(empty->other), mib(full->total()), mib(full->chunks),
+              mib(full->other), pct(full->total()), mib(drained->total()));
+  std::printf("count map growth for 1 GiB: %.3f MiB = %.3f%% of tracked (%.0f bytes per chunk)\n",
+              mib(full->chunks - empty->chunks), pct(full->chunks - empty->chunks),
+              stats->newChunks ? static_cast<double>(full->chunks - empty->chunks) / static_cast<double>(stats->newChunks)
+                               : 0.0);
+  std::printf("daemon RSS: +%.2f MiB after load; +%.2f MiB over the epoch's drain, of which the evidence vector "
+              "(%zu records, the source's output) %.2f MiB\n",
+              mib(rss1 - rss0), mib(rss2 - rss1), out.size(), mib(out.size() * sizeof(AccessEvidence)));
 }
 
 int recordFixture(const std::string& path) {
@@ -401,6 +549,7 @@ int main(int argc, char** argv) {
     std::cerr << "sources_bench needs root (perf_event_open system-wide, BPF)\n";
     return 2;
   }
+  if (mode == "cost" && argc > 2) gCostRepeats = std::max(1, std::atoi(argv[2]));
   if (mode == "cost" || mode == "all") cost();
   if (mode == "slowdown" || mode == "all") slowdown();
   if (mode == "memory" || mode == "all") memory();

@@ -1,0 +1,71 @@
+// Expansion of the in-kernel count blocks (one per tgid and 2 MiB chunk, 512 per-page counters)
+// into per-page evidence: what SamplingSource::collect emits on the in-kernel path.
+#include <gtest/gtest.h>
+
+#include "sources/SamplingSource.h"
+
+namespace tt::sources {
+namespace {
+
+using sys::bpf::ChunkCounts;
+using sys::bpf::kChunkBytes;
+using sys::bpf::kChunkPages;
+
+ChunkCounts chunk(uint32_t tgid, uint64_t base) {
+  ChunkCounts c;
+  c.tgid = tgid;
+  c.base = base;
+  return c;
+}
+
+TEST(ChunkEvidence, OneRecordPerSampledPageWeightedByItsCount) {
+  std::vector<ChunkCounts> chunks;
+  chunks.push_back(chunk(7, 3 * kChunkBytes));
+  chunks.back().counts[0] = 3;
+  chunks.back().counts[kChunkPages - 1] = sys::bpf::kChunkCountMax;  // a saturated counter
+  chunks.push_back(chunk(7, 5 * kChunkBytes));                      // nothing sampled: no records
+  chunks.push_back(chunk(7, 1 * kChunkBytes));
+  chunks.back().counts[100] = 1;
+
+  std::vector<AccessEvidence> out;
+  EXPECT_EQ(appendChunkEvidence(chunks, AccessKind::Load, out), 3U);
+  ASSERT_EQ(out.size(), 3U);
+  EXPECT_EQ(out[0].page, 1 * kChunkBytes + 100 * 4096);
+  EXPECT_EQ(out[0].weight, 1U);
+  EXPECT_EQ(out[1].page, 3 * kChunkBytes);
+  EXPECT_EQ(out[1].weight, 3U);
+  EXPECT_EQ(out[2].page, 3 * kChunkBytes + (kChunkPages - 1) * 4096);
+  EXPECT_EQ(out[2].weight, 255U);
+  for (const auto& e : out) {
+    EXPECT_EQ(e.tgid, 7);
+    EXPECT_EQ(e.kind, AccessKind::Load);
+    EXPECT_EQ(e.servedBy, ServedBy::Unknown);
+  }
+}
+
+TEST(ChunkEvidence, SortedByProcessThenPageLikeTheAggregatorsFlush) {
+  std::vector<ChunkCounts> chunks;
+  for (uint32_t tgid : {9U, 4U}) {
+    for (uint64_t c : {2U, 0U}) {
+      chunks.push_back(chunk(tgid, c * kChunkBytes));
+      chunks.back().counts[10] = 2;
+      chunks.back().counts[5] = 1;
+    }
+  }
+  std::vector<AccessEvidence> out;
+  out.push_back(AccessEvidence{});  // evidence already there stays first
+  out.back().tgid = 99;
+  ASSERT_EQ(appendChunkEvidence(chunks, AccessKind::Fault, out), 8U);
+  ASSERT_EQ(out.size(), 9U);
+  EXPECT_EQ(out[0].tgid, 99);
+  for (size_t i = 2; i < out.size(); ++i)
+    EXPECT_LT(std::tie(out[i - 1].tgid, out[i - 1].page), std::tie(out[i].tgid, out[i].page)) << i;
+  EXPECT_EQ(out[1].tgid, 4);
+  EXPECT_EQ(out[1].page, 5U * 4096);
+  EXPECT_EQ(out[8].tgid, 9);
+  EXPECT_EQ(out[8].page, 2 * kChunkBytes + 10 * 4096);
+  EXPECT_EQ(out[8].weight, 2U);
+}
+
+}  // namespace
+}  // namespace tt::sources

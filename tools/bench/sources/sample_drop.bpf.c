@@ -1,0 +1,14 @@
+// Baseline of `sources_bench cost`: attached to the same per-CPU sampling events as the paths it
+// is compared with, it does nothing and returns 0, so the kernel drops each sample without
+// writing it to a ring. A run with it measures the per-sample work every path pays (the event's
+// overflow handling, preparing the sample, entering a BPF program) apart from what each path adds.
+#include "vmlinux.h"
+
+#include <bpf/bpf_helpers.h>
+
+char LICENSE[] SEC("license") = "GPL";
+
+SEC("perf_event")
+int tt_drop_sample(struct bpf_perf_event_data* ctx) {
+  return 0;
+}
