@@ -8,10 +8,112 @@
 
 namespace tt::sources {
 
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
 SamplingSource::SamplingSource(SamplingOptions options, sys::Fs sysfs)
-    : options_(std::move(options)), sysfs_(std::move(sysfs)) {
+    : options_(std::move(options)),
+      sysfs_(std::move(sysfs)),
+      controller_(options_.events.empty() ? 1 : options_.events.front().sample_period, PeriodLimits{}) {
   period_ = options_.events.empty() ? 1 : options_.events.front().sample_period;
   counters_.period = period_;
+  (void)controller_.setLimits(periodLimits());
+  controller_.resetPeriod(period_);  // the events open at their configured period
+  counters_.sampleCostNs = controller_.limits().sampleCostNs;
+}
+
+PeriodLimits SamplingSource::periodLimits() const {
+  PeriodLimits l;
+  l.minPeriod = options_.minPeriod;
+  l.maxPeriod = options_.maxPeriod;
+  l.budgetPercent = options_.cpuBudgetPercent;
+  l.sampleCostNs = calibratedCostNs_ > 0 ? calibratedCostNs_ : options_.sampleCostNs;
+  // The storm floor needs the cost of the event itself, known only from calibration. A fixed
+  // period (min == max) is the operator's choice and stays as configured.
+  l.floorPeriod = options_.minPeriod < options_.maxPeriod
+                      ? stormFloorPeriod(l.sampleCostNs, eventCostNs_, options_.cpuBudgetPercent)
+                      : 1;
+  return l;
+}
+
+// Calibration of the kernel-side cost of one software page-fault sample.
+//
+// Why measure rather than configure: the cost is the perf overflow path plus the BPF program (or
+// the ring write), paid by the faulting thread; it differs several-fold between machines, kernels
+// and virtualisation (~0.5 us per sample in the `cost` benchmark's hot set here, several us in a
+// first-touch storm), and no CPU-time counter of the daemon's sees it.
+// How: the daemon's own thread takes bursts of first-touch faults (fresh pages, one fault each,
+// the storm case) with the events enabled at period 1 and with them disabled, alternating which
+// comes first; CLOCK_THREAD_CPUTIME_ID counts the fault handling of this thread only, so other
+// load on the machine affects it much less than wall time would. Its own tgid is tracked during
+// the sampled bursts so the BPF program does the full work of a tracked sample (map insert of a
+// new page), the worst case; the entries are drained and dropped before any process is tracked.
+// cost = median over pairs of (sampled - unsampled) / pages; event cost = median unsampled / pages.
+// About 7 x 2 x 1024 faults: ~0.1-0.3 s at start. A result <= 0 (noise) fails: the configured
+// sample_cost_ns is used instead.
+Result<void> SamplingSource::calibrate() {
+  constexpr size_t kPages = 1024;
+  constexpr int kPairs = 7;
+  auto setAll = [&](bool on) -> Result<void> {
+    for (const auto& ev : events_)
+      if (auto r = on ? ev->enable() : ev->disable(); !r) return r.error();
+    return {};
+  };
+  auto discard = [&] {
+    for (const auto& ev : events_) ev->drain([](std::span<const uint8_t>) {});
+  };
+  for (const auto& ev : events_)
+    if (auto r = ev->setPeriod(1); !r) return r.error();
+  const pid_t self = sys::perf::currentTgid();
+  if (agg_)
+    if (auto r = agg_->track(self); !r) return r.error();
+  std::vector<double> sampled, unsampled, diff;
+  Result<void> result{};
+  for (int k = 0; k < kPairs && result; ++k) {
+    double pair[2] = {0, 0};  // [0] sampled, [1] unsampled
+    for (int j = 0; j < 2 && result; ++j) {
+      const bool on = (j == 0) == (k % 2 == 0);
+      if (auto r = setAll(on); !r) {
+        result = r.error();
+        break;
+      }
+      auto ns = sys::perf::faultBurstCpuNs(kPages);
+      if (!ns) {
+        result = ns.error();
+        break;
+      }
+      pair[on ? 0 : 1] = static_cast<double>(*ns) / kPages;
+      discard();  // keep the user rings from filling (a full ring makes samples cheaper)
+    }
+    sampled.push_back(pair[0]);
+    unsampled.push_back(pair[1]);
+    diff.push_back(pair[0] - pair[1]);
+  }
+  if (agg_) {
+    (void)agg_->untrack(self);
+    std::vector<sys::bpf::PageCount> drop;
+    (void)agg_->drain(drop);
+  }
+  discard();
+  for (const auto& ev : events_)
+    if (auto r = ev->setPeriod(period_); !r && result) result = r.error();
+  if (auto r = setAll(true); !r && result) result = r.error();
+  if (!result) return result;
+  const double cost = median(diff), event = median(unsampled);
+  TT_LOG(Debug) << options_.name << ": calibration: per fault " << median(sampled) << " ns sampled, " << event
+                << " ns unsampled";
+  if (cost <= 0 || event <= 0)
+    return logicError("calibration of the sample cost measured " + std::to_string(cost) + " ns (noise)");
+  calibratedCostNs_ = cost;
+  eventCostNs_ = event;
+  return {};
 }
 
 SamplingSource::~SamplingSource() {
@@ -78,11 +180,45 @@ void SamplingSource::open() {
       return;
     }
   }
+  std::string costFrom = "configured";
+  if (options_.calibrateSampleCost) {
+    if (auto c = calibrate(); !c) {
+      TT_LOG(Warn) << options_.name << ": " << c.error().message() << "; using the configured "
+                   << options_.sampleCostNs << " ns per sample";
+      costFrom = "configured, calibration failed";
+    } else {
+      costFrom = "calibrated";
+    }
+  }
+  const uint64_t next = controller_.setLimits(periodLimits());
+  counters_.sampleCostNs = controller_.limits().sampleCostNs;
+  if (next != period_) {
+    if (auto r = changePeriod(next); !r) {
+      TT_LOG(Warn) << options_.name << ": " << r.error().message();
+    }
+  }
+  controller_.resetPeriod(period_);
   std::ostringstream d;
-  d << options_.eventDescription << ", " << events_.size() << " per-CPU events, period " << period_ << ", "
-    << fallbackWhy << (agg_ ? "in-kernel aggregation (BPF)" : "user-space ring reader");
+  d << options_.eventDescription << ", " << events_.size() << " per-CPU events, period " << period_;
+  if (options_.minPeriod < options_.maxPeriod)
+    d << " (adaptive " << controller_.lowestPeriod() << ".." << options_.maxPeriod << ")";
+  d << ", " << static_cast<uint64_t>(counters_.sampleCostNs) << " ns per sample (" << costFrom << "), " << fallbackWhy
+    << (agg_ ? "in-kernel aggregation (BPF)" : "user-space ring reader");
   status_ = {true, d.str()};
+  lastCounts_.assign(events_.size(), 0);
+  (void)takeOverflows();  // the counts so far (calibration included) are not an epoch's
   lastWallNs_ = sys::perf::monotonicNs();
+}
+
+uint64_t SamplingSource::takeOverflows() {
+  uint64_t counted = 0;
+  for (size_t i = 0; i < events_.size(); ++i) {
+    auto c = events_[i]->count();
+    if (!c) continue;
+    counted += *c - std::min(*c, lastCounts_[i]);
+    lastCounts_[i] = *c;
+  }
+  return period_ ? counted / period_ : counted;
 }
 
 Result<void> SamplingSource::addProcess(pid_t tgid) {
@@ -141,12 +277,15 @@ Result<void> SamplingSource::collect(std::vector<AccessEvidence>& out) {
     }
   }
   counters_.evidence += pending_.flush(out);
-  const uint64_t costNs = sys::perf::threadCpuNs() - cpu0;
+  // BPF run time is not added: the calibrated per-sample cost already contains it (the program
+  // runs in the faulting thread), and run-time stats are normally off.
+  EpochCost epoch;
+  epoch.overflows = takeOverflows();
+  epoch.daemonCpuNs = sys::perf::threadCpuNs() - cpu0;
   const uint64_t now = sys::perf::monotonicNs();
-  const uint64_t bpfNow = bpfRunTimeNs();
-  adaptPeriod(costNs + (bpfNow - lastBpfNs_), now - lastWallNs_);
-  lastBpfNs_ = bpfNow;
+  epoch.wallNs = now - lastWallNs_;
   lastWallNs_ = now;
+  adaptPeriod(epoch);
   return {};
 }
 
@@ -156,23 +295,21 @@ uint64_t SamplingSource::bpfRunTimeNs() const {
   return rt ? rt->first : 0;
 }
 
-void SamplingSource::adaptPeriod(uint64_t costNs, uint64_t wallNs) {
-  if (wallNs == 0) return;
-  const double percent = 100.0 * static_cast<double>(costNs) / static_cast<double>(wallNs);
-  counters_.costPercent = percent;
-  if (options_.minPeriod >= options_.maxPeriod) return;
-  uint64_t next = period_;
-  if (percent > options_.cpuBudgetPercent)
-    next = std::min(options_.maxPeriod, period_ * 2);
-  else if (percent < options_.cpuBudgetPercent / 4)
-    next = std::max(options_.minPeriod, period_ / 2);
+void SamplingSource::adaptPeriod(const EpochCost& epoch) {
+  if (epoch.wallNs == 0) return;
+  const uint64_t next = controller_.update(epoch);
+  counters_.costPercent = controller_.lastCostPercent();
   if (next == period_) return;
+  // PERF_EVENT_IOC_PERIOD is synchronous (an IPI to each event's CPU) and restarts the period
+  // count, so the new period holds from the next event on: no epoch of lag beyond this one.
   const uint64_t before = period_;
   if (auto r = changePeriod(next); !r) {
     TT_LOG(Warn) << options_.name << ": " << r.error().message();
+    controller_.resetPeriod(period_);
     return;
   }
-  TT_LOG(Debug) << options_.name << ": sample period " << before << " -> " << next << " (cost " << percent << "% of a CPU)";
+  TT_LOG(Debug) << options_.name << ": sample period " << before << " -> " << next << " (cost "
+                << counters_.costPercent << "% of a CPU, " << epoch.overflows << " samples)";
 }
 
 Result<void> SamplingSource::changePeriod(uint64_t next) {
@@ -191,10 +328,15 @@ Result<void> SamplingSource::setSamplingLimits(const SamplingLimits& limits) {
   options_.cpuBudgetPercent = limits.cpuBudgetPercent;
   options_.minPeriod = limits.minPeriod;
   options_.maxPeriod = limits.maxPeriod;
-  const uint64_t next = std::clamp(period_, limits.minPeriod, limits.maxPeriod);
+  options_.sampleCostNs = limits.sampleCostNs;  // in use unless calibrated
+  const uint64_t next = controller_.setLimits(periodLimits());
+  counters_.sampleCostNs = controller_.limits().sampleCostNs;
   if (next == period_) return {};
   const uint64_t before = period_;
-  if (auto r = changePeriod(next); !r) return r.error();
+  if (auto r = changePeriod(next); !r) {
+    controller_.resetPeriod(period_);
+    return r.error();
+  }
   TT_LOG(Info) << options_.name << ": sample period " << before << " -> " << next << " (live config)";
   return {};
 }
