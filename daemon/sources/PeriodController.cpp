@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace tt::sources {
 
@@ -29,16 +30,20 @@ uint64_t PeriodController::setLimits(const PeriodLimits& limits) {
 
 uint64_t PeriodController::update(const EpochCost& epoch) {
   if (epoch.wallNs == 0) return period_;
-  const double costNs =
-      static_cast<double>(epoch.overflows) * limits_.sampleCostNs + static_cast<double>(epoch.daemonCpuNs);
-  const double percent = 100.0 * costNs / static_cast<double>(epoch.wallNs);
-  lastCostPercent_ = percent;
+  const double wall = static_cast<double>(epoch.wallNs);
+  const double fixed = 100.0 * static_cast<double>(epoch.events) * limits_.eventCountNs / wall;
+  const double variable =
+      100.0 * (static_cast<double>(epoch.overflows) * limits_.sampleCostNs + static_cast<double>(epoch.daemonCpuNs)) /
+      wall;
+  lastCostPercent_ = fixed + variable;
   const double budget = limits_.budgetPercent;
+  const double target = kSetpoint * budget;
   const double current = static_cast<double>(period_);
-  if (percent > budget) {
-    // Samples (and the daemon's work on them) scale with 1 / period.
-    period_ = clamp(current * percent / (kSetpoint * budget));
-  } else if (percent <= kSetpoint * budget / 2) {
+  if (fixed + variable > budget) {
+    // Samples (and the daemon's work on them) scale with 1 / period; the counting does not.
+    period_ = fixed >= target ? limits_.maxPeriod : clamp(current * variable / (target - fixed));
+    period_ = clamp(static_cast<double>(period_));
+  } else if (fixed + 2 * variable <= target) {
     period_ = clamp(std::floor(current / 2));
   } else {
     period_ = clamp(current);  // limits may have moved under it
@@ -46,10 +51,12 @@ uint64_t PeriodController::update(const EpochCost& epoch) {
   return period_;
 }
 
-uint64_t stormFloorPeriod(double sampleCostNs, double eventCostNs, double budgetPercent) {
+uint64_t stormFloorPeriod(double sampleCostNs, double eventCountNs, double eventCostNs, double budgetPercent) {
   if (sampleCostNs <= 0 || eventCostNs <= 0 || budgetPercent <= 0) return 1;
-  const double p = sampleCostNs / (eventCostNs * PeriodController::kSetpoint * budgetPercent / 100.0);
-  return static_cast<uint64_t>(std::max(1.0, std::ceil(std::min(p, 1e12))));
+  const double room = eventCostNs * PeriodController::kSetpoint * budgetPercent / 100.0 - std::max(0.0, eventCountNs);
+  if (room <= 0) return UINT64_MAX;
+  const double p = sampleCostNs / room;
+  return p >= 1e18 ? UINT64_MAX : static_cast<uint64_t>(std::max(1.0, std::ceil(p)));
 }
 
 }  // namespace tt::sources

@@ -25,7 +25,7 @@
 // daemon's epoch is 1 s) is over before any per-epoch control can act, so sources that know the
 // cost of the event itself (software page faults) also get a storm floor (stormFloorPeriod): the
 // smallest period at which a thread doing nothing but taking that event is slowed by at most
-// kSetpoint x budget by sampling.
+// kSetpoint x budget by sampling (counting included; maxPeriod when the counting alone is over).
 #pragma once
 
 #include <cstdint>
@@ -37,12 +37,14 @@ struct PeriodLimits {
   uint64_t maxPeriod = 1;
   double budgetPercent = 3.0;  // of one CPU
   double sampleCostNs = 0;     // kernel-side cost of one sample
+  double eventCountNs = 0;     // kernel-side cost of counting one event (sampled or not)
   uint64_t floorPeriod = 1;    // storm floor; the effective minimum is max(minPeriod, floorPeriod)
 };
 
 // What one epoch cost, as measured by the source.
 struct EpochCost {
   uint64_t wallNs = 0;       // epoch length
+  uint64_t events = 0;       // events counted during the epoch (all processes)
   uint64_t overflows = 0;    // samples the kernel took during the epoch (all processes)
   uint64_t daemonCpuNs = 0;  // the daemon's CPU time spent on the source during the epoch
 };
@@ -76,10 +78,12 @@ class PeriodController {
   double lastCostPercent_ = 0;
 };
 
-// The storm floor: the smallest period P with sampleCostNs / (P x eventCostNs) <= kSetpoint x
-// budget (the slowdown of a thread that does nothing but take the event), where eventCostNs is
-// the CPU a thread spends per event without sampling (one page fault).
-// 1 when either cost is unknown (<= 0).
-[[nodiscard]] uint64_t stormFloorPeriod(double sampleCostNs, double eventCostNs, double budgetPercent);
+// The storm floor: the smallest period P with (eventCountNs + sampleCostNs / P) / eventCostNs <=
+// kSetpoint x budget (the slowdown of a thread that does nothing but take the event), where
+// eventCostNs is the CPU a thread spends per event without sampling (one page fault).
+// 1 when sampleCostNs or eventCostNs is unknown (<= 0); UINT64_MAX (clamped to maxPeriod by the
+// controller) when the counting alone is over kSetpoint x budget.
+[[nodiscard]] uint64_t stormFloorPeriod(double sampleCostNs, double eventCountNs, double eventCostNs,
+                                        double budgetPercent);
 
 }  // namespace tt::sources

@@ -35,52 +35,60 @@ PeriodLimits SamplingSource::periodLimits() const {
   l.maxPeriod = options_.maxPeriod;
   l.budgetPercent = options_.cpuBudgetPercent;
   l.sampleCostNs = calibratedCostNs_ > 0 ? calibratedCostNs_ : options_.sampleCostNs;
+  l.eventCountNs = calibratedCostNs_ > 0 ? eventCountNs_ : 0;
   // The storm floor needs the cost of the event itself, known only from calibration. A fixed
   // period (min == max) is the operator's choice and stays as configured.
   l.floorPeriod = options_.minPeriod < options_.maxPeriod
-                      ? stormFloorPeriod(l.sampleCostNs, eventCostNs_, options_.cpuBudgetPercent)
+                      ? stormFloorPeriod(l.sampleCostNs, l.eventCountNs, eventCostNs_, options_.cpuBudgetPercent)
                       : 1;
   return l;
 }
 
-// Calibration of the kernel-side cost of one software page-fault sample.
+// Calibration of the kernel-side cost of software page-fault sampling.
 //
 // Why measure rather than configure: the cost is the perf overflow path plus the BPF program (or
 // the ring write), paid by the faulting thread; it differs several-fold between machines, kernels
-// and virtualisation (~0.5 us per sample in the `cost` benchmark's hot set here, several us in a
-// first-touch storm), and no CPU-time counter of the daemon's sees it.
+// and virtualisation (~0.5-0.7 us per sample here), and no CPU-time counter of the daemon's sees
+// it. Enabling the event also costs every fault something (the kernel walks its per-CPU software
+// event list and counts: ~45 ns here), sampled or not.
 // How: the daemon's own thread takes bursts of first-touch faults (fresh pages, one fault each,
-// the storm case) with the events enabled at period 1 and with them disabled, alternating which
-// comes first; CLOCK_THREAD_CPUTIME_ID counts the fault handling of this thread only, so other
-// load on the machine affects it much less than wall time would. Its own tgid is tracked during
-// the sampled bursts so the BPF program does the full work of a tracked sample (map insert of a
-// new page), the worst case; the entries are drained and dropped before any process is tracked.
-// cost = median over pairs of (sampled - unsampled) / pages; event cost = median unsampled / pages.
-// About 7 x 2 x 1024 faults: ~0.1-0.3 s at start. A result <= 0 (noise) fails: the configured
+// the storm case) in three states: events disabled, enabled at a period no burst reaches
+// (counting only), enabled at period 1 (every fault sampled), the order rotating between rounds;
+// CLOCK_THREAD_CPUTIME_ID counts the fault handling of this thread only, so other load on the
+// machine affects it much less than wall time would. Its own tgid is tracked during the bursts
+// so the BPF program does the full work of a tracked sample (map insert of a new page), the worst
+// case; the entries are drained and dropped before any process is tracked.
+//   event cost    = median(disabled) / pages
+//   counting cost = median over rounds of (counting - disabled) / pages (clamped at 0)
+//   sample cost   = median over rounds of (sampled - counting) / pages
+// 9 rounds x 3 x 2048 faults: ~0.1-0.2 s at start. A sample cost <= 0 (noise) fails: the configured
 // sample_cost_ns is used instead.
 Result<void> SamplingSource::calibrate() {
-  constexpr size_t kPages = 1024;
-  constexpr int kPairs = 7;
-  auto setAll = [&](bool on) -> Result<void> {
-    for (const auto& ev : events_)
+  constexpr size_t kPages = 2048;  // the counting cost is ~3% of a fault: long bursts, less noise
+  constexpr int kRounds = 9;
+  constexpr uint64_t kCountOnly = uint64_t{1} << 40;  // no burst reaches it: counting, no sample
+  auto setAll = [&](bool on, uint64_t period) -> Result<void> {
+    for (const auto& ev : events_) {
+      if (on) {
+        if (auto r = ev->setPeriod(period); !r) return r.error();
+      }
       if (auto r = on ? ev->enable() : ev->disable(); !r) return r.error();
+    }
     return {};
   };
   auto discard = [&] {
     for (const auto& ev : events_) ev->drain([](std::span<const uint8_t>) {});
   };
-  for (const auto& ev : events_)
-    if (auto r = ev->setPeriod(1); !r) return r.error();
   const pid_t self = sys::perf::currentTgid();
   if (agg_)
     if (auto r = agg_->track(self); !r) return r.error();
-  std::vector<double> sampled, unsampled, diff;
+  std::vector<double> disabled, counting, sampling;
   Result<void> result{};
-  for (int k = 0; k < kPairs && result; ++k) {
-    double pair[2] = {0, 0};  // [0] sampled, [1] unsampled
-    for (int j = 0; j < 2 && result; ++j) {
-      const bool on = (j == 0) == (k % 2 == 0);
-      if (auto r = setAll(on); !r) {
+  for (int k = 0; k < kRounds && result; ++k) {
+    double perFault[3] = {0, 0, 0};  // disabled, counting, sampled
+    for (int j = 0; j < 3 && result; ++j) {
+      const int state = (j + k) % 3;
+      if (auto r = setAll(state != 0, state == 2 ? 1 : kCountOnly); !r) {
         result = r.error();
         break;
       }
@@ -89,12 +97,12 @@ Result<void> SamplingSource::calibrate() {
         result = ns.error();
         break;
       }
-      pair[on ? 0 : 1] = static_cast<double>(*ns) / kPages;
+      perFault[state] = static_cast<double>(*ns) / kPages;
       discard();  // keep the user rings from filling (a full ring makes samples cheaper)
     }
-    sampled.push_back(pair[0]);
-    unsampled.push_back(pair[1]);
-    diff.push_back(pair[0] - pair[1]);
+    disabled.push_back(perFault[0]);
+    counting.push_back(perFault[1] - perFault[0]);
+    sampling.push_back(perFault[2] - perFault[1]);
   }
   if (agg_) {
     (void)agg_->untrack(self);
@@ -102,16 +110,15 @@ Result<void> SamplingSource::calibrate() {
     (void)agg_->drain(drop);
   }
   discard();
-  for (const auto& ev : events_)
-    if (auto r = ev->setPeriod(period_); !r && result) result = r.error();
-  if (auto r = setAll(true); !r && result) result = r.error();
+  if (auto r = setAll(true, period_); !r && result) result = r.error();
   if (!result) return result;
-  const double cost = median(diff), event = median(unsampled);
-  TT_LOG(Debug) << options_.name << ": calibration: per fault " << median(sampled) << " ns sampled, " << event
-                << " ns unsampled";
-  if (cost <= 0 || event <= 0)
-    return logicError("calibration of the sample cost measured " + std::to_string(cost) + " ns (noise)");
-  calibratedCostNs_ = cost;
+  const double event = median(disabled), count = std::max(0.0, median(counting)), sample = median(sampling);
+  TT_LOG(Debug) << options_.name << ": calibration per fault: " << event << " ns, + " << count
+                << " ns counting, + " << sample << " ns per sample";
+  if (sample <= 0 || event <= 0)
+    return logicError("calibration of the sample cost measured " + std::to_string(sample) + " ns (noise)");
+  calibratedCostNs_ = sample;
+  eventCountNs_ = count;
   eventCostNs_ = event;
   return {};
 }
@@ -202,23 +209,28 @@ void SamplingSource::open() {
   d << options_.eventDescription << ", " << events_.size() << " per-CPU events, period " << period_;
   if (options_.minPeriod < options_.maxPeriod)
     d << " (adaptive " << controller_.lowestPeriod() << ".." << options_.maxPeriod << ")";
-  d << ", " << static_cast<uint64_t>(counters_.sampleCostNs) << " ns per sample (" << costFrom << "), " << fallbackWhy
+  d << ", " << static_cast<uint64_t>(counters_.sampleCostNs) << " ns per sample";
+  if (calibratedCostNs_ > 0)
+    d << " + " << static_cast<uint64_t>(eventCountNs_) << " ns per event counted, on a " << static_cast<uint64_t>(eventCostNs_)
+      << " ns fault";
+  d << " (" << costFrom << "), " << fallbackWhy
     << (agg_ ? "in-kernel aggregation (BPF)" : "user-space ring reader");
   status_ = {true, d.str()};
   lastCounts_.assign(events_.size(), 0);
-  (void)takeOverflows();  // the counts so far (calibration included) are not an epoch's
+  uint64_t events = 0, overflows = 0;
+  takeCounts(events, overflows);  // the counts so far (calibration included) are not an epoch's
   lastWallNs_ = sys::perf::monotonicNs();
 }
 
-uint64_t SamplingSource::takeOverflows() {
-  uint64_t counted = 0;
+void SamplingSource::takeCounts(uint64_t& events, uint64_t& overflows) {
+  events = 0;
   for (size_t i = 0; i < events_.size(); ++i) {
     auto c = events_[i]->count();
     if (!c) continue;
-    counted += *c - std::min(*c, lastCounts_[i]);
+    events += *c - std::min(*c, lastCounts_[i]);
     lastCounts_[i] = *c;
   }
-  return period_ ? counted / period_ : counted;
+  overflows = period_ ? events / period_ : events;
 }
 
 Result<void> SamplingSource::addProcess(pid_t tgid) {
@@ -280,7 +292,7 @@ Result<void> SamplingSource::collect(std::vector<AccessEvidence>& out) {
   // BPF run time is not added: the calibrated per-sample cost already contains it (the program
   // runs in the faulting thread), and run-time stats are normally off.
   EpochCost epoch;
-  epoch.overflows = takeOverflows();
+  takeCounts(epoch.events, epoch.overflows);
   epoch.daemonCpuNs = sys::perf::threadCpuNs() - cpu0;
   const uint64_t now = sys::perf::monotonicNs();
   epoch.wallNs = now - lastWallNs_;

@@ -8,11 +8,11 @@
 // tgid filter is a BPF hash map (in-kernel) or a set (user ring) changed at run time.
 //
 // The sample period adapts so the whole cost of sampling stays under the CPU budget
-// (PeriodController): every epoch, overflows x the kernel-side cost of one sample (which runs in
-// the sampled thread, invisible to the daemon) + this thread's CPU time in collect(). Overflows
-// are counted from the events' counts (all processes: the events are system-wide). The per-sample
-// cost is calibrated at open() for the software page-fault event (calibrateSampleCost), else the
-// configured sampleCostNs.
+// (PeriodController): every epoch, events x the cost of counting one + overflows x the kernel-side
+// cost of one sample (both run in the sampled thread, invisible to the daemon) + this thread's CPU
+// time in collect(). Events and overflows come from the events' counts (all processes: the events
+// are system-wide). The unit costs are calibrated at open() for the software page-fault event
+// (calibrateSampleCost), else the configured sampleCostNs and no counting cost.
 #pragma once
 
 #include <linux/perf_event.h>
@@ -79,6 +79,8 @@ class SamplingSource final : public Source {
   [[nodiscard]] bool sampleCostCalibrated() const { return calibratedCostNs_ > 0; }
   // CPU a thread spends per event without sampling (one page fault), when calibrated; else 0.
   [[nodiscard]] double eventCostNs() const { return eventCostNs_; }
+  // Extra CPU per event of the event being enabled (counting, no sample), when calibrated; else 0.
+  [[nodiscard]] double eventCountNs() const { return eventCountNs_; }
   [[nodiscard]] uint64_t lowestPeriod() const { return controller_.lowestPeriod(); }
 
  private:
@@ -86,8 +88,8 @@ class SamplingSource final : public Source {
   // Measures calibratedCostNs_ and eventCostNs_ with bursts of the daemon's own page faults.
   [[nodiscard]] Result<void> calibrate();
   [[nodiscard]] PeriodLimits periodLimits() const;
-  // Samples the kernel took on all events since the last call (count deltas / period).
-  uint64_t takeOverflows();
+  // Events counted on all events since the last call, and the samples among them (/ period).
+  void takeCounts(uint64_t& events, uint64_t& overflows);
   void adaptPeriod(const EpochCost& epoch);
   // Sets every event's period (PERF_EVENT_IOC_PERIOD); on failure the old period stays recorded.
   Result<void> changePeriod(uint64_t next);
@@ -109,6 +111,7 @@ class SamplingSource final : public Source {
   std::vector<uint64_t> lastCounts_;  // parallel to events_
   double calibratedCostNs_ = 0;       // 0: not calibrated
   double eventCostNs_ = 0;
+  double eventCountNs_ = 0;
   PeriodController controller_;
 };
 

@@ -180,8 +180,9 @@ TEST(SourcesPrivileged, CalibratedSamplingCostRaisesThePeriodOverBudget) {
   ASSERT_TRUE(source.sampleCostCalibrated()) << source.status().detail;
   EXPECT_GT(source.sampleCostNs(), 0.0);
   EXPECT_GT(source.eventCostNs(), 0.0);
+  EXPECT_GE(source.eventCountNs(), 0.0);
   EXPECT_NE(source.status().detail.find("calibrated"), std::string::npos) << source.status().detail;
-  const uint64_t floor = stormFloorPeriod(source.sampleCostNs(), source.eventCostNs(), o.cpuBudgetPercent);
+  const uint64_t floor = stormFloorPeriod(source.sampleCostNs(), source.eventCountNs(), source.eventCostNs(), o.cpuBudgetPercent);
   EXPECT_EQ(source.lowestPeriod(), std::min<uint64_t>(floor, o.maxPeriod));
   EXPECT_GE(source.period(), source.lowestPeriod());
 
@@ -193,9 +194,9 @@ TEST(SourcesPrivileged, CalibratedSamplingCostRaisesThePeriodOverBudget) {
   tight.maxPeriod = 65536;
   ASSERT_TRUE(source.setSamplingLimits(tight).ok());
   EXPECT_EQ(source.lowestPeriod(),
-            std::min<uint64_t>(stormFloorPeriod(source.sampleCostNs(), source.eventCostNs(), 0.3), 65536));
+            std::min<uint64_t>(stormFloorPeriod(source.sampleCostNs(), source.eventCountNs(), source.eventCostNs(), 0.3), 65536));
   EXPECT_GE(source.period(), source.lowestPeriod());
-  if (floor > 1) {
+  if (atThreePercent < 65536) {
     EXPECT_GT(source.period(), atThreePercent);
   }
 }

@@ -91,14 +91,15 @@ TEST(PeriodController, RisesWithinOneEpochUnderAStorm) {
 }
 
 TEST(PeriodController, StormFloorBoundsASingleThreadsSamplingShareBeforeAnyEpochEnds) {
-  // A thread doing nothing but taking events (eventNs each, plus sampleNs per sample at period P)
-  // is slowed by sampleNs / (P * eventNs) by sampling: at the floor that slowdown is within half
-  // the budget, one period below it is not.
+  // A thread doing nothing but taking events (eventNs each, plus countNs for the counting and
+  // sampleNs per sample at period P) is slowed by (countNs + sampleNs / P) / eventNs: at the floor
+  // that slowdown is within half the budget, one period below it is not.
   for (double sampleNs : {300.0, 2000.0, 4500.0}) {
     for (double eventNs : {1000.0, 5000.0}) {
       for (double budget : {1.0, 3.0, 10.0}) {
-        const uint64_t p = stormFloorPeriod(sampleNs, eventNs, budget);
-        auto share = [&](double period) { return sampleNs / (period * eventNs); };
+        const double countNs = 0.2 * PeriodController::kSetpoint * budget / 100 * eventNs;
+        const uint64_t p = stormFloorPeriod(sampleNs, countNs, eventNs, budget);
+        auto share = [&](double period) { return (countNs + sampleNs / period) / eventNs; };
         EXPECT_LE(share(static_cast<double>(p)), PeriodController::kSetpoint * budget / 100)
             << sampleNs << " " << eventNs << " " << budget;
         if (p > 1) {
@@ -107,8 +108,12 @@ TEST(PeriodController, StormFloorBoundsASingleThreadsSamplingShareBeforeAnyEpoch
       }
     }
   }
-  EXPECT_EQ(stormFloorPeriod(0, 5000, 3), 1U);  // unknown costs: no floor
-  EXPECT_EQ(stormFloorPeriod(2000, 0, 3), 1U);
+  EXPECT_EQ(stormFloorPeriod(0, 0, 5000, 3), 1U);  // unknown costs: no floor
+  EXPECT_EQ(stormFloorPeriod(2000, 0, 0, 3), 1U);
+  // Counting alone over half the budget: no period is enough, the controller goes to max.
+  EXPECT_EQ(stormFloorPeriod(2000, 100, 5000, 3), UINT64_MAX);
+  PeriodController over(1, limits(1, 65536, 3.0, 2000, stormFloorPeriod(2000, 100, 5000, 3)));
+  EXPECT_EQ(over.period(), 65536U);
   // The controller never goes under the floor, even idle.
   PeriodController c(1, limits(1, 1'000'000, 3.0, 2000, 27));
   EXPECT_EQ(c.period(), 27U);
@@ -196,6 +201,29 @@ TEST(PeriodController, DoesNotOscillateUnderNoisyLoad) {
     EXPECT_LE(mean, l.budgetPercent) << rate;
     EXPECT_GE(mean, l.budgetPercent / 4) << rate;
   }
+}
+
+TEST(PeriodController, CountingCostIsChargedButNotScaledByThePeriod) {
+  // Every event costs countNs whatever the period. The raise aims the scalable rest at what the
+  // counting leaves of half the budget.
+  PeriodLimits l = limits();
+  l.eventCountNs = 50;
+  PeriodController c(1, l);
+  EpochCost e;
+  e.wallNs = kEpochNs;
+  e.events = 200'000;  // 1% of a CPU counting
+  e.overflows = 200'000;  // 40% sampling at period 1
+  c.update(e);
+  EXPECT_NEAR(c.lastCostPercent(), 41.0, 1e-9);
+  const uint64_t p = c.period();
+  const double atP = 1.0 + 40.0 / static_cast<double>(p);
+  EXPECT_LE(atP, PeriodController::kSetpoint * l.budgetPercent + 1e-9);
+  EXPECT_GT(1.0 + 40.0 / static_cast<double>(p - 1), PeriodController::kSetpoint * l.budgetPercent);
+  // Counting alone over half the budget: straight to the max period.
+  e.events = 40'000'000;  // 2 s of counting per second: 200% of a CPU
+  e.overflows = e.events / p;
+  c.update(e);
+  EXPECT_EQ(c.period(), l.maxPeriod);
 }
 
 TEST(PeriodController, ZeroLengthEpochChangesNothing) {

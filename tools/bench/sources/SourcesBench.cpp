@@ -323,7 +323,7 @@ constexpr int kStreamRounds = 20;
 
 struct TrackedInfo {
   uint64_t period = 0, lowest = 0;
-  double sampleCostNs = 0, eventCostNs = 0, costPercent = 0;
+  double sampleCostNs = 0, eventCountNs = 0, eventCostNs = 0, costPercent = 0;
   bool calibrated = false;
   size_t evidence = 0;
 };
@@ -357,6 +357,7 @@ StreamTimes streamRun(SourceSet* set, int epochMs, TrackedInfo* info) {
       info->lowest = sw->lowestPeriod();
       info->sampleCostNs = sw->sampleCostNs();
       info->eventCostNs = sw->eventCostNs();
+      info->eventCountNs = sw->eventCountNs();
       info->calibrated = sw->sampleCostCalibrated();
       info->costPercent = sw->counters().costPercent;
     }
@@ -397,8 +398,9 @@ void slowdownWith(const char* name, const tensortier::v1::SourcesConfig& config,
   std::vector<double> touchWall, touchCpu, passWall, passCpu;
   std::printf("\n%s: %d pairs, epoch %d ms; 256 MiB first touch (65536 faults) then %d memory-bound passes\n", name,
               pairs, epochMs, kStreamRounds);
-  std::printf("%4s %5s %21s %21s %21s %21s %8s %8s %9s %9s\n", "pair", "first", "touch wall s (u/t)", "touch cpu s (u/t)",
-              "passes wall s (u/t)", "passes cpu s (u/t)", "period", "lowest", "cost ns", "fault ns");
+  std::printf("%4s %5s %21s %21s %21s %21s %8s %8s %9s %9s %9s\n", "pair", "first", "touch wall s (u/t)",
+              "touch cpu s (u/t)", "passes wall s (u/t)", "passes cpu s (u/t)", "period", "lowest", "sample ns",
+              "count ns", "fault ns");
   for (int i = 0; i < pairs; ++i) {
     StreamTimes u, t;
     TrackedInfo info;
@@ -417,10 +419,10 @@ void slowdownWith(const char* name, const tensortier::v1::SourcesConfig& config,
     touchCpu.push_back(t.touch.cpu / u.touch.cpu);
     passWall.push_back(t.passes.wall / u.passes.wall);
     passCpu.push_back(t.passes.cpu / u.passes.cpu);
-    std::printf("%4d %5s %10.3f/%-10.3f %10.3f/%-10.3f %10.3f/%-10.3f %10.3f/%-10.3f %8llu %8llu %9.0f %9.0f%s\n", i,
+    std::printf("%4d %5s %10.3f/%-10.3f %10.3f/%-10.3f %10.3f/%-10.3f %10.3f/%-10.3f %8llu %8llu %9.0f %9.0f %9.0f%s\n", i,
                 i % 2 == 0 ? "untr" : "track", u.touch.wall, t.touch.wall, u.touch.cpu, t.touch.cpu, u.passes.wall,
                 t.passes.wall, u.passes.cpu, t.passes.cpu, static_cast<unsigned long long>(info.period),
-                static_cast<unsigned long long>(info.lowest), info.sampleCostNs, info.eventCostNs,
+                static_cast<unsigned long long>(info.lowest), info.sampleCostNs, info.eventCountNs, info.eventCostNs,
                 info.calibrated || info.period == 0 ? "" : " (configured cost)");
   }
   std::printf("%s: tracked vs untracked, per-pair ratio over %d pairs:\n", name, pairs);
@@ -428,6 +430,19 @@ void slowdownWith(const char* name, const tensortier::v1::SourcesConfig& config,
   printSpread("first touch, CPU", touchCpu);
   printSpread("passes, wall", passWall);
   printSpread("passes, CPU", passCpu);
+}
+
+// Software faults alone at fixed periods (no adaptation): how the first-touch slowdown falls with
+// the period, to check the cost model (per-fault counting + per-sample cost / period).
+void slowdownPeriods(int pairs, int epochMs) {
+  for (uint64_t period : {1ULL, 4ULL, 16ULL, 64ULL, 256ULL, 1000000ULL}) {
+    tensortier::v1::SourcesConfig c;
+    c.mutable_fault_trace()->set_enabled(false);
+    c.mutable_software_faults()->set_period(period);
+    c.mutable_software_faults()->set_max_period(period);
+    const std::string name = "software faults, fixed period " + std::to_string(period);
+    slowdownWith(name.c_str(), c, pairs, epochMs);
+  }
 }
 
 void slowdown(int pairs, int epochMs, bool breakdown) {
@@ -529,6 +544,7 @@ int main(int argc, char** argv) {
     const bool breakdown = mode == "slowdown" && argc > 4 && std::string(argv[4]) == "breakdown";
     slowdown(pairs, epochMs, breakdown);
   }
+  if (mode == "slowdown-periods") slowdownPeriods(argc > 2 ? std::max(1, std::atoi(argv[2])) : 9, 1000);
   if (mode == "memory" || mode == "all") memory();
   return 0;
 }
