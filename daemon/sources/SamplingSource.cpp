@@ -207,8 +207,11 @@ void SamplingSource::open() {
   controller_.resetPeriod(period_);
   std::ostringstream d;
   d << options_.eventDescription << ", " << events_.size() << " per-CPU events, period " << period_;
-  if (options_.minPeriod < options_.maxPeriod)
+  if (options_.minPeriod < options_.maxPeriod) {
     d << " (adaptive " << controller_.lowestPeriod() << ".." << options_.maxPeriod << ")";
+    if (calibratedCostNs_ > 0 && controller_.lowestPeriod() >= options_.maxPeriod)
+      d << " (counting every fault alone costs a faulting thread over half the budget)";
+  }
   d << ", " << static_cast<uint64_t>(counters_.sampleCostNs) << " ns per sample";
   if (calibratedCostNs_ > 0)
     d << " + " << static_cast<uint64_t>(eventCountNs_) << " ns per event counted, on a " << static_cast<uint64_t>(eventCostNs_)

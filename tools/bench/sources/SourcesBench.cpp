@@ -319,7 +319,7 @@ class StreamChild {
 };
 
 constexpr uint64_t kStreamBytes = 256ULL << 20;
-constexpr int kStreamRounds = 20;
+constexpr int kStreamRounds = 100;  // ~1 s of passes: long enough to average scheduling noise
 
 struct TrackedInfo {
   uint64_t period = 0, lowest = 0;
