@@ -315,6 +315,22 @@ TEST(SourceSetLiveConfig, WithLiveKeysTakesOnlyTheLiveKeys) {
   EXPECT_FALSE(merged.damon().enabled());
 }
 
+TEST(SourceSetLiveConfig, SoftwareMaxPeriodAtOrBelowPeriodFixesThePeriod) {
+  auto sw = std::make_unique<fakes::FakeSource>("software-faults", true);
+  auto* ps = sw.get();
+  std::vector<std::unique_ptr<Source>> v;
+  v.push_back(std::move(sw));
+  const tensortier::v1::SourcesConfig base;
+  SourceSet set(std::move(v), base);
+  auto next = base;
+  next.mutable_software_faults()->set_period(16);
+  next.mutable_software_faults()->set_max_period(2);
+  ASSERT_TRUE(set.applyConfig(next).ok());
+  ASSERT_TRUE(ps->limits.has_value());
+  EXPECT_EQ(ps->limits->minPeriod, 16U);
+  EXPECT_EQ(ps->limits->maxPeriod, 16U);
+}
+
 TEST(SourceSetLiveConfig, TunesEachSamplingSourceWithItsOwnBounds) {
   auto pmu = std::make_unique<fakes::FakeSource>("pmu", true);
   auto sw = std::make_unique<fakes::FakeSource>("software-faults", true);
