@@ -8,6 +8,8 @@
 //                            median per-pair ratio and spread of wall and rusage CPU time;
 //                            epoch 1000 ms as the daemon's default; `breakdown` adds the
 //                            software-faults-only and fault-trace-only sets
+//   sources_bench slowdown-periods [PAIRS]   software faults alone at fixed periods
+//   sources_bench period-latency   time of one sample-period change on every per-CPU event
 //   sources_bench memory     tracking state per GiB of tracked memory (1 GiB touched in one epoch)
 //   sources_bench all
 //   sources_bench --record-fixture PATH   records a real software page-fault stream as hex
@@ -445,6 +447,28 @@ void slowdownPeriods(int pairs, int epochMs) {
   }
 }
 
+// How long a period change takes (PERF_EVENT_IOC_PERIOD on every per-CPU event, through the
+// live-tuning path): the controller's reaction is bounded by the epoch if this is small.
+void periodLatency() {
+  auto s = softwareSource(Aggregation::InKernel, 0);
+  std::vector<double> us;
+  for (int k = 0; k < 201; ++k) {
+    SamplingLimits l;
+    l.minPeriod = l.maxPeriod = k % 2 ? 1 : 65536;
+    const double t0 = nowSec();
+    if (auto r = s->setSamplingLimits(l); !r) {
+      std::cerr << r.error().message() << "\n";
+      return;
+    }
+    us.push_back((nowSec() - t0) * 1e6);
+  }
+  const Spread sp = spreadOf(us);
+  std::printf("period change on %llu per-CPU events (setSamplingLimits -> PERF_EVENT_IOC_PERIOD each), 201 changes: "
+              "median %.1f us, IQR [%.1f, %.1f] us, max %.1f us\n",
+              static_cast<unsigned long long>(s->status().available ? sys::perf::onlineCpus(sys::Fs("/sys"))->size() : 0),
+              sp.median, sp.q1, sp.q3, sp.max);
+}
+
 void slowdown(int pairs, int epochMs, bool breakdown) {
   tensortier::v1::SourcesConfig defaults;  // what the daemon runs with: pmu, software faults, fault trace
   slowdownWith("default sources", defaults, pairs, epochMs);
@@ -544,6 +568,7 @@ int main(int argc, char** argv) {
     const bool breakdown = mode == "slowdown" && argc > 4 && std::string(argv[4]) == "breakdown";
     slowdown(pairs, epochMs, breakdown);
   }
+  if (mode == "period-latency") periodLatency();
   if (mode == "slowdown-periods") slowdownPeriods(argc > 2 ? std::max(1, std::atoi(argv[2])) : 9, 1000);
   if (mode == "memory" || mode == "all") memory();
   return 0;
