@@ -318,7 +318,7 @@ void EpochLoop::exportCounters(double epochSeconds, const ExecutorCounters& c) {
       metrics_.counter("tensortier_samples_total", "Samples/events seen by each source", {{"source", s.name}})
           .add(static_cast<double>(s.samples >= prev ? s.samples - prev : s.samples));
       lastSamples_[s.name] = s.samples;
-      metrics_.counter("tensortier_sampling_cpu_seconds_total", "CPU time spent sampling, by source",
+      metrics_.counter("tensortier_sampling_cpu_seconds_total", "Estimated CPU time spent sampling (kernel work in sampled threads + daemon), by source",
                        {{"source", s.name}})
           .add(s.cpuPercent / 100.0 * epochSeconds);
       metrics_.gauge("tensortier_source_active", "1 when the source runs", {{"source", s.name}})

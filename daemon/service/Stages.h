@@ -26,7 +26,7 @@ struct SourceReport {
   bool active = false;
   std::string detail;  // what it runs with, or why it is off
   uint64_t samples = 0;
-  double cpuPercent = 0;  // sampling cost in the last epoch, percent of one CPU
+  double cpuPercent = 0;  // estimated sampling cost in the last epoch (kernel + daemon), percent of one CPU
 };
 
 // Sources of access evidence for registered processes.

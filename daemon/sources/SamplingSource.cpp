@@ -9,6 +9,16 @@
 
 namespace tt::sources {
 
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
 size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind,
                            std::vector<AccessEvidence>& out) {
   std::sort(chunks.begin(), chunks.end(),
@@ -33,9 +43,110 @@ size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKin
 }
 
 SamplingSource::SamplingSource(SamplingOptions options, sys::Fs sysfs)
-    : options_(std::move(options)), sysfs_(std::move(sysfs)) {
+    : options_(std::move(options)),
+      sysfs_(std::move(sysfs)),
+      controller_(options_.events.empty() ? 1 : options_.events.front().sample_period, PeriodLimits{}) {
   period_ = options_.events.empty() ? 1 : options_.events.front().sample_period;
   counters_.period = period_;
+  (void)controller_.setLimits(periodLimits());
+  controller_.resetPeriod(period_);  // the events open at their configured period
+  counters_.sampleCostNs = controller_.limits().sampleCostNs;
+}
+
+PeriodLimits SamplingSource::periodLimits() const {
+  PeriodLimits l;
+  l.minPeriod = options_.minPeriod;
+  l.maxPeriod = options_.maxPeriod;
+  l.budgetPercent = options_.cpuBudgetPercent;
+  l.sampleCostNs = calibratedCostNs_ > 0 ? calibratedCostNs_ : options_.sampleCostNs;
+  l.eventCountNs = calibratedCostNs_ > 0 ? eventCountNs_ : 0;
+  // The storm floor needs the cost of the event itself, known only from calibration. A fixed
+  // period (min == max) is the operator's choice and stays as configured.
+  l.floorPeriod = options_.minPeriod < options_.maxPeriod
+                      ? stormFloorPeriod(l.sampleCostNs, l.eventCountNs, eventCostNs_, options_.cpuBudgetPercent)
+                      : 1;
+  return l;
+}
+
+// Calibration of the kernel-side cost of software page-fault sampling.
+//
+// Why measure rather than configure: the cost is the perf overflow path plus the BPF program (or
+// the ring write), paid by the faulting thread; it differs several-fold between machines, kernels
+// and virtualisation (~0.5-0.7 us per sample here), and no CPU-time counter of the daemon's sees
+// it. Enabling the event also costs every fault something (the kernel walks its per-CPU software
+// event list and counts: ~45 ns here), sampled or not.
+// How: the daemon's own thread takes bursts of first-touch faults (fresh pages, one fault each,
+// the storm case) in three states: events disabled, enabled at a period no burst reaches
+// (counting only), enabled at period 1 (every fault sampled), the order rotating between rounds;
+// CLOCK_THREAD_CPUTIME_ID counts the fault handling of this thread only, so other load on the
+// machine affects it much less than wall time would. Its own tgid is tracked during the bursts
+// so the BPF program does the full work of a tracked sample (map insert of a new page), the worst
+// case; the entries are drained and dropped before any process is tracked.
+//   event cost    = median(disabled) / pages
+//   counting cost = median over rounds of (counting - disabled) / pages (clamped at 0)
+//   sample cost   = median over rounds of (sampled - counting) / pages
+// 9 rounds x 3 x 2048 faults: ~0.1-0.2 s at start. A sample cost <= 0 (noise) fails: the configured
+// sample_cost_ns is used instead.
+Result<void> SamplingSource::calibrate() {
+  constexpr size_t kPages = 2048;  // the counting cost is ~3% of a fault: long bursts, less noise
+  constexpr int kRounds = 9;
+  constexpr uint64_t kCountOnly = uint64_t{1} << 40;  // no burst reaches it: counting, no sample
+  auto setAll = [&](bool on, uint64_t period) -> Result<void> {
+    for (const auto& ev : events_) {
+      if (on) {
+        if (auto r = ev->setPeriod(period); !r) return r.error();
+      }
+      if (auto r = on ? ev->enable() : ev->disable(); !r) return r.error();
+    }
+    return {};
+  };
+  auto discard = [&] {
+    for (const auto& ev : events_) ev->drain([](std::span<const uint8_t>) {});
+  };
+  const pid_t self = sys::perf::currentTgid();
+  if (agg_)
+    if (auto r = agg_->track(self); !r) return r.error();
+  std::vector<double> disabled, counting, sampling;
+  Result<void> result{};
+  for (int k = 0; k < kRounds && result; ++k) {
+    double perFault[3] = {0, 0, 0};  // disabled, counting, sampled
+    for (int j = 0; j < 3 && result; ++j) {
+      const int state = (j + k) % 3;
+      if (auto r = setAll(state != 0, state == 2 ? 1 : kCountOnly); !r) {
+        result = r.error();
+        break;
+      }
+      auto ns = sys::perf::faultBurstCpuNs(kPages);
+      if (!ns) {
+        result = ns.error();
+        break;
+      }
+      perFault[state] = static_cast<double>(*ns) / kPages;
+      discard();  // keep the user rings from filling (a full ring makes samples cheaper)
+    }
+    disabled.push_back(perFault[0]);
+    counting.push_back(perFault[1] - perFault[0]);
+    sampling.push_back(perFault[2] - perFault[1]);
+  }
+  if (agg_) {
+    (void)agg_->untrack(self);
+    std::vector<sys::bpf::ChunkCounts> drop;
+    (void)agg_->drain(drop);
+    // The calibration's own samples are not the workload's: start counting after them.
+    if (auto st = agg_->stats()) lastAggSamples_ = st->tracked - st->noAddress;
+  }
+  discard();
+  if (auto r = setAll(true, period_); !r && result) result = r.error();
+  if (!result) return result;
+  const double event = median(disabled), count = std::max(0.0, median(counting)), sample = median(sampling);
+  TT_LOG(Debug) << options_.name << ": calibration per fault: " << event << " ns, + " << count
+                << " ns counting, + " << sample << " ns per sample";
+  if (sample <= 0 || event <= 0)
+    return logicError("calibration of the sample cost measured " + std::to_string(sample) + " ns (noise)");
+  calibratedCostNs_ = sample;
+  eventCountNs_ = count;
+  eventCostNs_ = event;
+  return {};
 }
 
 SamplingSource::~SamplingSource() {
@@ -102,11 +213,53 @@ void SamplingSource::open() {
       return;
     }
   }
+  std::string costFrom = "configured";
+  if (options_.calibrateSampleCost) {
+    if (auto c = calibrate(); !c) {
+      TT_LOG(Warn) << options_.name << ": " << c.error().message() << "; using the configured "
+                   << options_.sampleCostNs << " ns per sample";
+      costFrom = "configured, calibration failed";
+    } else {
+      costFrom = "calibrated";
+    }
+  }
+  const uint64_t next = controller_.setLimits(periodLimits());
+  counters_.sampleCostNs = controller_.limits().sampleCostNs;
+  if (next != period_) {
+    if (auto r = changePeriod(next); !r) {
+      TT_LOG(Warn) << options_.name << ": " << r.error().message();
+    }
+  }
+  controller_.resetPeriod(period_);
   std::ostringstream d;
-  d << options_.eventDescription << ", " << events_.size() << " per-CPU events, period " << period_ << ", "
-    << fallbackWhy << (agg_ ? "in-kernel aggregation (BPF)" : "user-space ring reader");
+  d << options_.eventDescription << ", " << events_.size() << " per-CPU events, period " << period_;
+  if (options_.minPeriod < options_.maxPeriod) {
+    d << " (adaptive " << controller_.lowestPeriod() << ".." << options_.maxPeriod << ")";
+    if (calibratedCostNs_ > 0 && controller_.lowestPeriod() >= options_.maxPeriod)
+      d << " (counting every fault alone costs a faulting thread over half the budget)";
+  }
+  d << ", " << static_cast<uint64_t>(counters_.sampleCostNs) << " ns per sample";
+  if (calibratedCostNs_ > 0)
+    d << " + " << static_cast<uint64_t>(eventCountNs_) << " ns per event counted, on a " << static_cast<uint64_t>(eventCostNs_)
+      << " ns fault";
+  d << " (" << costFrom << "), " << fallbackWhy
+    << (agg_ ? "in-kernel aggregation (BPF)" : "user-space ring reader");
   status_ = {true, d.str()};
+  lastCounts_.assign(events_.size(), 0);
+  uint64_t events = 0, overflows = 0;
+  takeCounts(events, overflows);  // the counts so far (calibration included) are not an epoch's
   lastWallNs_ = sys::perf::monotonicNs();
+}
+
+void SamplingSource::takeCounts(uint64_t& events, uint64_t& overflows) {
+  events = 0;
+  for (size_t i = 0; i < events_.size(); ++i) {
+    auto c = events_[i]->count();
+    if (!c) continue;
+    events += *c - std::min(*c, lastCounts_[i]);
+    lastCounts_[i] = *c;
+  }
+  overflows = period_ ? events / period_ : events;
 }
 
 Result<void> SamplingSource::addProcess(pid_t tgid) {
@@ -174,12 +327,15 @@ Result<void> SamplingSource::collect(std::vector<AccessEvidence>& out) {
     }
   }
   counters_.evidence += pending_.flush(out);
-  const uint64_t costNs = sys::perf::threadCpuNs() - cpu0;
+  // BPF run time is not added: the calibrated per-sample cost already contains it (the program
+  // runs in the faulting thread), and run-time stats are normally off.
+  EpochCost epoch;
+  takeCounts(epoch.events, epoch.overflows);
+  epoch.daemonCpuNs = sys::perf::threadCpuNs() - cpu0;
   const uint64_t now = sys::perf::monotonicNs();
-  const uint64_t bpfNow = bpfRunTimeNs();
-  adaptPeriod(costNs + (bpfNow - lastBpfNs_), now - lastWallNs_);
-  lastBpfNs_ = bpfNow;
+  epoch.wallNs = now - lastWallNs_;
   lastWallNs_ = now;
+  adaptPeriod(epoch);
   return {};
 }
 
@@ -189,23 +345,21 @@ uint64_t SamplingSource::bpfRunTimeNs() const {
   return rt ? rt->first : 0;
 }
 
-void SamplingSource::adaptPeriod(uint64_t costNs, uint64_t wallNs) {
-  if (wallNs == 0) return;
-  const double percent = 100.0 * static_cast<double>(costNs) / static_cast<double>(wallNs);
-  counters_.costPercent = percent;
-  if (options_.minPeriod >= options_.maxPeriod) return;
-  uint64_t next = period_;
-  if (percent > options_.cpuBudgetPercent)
-    next = std::min(options_.maxPeriod, period_ * 2);
-  else if (percent < options_.cpuBudgetPercent / 4)
-    next = std::max(options_.minPeriod, period_ / 2);
+void SamplingSource::adaptPeriod(const EpochCost& epoch) {
+  if (epoch.wallNs == 0) return;
+  const uint64_t next = controller_.update(epoch);
+  counters_.costPercent = controller_.lastCostPercent();
   if (next == period_) return;
+  // PERF_EVENT_IOC_PERIOD is synchronous (an IPI to each event's CPU) and restarts the period
+  // count, so the new period holds from the next event on: no epoch of lag beyond this one.
   const uint64_t before = period_;
   if (auto r = changePeriod(next); !r) {
     TT_LOG(Warn) << options_.name << ": " << r.error().message();
+    controller_.resetPeriod(period_);
     return;
   }
-  TT_LOG(Debug) << options_.name << ": sample period " << before << " -> " << next << " (cost " << percent << "% of a CPU)";
+  TT_LOG(Debug) << options_.name << ": sample period " << before << " -> " << next << " (cost "
+                << counters_.costPercent << "% of a CPU, " << epoch.overflows << " samples)";
 }
 
 Result<void> SamplingSource::changePeriod(uint64_t next) {
@@ -224,10 +378,15 @@ Result<void> SamplingSource::setSamplingLimits(const SamplingLimits& limits) {
   options_.cpuBudgetPercent = limits.cpuBudgetPercent;
   options_.minPeriod = limits.minPeriod;
   options_.maxPeriod = limits.maxPeriod;
-  const uint64_t next = std::clamp(period_, limits.minPeriod, limits.maxPeriod);
+  options_.sampleCostNs = limits.sampleCostNs;  // in use unless calibrated
+  const uint64_t next = controller_.setLimits(periodLimits());
+  counters_.sampleCostNs = controller_.limits().sampleCostNs;
   if (next == period_) return {};
   const uint64_t before = period_;
-  if (auto r = changePeriod(next); !r) return r.error();
+  if (auto r = changePeriod(next); !r) {
+    controller_.resetPeriod(period_);
+    return r.error();
+  }
   TT_LOG(Info) << options_.name << ": sample period " << before << " -> " << next << " (live config)";
   return {};
 }

@@ -8,9 +8,12 @@
 // Events are system-wide per CPU (pid -1), so threads a process creates later are covered; the
 // tgid filter is a BPF hash map (in-kernel) or a set (user ring) changed at run time.
 //
-// The sample period adapts so the measured cost (this thread's CPU time in collect() plus the BPF
-// program's run time when stats are on) stays under the CPU budget: doubled above the budget,
-// halved below a quarter of it, within [minPeriod, maxPeriod].
+// The sample period adapts so the whole cost of sampling stays under the CPU budget
+// (PeriodController): every epoch, events x the cost of counting one + overflows x the kernel-side
+// cost of one sample (both run in the sampled thread, invisible to the daemon) + this thread's CPU
+// time in collect(). Events and overflows come from the events' counts (all processes: the events
+// are system-wide). The unit costs are calibrated at open() for the software page-fault event
+// (calibrateSampleCost), else the configured sampleCostNs and no counting cost.
 #pragma once
 
 #include <linux/perf_event.h>
@@ -20,6 +23,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "sources/PeriodController.h"
 #include "sources/Source.h"
 #include "sys/Fs.h"
 #include "sys/bpf/PerfSampleAgg.h"
@@ -38,6 +42,11 @@ struct SamplingOptions {
   uint64_t minPeriod = 1;
   uint64_t maxPeriod = 1;
   double cpuBudgetPercent = 3.0;
+  // Kernel-side cost of one sample (ns) charged against the budget, unless calibrated.
+  double sampleCostNs = 1000;
+  // Measure the kernel-side cost of a sample at open(): only for the software page-fault event,
+  // which the daemon's own thread can raise on demand (see calibrate()).
+  bool calibrateSampleCost = false;
   uint32_t mapEntries = 16384;  // in-kernel count blocks (2 MiB chunks) per epoch at most
   // Evidence kind when the sample has no data_src (software events): Fault.
   AccessKind defaultKind = AccessKind::Fault;
@@ -71,10 +80,23 @@ class SamplingSource final : public Source {
   // Kernel-side cost of the in-kernel path so far (BPF run time, ns) when stats are enabled.
   [[nodiscard]] uint64_t bpfRunTimeNs() const;
   [[nodiscard]] const sys::bpf::PerfSampleAgg* agg() const { return agg_.get(); }
+  // Kernel-side cost per sample in use (ns), and whether open() measured it.
+  [[nodiscard]] double sampleCostNs() const { return controller_.limits().sampleCostNs; }
+  [[nodiscard]] bool sampleCostCalibrated() const { return calibratedCostNs_ > 0; }
+  // CPU a thread spends per event without sampling (one page fault), when calibrated; else 0.
+  [[nodiscard]] double eventCostNs() const { return eventCostNs_; }
+  // Extra CPU per event of the event being enabled (counting, no sample), when calibrated; else 0.
+  [[nodiscard]] double eventCountNs() const { return eventCountNs_; }
+  [[nodiscard]] uint64_t lowestPeriod() const { return controller_.lowestPeriod(); }
 
  private:
   Result<void> openEvents(uint32_t ringPages);
-  void adaptPeriod(uint64_t costNs, uint64_t wallNs);
+  // Measures calibratedCostNs_ and eventCostNs_ with bursts of the daemon's own page faults.
+  [[nodiscard]] Result<void> calibrate();
+  [[nodiscard]] PeriodLimits periodLimits() const;
+  // Events counted on all events since the last call, and the samples among them (/ period).
+  void takeCounts(uint64_t& events, uint64_t& overflows);
+  void adaptPeriod(const EpochCost& epoch);
   // Sets every event's period (PERF_EVENT_IOC_PERIOD); on failure the old period stays recorded.
   Result<void> changePeriod(uint64_t next);
   void handleRecord(std::span<const uint8_t> record, uint64_t sampleType);
@@ -93,7 +115,11 @@ class SamplingSource final : public Source {
   uint64_t lastAggSamples_ = 0;  // tracked samples with an address the BPF program has seen
   uint64_t period_ = 1;
   uint64_t lastWallNs_ = 0;
-  uint64_t lastBpfNs_ = 0;
+  std::vector<uint64_t> lastCounts_;  // parallel to events_
+  double calibratedCostNs_ = 0;       // 0: not calibrated
+  double eventCostNs_ = 0;
+  double eventCountNs_ = 0;
+  PeriodController controller_;
 };
 
 }  // namespace tt::sources

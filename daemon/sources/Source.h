@@ -31,7 +31,8 @@ struct SourceCounters {
   uint64_t lost = 0;         // records the kernel dropped (ring full)
   uint64_t throttled = 0;    // PERF_RECORD_THROTTLE seen
   uint64_t period = 0;       // current sample period (sampling sources)
-  double costPercent = 0;    // last epoch's sampling cost, percent of one CPU
+  double costPercent = 0;    // last epoch's estimated sampling cost (kernel + daemon), percent of one CPU
+  double sampleCostNs = 0;   // kernel-side cost per sample the estimate uses
 };
 
 // Sample-period limits a sampling source adapts within, changed at run time (SourceSet::applyConfig).
@@ -39,6 +40,8 @@ struct SamplingLimits {
   double cpuBudgetPercent = 3.0;
   uint64_t minPeriod = 1;
   uint64_t maxPeriod = 1;
+  // Configured kernel-side cost of one sample (ns): used unless the source calibrated its own.
+  double sampleCostNs = 1000;
 };
 
 // A page move made by the kernel itself (NUMA-balancing promotion, demotion) to a tracked process.

@@ -1,5 +1,7 @@
 #include "sources/SourceSet.h"
 
+#include <algorithm>
+
 #include <google/protobuf/text_format.h>
 
 #include "core/Log.h"
@@ -57,6 +59,7 @@ std::unique_ptr<Source> openPmu(const pb::SourcesConfig& c, const sys::Fs& sysfs
   o.minPeriod = p.min_period();
   o.maxPeriod = p.max_period();
   o.cpuBudgetPercent = c.cpu_budget_percent();
+  o.sampleCostNs = p.sample_cost_ns();
   o.mapEntries = c.aggregation_map_entries();
   o.defaultKind = AccessKind::Load;
   auto s = std::make_unique<SamplingSource>(std::move(o), sysfs);
@@ -114,8 +117,11 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
     o.eventDescription = "PERF_COUNT_SW_PAGE_FAULTS every " + std::to_string(c.software_faults().period()) + " faults";
     o.aggregation = aggregationOf(c);
     o.ringPages = c.software_faults().ring_pages();
-    o.minPeriod = o.maxPeriod = c.software_faults().period();
+    o.minPeriod = c.software_faults().period();
+    o.maxPeriod = std::max(c.software_faults().period(), c.software_faults().max_period());
     o.cpuBudgetPercent = c.cpu_budget_percent();
+    o.sampleCostNs = c.software_faults().sample_cost_ns();
+    o.calibrateSampleCost = c.software_faults().calibrate_sample_cost();
     o.mapEntries = c.aggregation_map_entries();
     o.defaultKind = AccessKind::Fault;
     auto s = std::make_unique<SamplingSource>(std::move(o), sysfs);
@@ -182,12 +188,29 @@ const LiveKey kLiveKeys[] = {
     {"sources.pmu.max_period",
      [](const pb::SourcesConfig& a, const pb::SourcesConfig& b) { return a.pmu().max_period() != b.pmu().max_period(); },
      [](const pb::SourcesConfig& f, pb::SourcesConfig& t) { t.mutable_pmu()->set_max_period(f.pmu().max_period()); }},
+    {"sources.pmu.sample_cost_ns",
+     [](const pb::SourcesConfig& a, const pb::SourcesConfig& b) { return a.pmu().sample_cost_ns() != b.pmu().sample_cost_ns(); },
+     [](const pb::SourcesConfig& f, pb::SourcesConfig& t) { t.mutable_pmu()->set_sample_cost_ns(f.pmu().sample_cost_ns()); }},
     {"sources.software_faults.period",
      [](const pb::SourcesConfig& a, const pb::SourcesConfig& b) {
        return a.software_faults().period() != b.software_faults().period();
      },
      [](const pb::SourcesConfig& f, pb::SourcesConfig& t) {
        t.mutable_software_faults()->set_period(f.software_faults().period());
+     }},
+    {"sources.software_faults.max_period",
+     [](const pb::SourcesConfig& a, const pb::SourcesConfig& b) {
+       return a.software_faults().max_period() != b.software_faults().max_period();
+     },
+     [](const pb::SourcesConfig& f, pb::SourcesConfig& t) {
+       t.mutable_software_faults()->set_max_period(f.software_faults().max_period());
+     }},
+    {"sources.software_faults.sample_cost_ns",
+     [](const pb::SourcesConfig& a, const pb::SourcesConfig& b) {
+       return a.software_faults().sample_cost_ns() != b.software_faults().sample_cost_ns();
+     },
+     [](const pb::SourcesConfig& f, pb::SourcesConfig& t) {
+       t.mutable_software_faults()->set_sample_cost_ns(f.software_faults().sample_cost_ns());
      }},
 };
 
@@ -257,8 +280,11 @@ Result<SourceSet::ConfigChanges> SourceSet::applyConfig(const pb::SourcesConfig&
     if (s->name() == "pmu") {
       limits.minPeriod = tuned.pmu().min_period();
       limits.maxPeriod = tuned.pmu().max_period();
+      limits.sampleCostNs = tuned.pmu().sample_cost_ns();
     } else if (s->name() == "software-faults") {
-      limits.minPeriod = limits.maxPeriod = tuned.software_faults().period();
+      limits.minPeriod = tuned.software_faults().period();
+      limits.maxPeriod = std::max(tuned.software_faults().period(), tuned.software_faults().max_period());
+      limits.sampleCostNs = tuned.software_faults().sample_cost_ns();
     } else {
       continue;
     }

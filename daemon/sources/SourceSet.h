@@ -10,8 +10,9 @@
 // kernel_tiering: DISABLE it is switched off until shutdown()/destruction restores it.
 //
 // Live tuning (applyConfig, used by SIGHUP and `tensortierctl tune`): cpu_budget_percent,
-// pmu.min_period/max_period and software_faults.period change the running perf events' sample
-// periods at once; every other key opens kernel facilities and takes effect at the next restart.
+// pmu.min_period/max_period/sample_cost_ns and software_faults.period/max_period/sample_cost_ns
+// change the sampling sources' budget and bounds at once (the running period is clamped into the
+// new bounds); every other key opens kernel facilities and takes effect at the next restart.
 #pragma once
 
 #include <memory>

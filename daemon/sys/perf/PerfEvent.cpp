@@ -65,6 +65,12 @@ Result<void> PerfEvent::setPeriod(uint64_t period) {
   return {};
 }
 
+Result<uint64_t> PerfEvent::count() const {
+  uint64_t v = 0;
+  if (::read(fd_, &v, sizeof v) != static_cast<ssize_t>(sizeof v)) return errnoError("read perf count cpu " + std::to_string(cpu_));
+  return v;
+}
+
 size_t PerfEvent::drain(const RecordFn& fn) {
   if (ring_ == nullptr) return 0;
   auto* meta = static_cast<perf_event_mmap_page*>(ring_);
@@ -129,5 +135,21 @@ uint64_t monotonicNs() {
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
+
+Result<uint64_t> faultBurstCpuNs(size_t pages) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t bytes = pages * page;
+  void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return errnoError("mmap " + std::to_string(bytes) + " bytes for a fault burst");
+  (void)::madvise(m, bytes, MADV_NOHUGEPAGE);  // one fault per page, not one per 2 MiB
+  auto* p = static_cast<volatile char*>(m);
+  const uint64_t t0 = threadCpuNs();
+  for (size_t i = 0; i < pages; ++i) p[i * page] = 1;
+  const uint64_t t1 = threadCpuNs();
+  ::munmap(m, bytes);
+  return t1 - t0;
+}
+
+pid_t currentTgid() { return ::getpid(); }
 
 }  // namespace tt::sys::perf

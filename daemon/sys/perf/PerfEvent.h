@@ -38,6 +38,9 @@ class PerfEvent {
   [[nodiscard]] Result<void> disable();
   // PERF_EVENT_IOC_PERIOD: the new period applies from the next overflow.
   [[nodiscard]] Result<void> setPeriod(uint64_t period);
+  // The event's count (read(2), read_format 0): events counted on this CPU since it was opened,
+  // whether or not they overflowed into a sample.
+  [[nodiscard]] Result<uint64_t> count() const;
 
   using RecordFn = std::function<void(std::span<const uint8_t> record)>;
   // Hands every complete record in the ring to `fn` (header included) and frees the space.
@@ -64,5 +67,13 @@ class PerfEvent {
 // CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID), nanoseconds.
 [[nodiscard]] uint64_t threadCpuNs();
 [[nodiscard]] uint64_t monotonicNs();
+
+// Maps `pages` fresh anonymous pages (no huge pages), writes one byte to each (one user page
+// fault per page, as a first-touch storm takes them), unmaps them, and returns the CPU time the
+// calling thread spent doing so (user + system, CLOCK_THREAD_CPUTIME_ID, ns). Used to calibrate
+// the kernel-side cost of a software page-fault sample, which runs in the faulting thread.
+[[nodiscard]] Result<uint64_t> faultBurstCpuNs(size_t pages);
+// The calling process's id (getpid(2)).
+[[nodiscard]] pid_t currentTgid();
 
 }  // namespace tt::sys::perf

@@ -537,21 +537,32 @@ TEST_F(ServiceTest, PerUidConnectionLimitRefusesTheExtraConnection) {
 }
 
 TEST_F(ServiceTest, MetricsAreServedOnLoopback) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a few epochs
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::socket s(io);
-  boost::system::error_code ec;
-  s.connect({boost::asio::ip::address_v4::loopback(), metricsPort()}, ec);
-  ASSERT_FALSE(ec) << ec.message();
-  const std::string req = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
-  boost::asio::write(s, boost::asio::buffer(req));
+  // The socket accepts before the sources are open (software-fault sampling calibrates its cost
+  // at start, ~0.1-0.5 s on a loaded machine) and the epoch loop runs: fetch until an epoch has
+  // been exported, instead of guessing how long start-up takes.
+  auto fetch = [&] {
+    boost::asio::io_context io;
+    boost::asio::ip::tcp::socket s(io);
+    boost::system::error_code ec;
+    s.connect({boost::asio::ip::address_v4::loopback(), metricsPort()}, ec);
+    if (ec) return std::string();
+    const std::string req = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    boost::asio::write(s, boost::asio::buffer(req), ec);
+    std::string text;
+    char buf[8192];
+    for (;;) {
+      const size_t n = s.read_some(boost::asio::buffer(buf), ec);
+      text.append(buf, n);
+      if (ec) break;
+    }
+    return text;
+  };
   std::string out;
-  char buf[8192];
-  for (;;) {
-    const size_t n = s.read_some(boost::asio::buffer(buf), ec);
-    out.append(buf, n);
-    if (ec) break;
+  for (int i = 0; i < 100 && out.find("tensortier_epochs_total ") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    out = fetch();
   }
+  ASSERT_FALSE(out.empty()) << "no answer on the metrics port";
   EXPECT_NE(out.find("200 OK"), std::string::npos);
   EXPECT_NE(out.find("# TYPE tensortier_epoch_duration_seconds histogram"), std::string::npos) << out;
   EXPECT_NE(out.find("tensortier_epochs_total "), std::string::npos);

@@ -202,5 +202,76 @@ TEST(SourcesPrivileged, LiveConfigChangesTheRunningSamplePeriod) {
   EXPECT_LE(static_cast<double>(atPeriod8), 2.0 * expected) << "samples at period " << kPeriod;
 }
 
+// The budget covers the kernel's work per sample: open() calibrates it with the daemon's own
+// faults, derives the storm floor from it, and a storm over budget raises the period at the next
+// collect.
+TEST(SourcesPrivileged, CalibratedSamplingCostRaisesThePeriodOverBudget) {
+  TT_REQUIRE_ROOT();
+  SamplingOptions o;
+  o.name = "software-faults";
+  o.events = {softwareFaultAttr(1)};
+  o.eventDescription = "sw page faults";
+  o.aggregation = Aggregation::InKernel;
+  o.minPeriod = 1;
+  o.maxPeriod = 65536;
+  o.cpuBudgetPercent = 3.0;
+  o.calibrateSampleCost = true;
+  SamplingSource source(o, sys::Fs("/sys"));
+  source.open();
+  ASSERT_TRUE(source.status().available) << source.status().detail;
+  ASSERT_TRUE(source.sampleCostCalibrated()) << source.status().detail;
+  EXPECT_GT(source.sampleCostNs(), 0.0);
+  EXPECT_GT(source.eventCostNs(), 0.0);
+  EXPECT_GE(source.eventCountNs(), 0.0);
+  EXPECT_NE(source.status().detail.find("calibrated"), std::string::npos) << source.status().detail;
+  const uint64_t floor = stormFloorPeriod(source.sampleCostNs(), source.eventCountNs(), source.eventCostNs(), o.cpuBudgetPercent);
+  EXPECT_EQ(source.lowestPeriod(), std::min<uint64_t>(floor, o.maxPeriod));
+  EXPECT_GE(source.period(), source.lowestPeriod());
+
+  // A tighter budget raises the floor, and the running period with it, at once.
+  const uint64_t atThreePercent = source.period();
+  SamplingLimits tight;
+  tight.cpuBudgetPercent = 0.3;
+  tight.minPeriod = 1;
+  tight.maxPeriod = 65536;
+  ASSERT_TRUE(source.setSamplingLimits(tight).ok());
+  EXPECT_EQ(source.lowestPeriod(),
+            std::min<uint64_t>(stormFloorPeriod(source.sampleCostNs(), source.eventCountNs(), source.eventCostNs(), 0.3), 65536));
+  EXPECT_GE(source.period(), source.lowestPeriod());
+  if (atThreePercent < 65536) {
+    EXPECT_GT(source.period(), atThreePercent);
+  }
+}
+
+// Without calibration (no storm floor) a first-touch storm at period 1 costs far more than the
+// budget in samples x the configured cost: the overflows are counted from the events' counts and
+// the next collect raises the period.
+TEST(SourcesPrivileged, StormOverBudgetRaisesThePeriodAtTheNextCollect) {
+  TT_REQUIRE_ROOT();
+  SamplingOptions o;
+  o.name = "software-faults";
+  o.events = {softwareFaultAttr(1)};
+  o.eventDescription = "sw page faults";
+  o.aggregation = Aggregation::InKernel;
+  o.minPeriod = 1;
+  o.maxPeriod = 65536;
+  o.cpuBudgetPercent = 3.0;
+  o.sampleCostNs = 2000;
+  SamplingSource source(o, sys::Fs("/sys"));
+  source.open();
+  ASSERT_TRUE(source.status().available) << source.status().detail;
+  ASSERT_EQ(source.period(), 1U);
+  test::PatternChild child(kPages);
+  ASSERT_TRUE(source.addProcess(child.pid()).ok());
+  std::vector<AccessEvidence> evidence;
+  ASSERT_TRUE(source.collect(evidence).ok());
+  const uint64_t before = source.period();
+  (void)child.touch(1, 0);  // kPages first-touch faults, sampled at `before`
+  ASSERT_TRUE(source.collect(evidence).ok());
+  // kPages samples x 2 us in the epoch of one touch loop: well over 3% of its length.
+  EXPECT_GT(source.counters().costPercent, o.cpuBudgetPercent);
+  EXPECT_GT(source.period(), before);
+}
+
 }  // namespace
 }  // namespace tt::sources

@@ -277,6 +277,9 @@ tensortier::v1::SourcesConfig liveTuned(const tensortier::v1::SourcesConfig& bas
   c.mutable_pmu()->set_min_period(2003);
   c.mutable_pmu()->set_max_period(50021);
   c.mutable_software_faults()->set_period(4);
+  c.mutable_pmu()->set_sample_cost_ns(1500);
+  c.mutable_software_faults()->set_max_period(4096);
+  c.mutable_software_faults()->set_sample_cost_ns(3000);
   return c;
 }
 
@@ -287,7 +290,10 @@ TEST(SourceSetLiveConfig, ClassifiesLiveAndRestartKeys) {
   next.set_aggregation(tensortier::v1::USER_RING);
   const auto changes = SourceSet::classifyChanges(base, next);
   EXPECT_EQ(changes.live, (std::vector<std::string>{"sources.pmu.min_period", "sources.pmu.max_period",
-                                                    "sources.software_faults.period", "sources.cpu_budget_percent"}));
+                                                    "sources.pmu.sample_cost_ns", "sources.software_faults.period",
+                                                    "sources.software_faults.max_period",
+                                                    "sources.software_faults.sample_cost_ns",
+                                                    "sources.cpu_budget_percent"}));
   EXPECT_EQ(changes.restart, (std::vector<std::string>{"sources.aggregation", "sources.fault_trace.ring_kib"}));
   // A key set to its default value is no change.
   tensortier::v1::SourcesConfig explicitDefault;
@@ -309,6 +315,22 @@ TEST(SourceSetLiveConfig, WithLiveKeysTakesOnlyTheLiveKeys) {
   EXPECT_FALSE(merged.damon().enabled());
 }
 
+TEST(SourceSetLiveConfig, SoftwareMaxPeriodAtOrBelowPeriodFixesThePeriod) {
+  auto sw = std::make_unique<fakes::FakeSource>("software-faults", true);
+  auto* ps = sw.get();
+  std::vector<std::unique_ptr<Source>> v;
+  v.push_back(std::move(sw));
+  const tensortier::v1::SourcesConfig base;
+  SourceSet set(std::move(v), base);
+  auto next = base;
+  next.mutable_software_faults()->set_period(16);
+  next.mutable_software_faults()->set_max_period(2);
+  ASSERT_TRUE(set.applyConfig(next).ok());
+  ASSERT_TRUE(ps->limits.has_value());
+  EXPECT_EQ(ps->limits->minPeriod, 16U);
+  EXPECT_EQ(ps->limits->maxPeriod, 16U);
+}
+
 TEST(SourceSetLiveConfig, TunesEachSamplingSourceWithItsOwnBounds) {
   auto pmu = std::make_unique<fakes::FakeSource>("pmu", true);
   auto sw = std::make_unique<fakes::FakeSource>("software-faults", true);
@@ -324,16 +346,18 @@ TEST(SourceSetLiveConfig, TunesEachSamplingSourceWithItsOwnBounds) {
   next.mutable_fault_trace()->set_ring_kib(2048);  // needs a restart
   auto changes = set.applyConfig(next);
   ASSERT_TRUE(changes.ok()) << changes.error().message();
-  EXPECT_EQ(changes->live.size(), 4U);
+  EXPECT_EQ(changes->live.size(), 7U);
   EXPECT_EQ(changes->restart, std::vector<std::string>{"sources.fault_trace.ring_kib"});
   ASSERT_TRUE(pp->limits.has_value());
   EXPECT_DOUBLE_EQ(pp->limits->cpuBudgetPercent, 7.5);
   EXPECT_EQ(pp->limits->minPeriod, 2003U);
   EXPECT_EQ(pp->limits->maxPeriod, 50021U);
+  EXPECT_DOUBLE_EQ(pp->limits->sampleCostNs, 1500);
   ASSERT_TRUE(ps->limits.has_value());
   EXPECT_DOUBLE_EQ(ps->limits->cpuBudgetPercent, 7.5);
-  EXPECT_EQ(ps->limits->minPeriod, 4U);  // a fixed period: both bounds
-  EXPECT_EQ(ps->limits->maxPeriod, 4U);
+  EXPECT_EQ(ps->limits->minPeriod, 4U);  // `period` is the finest period
+  EXPECT_EQ(ps->limits->maxPeriod, 4096U);
+  EXPECT_DOUBLE_EQ(ps->limits->sampleCostNs, 3000);
   EXPECT_FALSE(pt->limits.has_value());
   // The running config has the live keys only; the restart key is still pending.
   EXPECT_DOUBLE_EQ(set.config().cpu_budget_percent(), 7.5);

@@ -3,8 +3,14 @@
 //   sources_bench cost [N]   per-sample cost, user-space ring path vs in-kernel BPF aggregation,
 //                            over a baseline where the same event's samples are dropped by an
 //                            empty BPF program; same software page-fault event and workloads
-//   sources_bench slowdown   runtime of a memory-bound workload untracked vs tracked by the
-//                            default source set (one run each)
+//   sources_bench slowdown [PAIRS [EPOCH_MS [breakdown]]]
+//                            a memory-bound workload (first touch, then passes) untracked vs
+//                            tracked by the default source set: PAIRS (15) alternating pairs,
+//                            median per-pair ratio and spread of wall and rusage CPU time;
+//                            epoch 1000 ms as the daemon's default; `breakdown` adds the
+//                            software-faults-only and fault-trace-only sets
+//   sources_bench slowdown-periods [PAIRS]   software faults alone at fixed periods
+//   sources_bench period-latency   time of one sample-period change on every per-CPU event
 //   sources_bench memory     tracking state per GiB of tracked memory (1 GiB touched in one epoch)
 //   sources_bench all
 //   sources_bench --record-fixture PATH   records a real software page-fault stream as hex
@@ -20,6 +26,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -52,7 +59,7 @@ double nowSec() {
 // A workload in a child that waits for a go byte, runs, and sends back its elapsed seconds.
 class Workload {
  public:
-  enum class Kind { Faults, HotFaults, Stream, TouchOnce };
+  enum class Kind { Faults, HotFaults, TouchOnce };
   Workload(Kind kind, uint64_t bytes, int rounds) {
     int down[2], up[2];
     if (::pipe(down) != 0 || ::pipe(up) != 0) std::abort();
@@ -90,23 +97,6 @@ class Workload {
           for (uint64_t i = 0; i < pages; ++i) p[i * 4096] = 1;
           ::madvise(const_cast<char*>(p), bytes, MADV_DONTNEED);
         }
-      } else {
-        // First touch (a page fault per page) is timed apart from the passes that follow.
-        auto* p = static_cast<uint64_t*>(::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-        ::madvise(p, bytes, MADV_NOHUGEPAGE);
-        const uint64_t words = bytes / 8;
-        for (uint64_t i = 0; i < words; i += 512) p[i] = i;
-        const double touched = nowSec() - t0;
-        if (::write(up[1], &touched, sizeof touched) != sizeof touched) ::_exit(1);
-        uint64_t sum = 0;
-        for (int r = 0; r < rounds; ++r)
-          for (uint64_t i = 0; i < words; i += 8) {  // one word per cache line: memory bound
-            sum += p[i];
-            p[i] = sum;
-          }
-        const double dt = nowSec() - t0 - touched;
-        if (::write(up[1], &dt, sizeof dt) != sizeof dt) ::_exit(1);
-        ::_exit(0);
       }
       const double dt = nowSec() - t0;
       if (::write(up[1], &dt, sizeof dt) != sizeof dt) ::_exit(1);
@@ -385,68 +375,242 @@ void cost() {
   ::close(*stats);
 }
 
+// --- slowdown: a memory-bound workload run untracked (no sources open at all) and tracked by
+// the default source set, alternately, many times ---
+
+double rusageCpuSec() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+// Wall and CPU (rusage user + sys: the kernel's per-sample work runs in the workload's context
+// and lands in its system time) of the two phases of one run.
+struct PhaseTimes {
+  double wall = 0, cpu = 0;
+};
 struct StreamTimes {
-  double touch = 0, passes = 0;
+  PhaseTimes touch, passes;
+};
+
+// A child that waits for a go byte, first-touches `bytes` (one fault per 4 KiB page) and then
+// makes `rounds` memory-bound passes, sending each phase's PhaseTimes when it ends.
+class StreamChild {
+ public:
+  StreamChild(uint64_t bytes, int rounds) {
+    int down[2], up[2];
+    if (::pipe(down) != 0 || ::pipe(up) != 0) std::abort();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      char go;
+      if (::read(down[0], &go, 1) != 1) ::_exit(1);
+      const double t0 = nowSec(), c0 = rusageCpuSec();
+      auto* p = static_cast<uint64_t*>(::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+      ::madvise(p, bytes, MADV_NOHUGEPAGE);
+      const uint64_t words = bytes / 8;
+      for (uint64_t i = 0; i < words; i += 512) p[i] = i;
+      const double t1 = nowSec(), c1 = rusageCpuSec();
+      const PhaseTimes touch{t1 - t0, c1 - c0};
+      if (::write(up[1], &touch, sizeof touch) != sizeof touch) ::_exit(1);
+      uint64_t sum = 0;
+      for (int r = 0; r < rounds; ++r)
+        for (uint64_t i = 0; i < words; i += 8) {  // one word per cache line: memory bound
+          sum += p[i];
+          p[i] = sum;
+        }
+      const PhaseTimes passes{nowSec() - t1, rusageCpuSec() - c1};
+      if (::write(up[1], &passes, sizeof passes) != sizeof passes) ::_exit(1);
+      ::_exit(0);
+    }
+    ::close(down[0]);
+    ::close(up[1]);
+    go_ = down[1];
+    done_ = up[0];
+  }
+  ~StreamChild() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    ::close(go_);
+    ::close(done_);
+  }
+  pid_t pid() const { return pid_; }
+  void start() {
+    const char g = 'g';
+    if (::write(go_, &g, 1) != 1) std::abort();
+  }
+  // Waits up to timeoutMs for the next phase's times.
+  bool next(PhaseTimes& t, int timeoutMs) {
+    pollfd p{done_, POLLIN, 0};
+    if (::poll(&p, 1, timeoutMs) != 1) return false;
+    return ::read(done_, &t, sizeof t) == sizeof t;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int go_ = -1, done_ = -1;
+};
+
+constexpr uint64_t kStreamBytes = 256ULL << 20;
+constexpr int kStreamRounds = 100;  // ~1 s of passes: long enough to average scheduling noise
+
+struct TrackedInfo {
+  uint64_t period = 0, lowest = 0;
+  double sampleCostNs = 0, eventCountNs = 0, eventCostNs = 0, costPercent = 0;
+  bool calibrated = false;
   size_t evidence = 0;
 };
 
-StreamTimes streamRun(SourceSet* set) {
-  constexpr uint64_t kBytes = 256ULL << 20;
-  constexpr int kRounds = 20;
-  Workload w(Workload::Kind::Stream, kBytes, kRounds);
+// One run; `set` null: untracked. Collects every `epochMs` like the daemon's epoch loop.
+StreamTimes streamRun(SourceSet* set, int epochMs, TrackedInfo* info) {
+  StreamChild w(kStreamBytes, kStreamRounds);
   if (set) (void)set->addProcess(w.pid());
   std::vector<AccessEvidence> out;
   StreamTimes t;
   w.start();
   int got = 0;
-  double v = 0;
+  auto nextEpoch = std::chrono::steady_clock::now() + std::chrono::milliseconds(epochMs);
   while (got < 2) {
-    if (w.finished(v)) {
-      (got++ == 0 ? t.touch : t.passes) = v;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(nextEpoch - std::chrono::steady_clock::now());
+    PhaseTimes p;
+    if (w.next(p, static_cast<int>(std::max<int64_t>(0, left.count())))) {
+      (got++ == 0 ? t.touch : t.passes) = p;
       continue;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a short daemon epoch
+    nextEpoch += std::chrono::milliseconds(epochMs);
     if (set) {
       (void)set->collect(out);
-      t.evidence += out.size();
+      if (info) info->evidence += out.size();
       out.clear();
     }
+  }
+  if (set && info) {
+    if (auto* sw = dynamic_cast<SamplingSource*>(set->find("software-faults"))) {
+      info->period = sw->period();
+      info->lowest = sw->lowestPeriod();
+      info->sampleCostNs = sw->sampleCostNs();
+      info->eventCostNs = sw->eventCostNs();
+      info->eventCountNs = sw->eventCountNs();
+      info->calibrated = sw->sampleCostCalibrated();
+      info->costPercent = sw->counters().costPercent;
+    }
+    (void)set->removeProcess(w.pid());
   }
   return t;
 }
 
-// Untracked and tracked runs alternate (5 each) so drifting load on the shared machine hits both;
-// medians are compared.
-void slowdownWith(const char* name, const tensortier::v1::SourcesConfig& config) {
-  topology::Topology topo;
-  std::vector<double> bt, bp, tt, tp;
-  size_t evidence = 0;
-  auto set = SourceSet::open(config, topo);
-  for (int i = 0; i < 5; ++i) {
-    const StreamTimes b = streamRun(nullptr);
-    const StreamTimes t = streamRun(set.get());
-    bt.push_back(b.touch);
-    bp.push_back(b.passes);
-    tt.push_back(t.touch);
-    tp.push_back(t.passes);
-    evidence += t.evidence;
-  }
-  const double touch = median(bt), passes = median(bp);
-  std::printf("%-22s first touch of 256 MiB (65536 faults): %.3f s vs %.3f s untracked (%+.1f%%); 20 memory-bound "
-              "passes: %.3f s vs %.3f s (%+.2f%%); medians of 5; %zu evidence records\n",
-              name, median(tt), touch, 100 * (median(tt) / touch - 1), median(tp), passes,
-              100 * (median(tp) / passes - 1), evidence);
+struct Spread {
+  double median = 0, q1 = 0, q3 = 0, min = 0, max = 0;
+};
+
+Spread spreadOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto q = [&](double f) {  // linear interpolation between order statistics
+    const double pos = f * static_cast<double>(v.size() - 1);
+    const size_t i = static_cast<size_t>(pos);
+    const double frac = pos - static_cast<double>(i);
+    return i + 1 < v.size() ? v[i] * (1 - frac) + v[i + 1] * frac : v[i];
+  };
+  return {q(0.5), q(0.25), q(0.75), v.front(), v.back()};
 }
 
-void slowdown() {
+void printSpread(const char* what, const std::vector<double>& ratios) {
+  const Spread s = spreadOf(ratios);
+  auto pct = [](double r) { return 100 * (r - 1); };
+  std::printf("  %-22s median %+6.2f%%  IQR [%+6.2f%%, %+6.2f%%]  min/max [%+6.2f%%, %+6.2f%%]\n", what, pct(s.median),
+              pct(s.q1), pct(s.q3), pct(s.min), pct(s.max));
+}
+
+// `pairs` untracked/tracked pairs, the order alternating (untracked first in even pairs), so
+// drifting load on the shared machine hits both sides alike. Untracked = no source open (the
+// sources' perf events are system-wide: with them open, an "untracked" run would pay the overflow
+// work too). Tracked = the set opened (and calibrated) before the run, as a daemon that was
+// already running when the workload started, closed after it. Per pair: tracked / untracked.
+void slowdownWith(const char* name, const tensortier::v1::SourcesConfig& config, int pairs, int epochMs) {
+  topology::Topology topo;
+  std::vector<double> touchWall, touchCpu, passWall, passCpu;
+  std::printf("\n%s: %d pairs, epoch %d ms; 256 MiB first touch (65536 faults) then %d memory-bound passes\n", name,
+              pairs, epochMs, kStreamRounds);
+  std::printf("%4s %5s %21s %21s %21s %21s %8s %8s %9s %9s %9s\n", "pair", "first", "touch wall s (u/t)",
+              "touch cpu s (u/t)", "passes wall s (u/t)", "passes cpu s (u/t)", "period", "lowest", "sample ns",
+              "count ns", "fault ns");
+  for (int i = 0; i < pairs; ++i) {
+    StreamTimes u, t;
+    TrackedInfo info;
+    auto tracked = [&] {
+      auto set = SourceSet::open(config, topo);
+      t = streamRun(set.get(), epochMs, &info);
+    };
+    if (i % 2 == 0) {
+      u = streamRun(nullptr, epochMs, nullptr);
+      tracked();
+    } else {
+      tracked();
+      u = streamRun(nullptr, epochMs, nullptr);
+    }
+    touchWall.push_back(t.touch.wall / u.touch.wall);
+    touchCpu.push_back(t.touch.cpu / u.touch.cpu);
+    passWall.push_back(t.passes.wall / u.passes.wall);
+    passCpu.push_back(t.passes.cpu / u.passes.cpu);
+    std::printf("%4d %5s %10.3f/%-10.3f %10.3f/%-10.3f %10.3f/%-10.3f %10.3f/%-10.3f %8llu %8llu %9.0f %9.0f %9.0f%s\n", i,
+                i % 2 == 0 ? "untr" : "track", u.touch.wall, t.touch.wall, u.touch.cpu, t.touch.cpu, u.passes.wall,
+                t.passes.wall, u.passes.cpu, t.passes.cpu, static_cast<unsigned long long>(info.period),
+                static_cast<unsigned long long>(info.lowest), info.sampleCostNs, info.eventCountNs, info.eventCostNs,
+                info.calibrated || info.period == 0 ? "" : " (configured cost)");
+  }
+  std::printf("%s: tracked vs untracked, per-pair ratio over %d pairs:\n", name, pairs);
+  printSpread("first touch, wall", touchWall);
+  printSpread("first touch, CPU", touchCpu);
+  printSpread("passes, wall", passWall);
+  printSpread("passes, CPU", passCpu);
+}
+
+// Software faults alone at fixed periods (no adaptation): how the first-touch slowdown falls with
+// the period, to check the cost model (per-fault counting + per-sample cost / period).
+void slowdownPeriods(int pairs, int epochMs) {
+  for (uint64_t period : {1ULL, 4ULL, 16ULL, 64ULL, 256ULL, 1000000ULL}) {
+    tensortier::v1::SourcesConfig c;
+    c.mutable_fault_trace()->set_enabled(false);
+    c.mutable_software_faults()->set_period(period);
+    c.mutable_software_faults()->set_max_period(period);
+    const std::string name = "software faults, fixed period " + std::to_string(period);
+    slowdownWith(name.c_str(), c, pairs, epochMs);
+  }
+}
+
+// How long a period change takes (PERF_EVENT_IOC_PERIOD on every per-CPU event, through the
+// live-tuning path): the controller's reaction is bounded by the epoch if this is small.
+void periodLatency() {
+  auto s = softwareSource(Aggregation::InKernel, 0);
+  std::vector<double> us;
+  for (int k = 0; k < 201; ++k) {
+    SamplingLimits l;
+    l.minPeriod = l.maxPeriod = k % 2 ? 1 : 65536;
+    const double t0 = nowSec();
+    if (auto r = s->setSamplingLimits(l); !r) {
+      std::cerr << r.error().message() << "\n";
+      return;
+    }
+    us.push_back((nowSec() - t0) * 1e6);
+  }
+  const Spread sp = spreadOf(us);
+  std::printf("period change on %llu per-CPU events (setSamplingLimits -> PERF_EVENT_IOC_PERIOD each), 201 changes: "
+              "median %.1f us, IQR [%.1f, %.1f] us, max %.1f us\n",
+              static_cast<unsigned long long>(s->status().available ? sys::perf::onlineCpus(sys::Fs("/sys"))->size() : 0),
+              sp.median, sp.q1, sp.q3, sp.max);
+}
+
+void slowdown(int pairs, int epochMs, bool breakdown) {
   tensortier::v1::SourcesConfig defaults;  // what the daemon runs with: pmu, software faults, fault trace
-  slowdownWith("default sources", defaults);
+  slowdownWith("default sources", defaults, pairs, epochMs);
+  if (!breakdown) return;
   tensortier::v1::SourcesConfig sw = defaults;
   sw.mutable_fault_trace()->set_enabled(false);
-  slowdownWith("software faults only", sw);
+  slowdownWith("software faults only", sw, pairs, epochMs);
   tensortier::v1::SourcesConfig ft = defaults;
   ft.mutable_software_faults()->set_enabled(false);
-  slowdownWith("fault trace only", ft);
+  slowdownWith("fault trace only", ft, pairs, epochMs);
 }
 
 uint64_t rssBytes() {
@@ -551,7 +715,15 @@ int main(int argc, char** argv) {
   }
   if (mode == "cost" && argc > 2) gCostRepeats = std::max(1, std::atoi(argv[2]));
   if (mode == "cost" || mode == "all") cost();
-  if (mode == "slowdown" || mode == "all") slowdown();
+  if (mode == "slowdown" || mode == "all") {
+    // sources_bench slowdown [PAIRS [EPOCH_MS [breakdown]]]
+    const int pairs = mode == "slowdown" && argc > 2 ? std::max(1, std::atoi(argv[2])) : 15;
+    const int epochMs = mode == "slowdown" && argc > 3 ? std::max(10, std::atoi(argv[3])) : 1000;
+    const bool breakdown = mode == "slowdown" && argc > 4 && std::string(argv[4]) == "breakdown";
+    slowdown(pairs, epochMs, breakdown);
+  }
+  if (mode == "period-latency") periodLatency();
+  if (mode == "slowdown-periods") slowdownPeriods(argc > 2 ? std::max(1, std::atoi(argv[2])) : 9, 1000);
   if (mode == "memory" || mode == "all") memory();
   return 0;
 }
