@@ -31,6 +31,9 @@ class SourceSetEvidence final : public EvidenceSource {
   explicit SourceSetEvidence(std::unique_ptr<sources::SourceSet> set) : set_(std::move(set)) {}
   Result<void> addProcess(pid_t tgid) override { return set_->addProcess(tgid); }
   Result<void> removeProcess(pid_t tgid) override { return set_->removeProcess(tgid); }
+  void setRanges(pid_t tgid, const std::vector<std::pair<uint64_t, uint64_t>>& ranges) override {
+    set_->setRanges(tgid, ranges);
+  }
   Result<void> collect(std::vector<AccessEvidence>& out) override { return set_->collect(out); }
   std::vector<SourceReport> status() const override;
   Result<void> applyConfig(const tensortier::v1::SourcesConfig& config) override;

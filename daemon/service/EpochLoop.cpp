@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <set>
 
 #include "core/Log.h"
 
@@ -80,6 +81,7 @@ void EpochLoop::threadMain() {
 
 void EpochLoop::applyEvents(uint64_t nowNs) {
   using T = registry::RegistryEvent::Type;
+  std::set<pid_t> rangesChanged;
   for (auto& ev : registry_.drainEvents()) {
     switch (ev.type) {
       case T::ProcessAdded:
@@ -109,6 +111,7 @@ void EpochLoop::applyEvents(uint64_t nowNs) {
           }
         }
         regions_[ev.tgid][ev.region.start] = ev.region;
+        rangesChanged.insert(ev.tgid);
         if (stages_.trace) stages_.trace->onRegion(ev.region);
         break;
       case T::RegionRemoved:
@@ -118,6 +121,7 @@ void EpochLoop::applyEvents(uint64_t nowNs) {
           p->second.erase(ev.region.start);
           if (p->second.empty()) regions_.erase(p);
         }
+        rangesChanged.insert(ev.tgid);
         break;
       case T::Mark:
         if (stages_.policy) stages_.policy->onMark(ev.mark);
@@ -125,6 +129,17 @@ void EpochLoop::applyEvents(uint64_t nowNs) {
         break;
     }
   }
+  // Sources that scan address ranges follow the registered regions (merged where they touch).
+  if (stages_.source)
+    for (pid_t tgid : rangesChanged) {
+      std::vector<std::pair<uint64_t, uint64_t>> ranges;
+      if (auto p = regions_.find(tgid); p != regions_.end())
+        for (const auto& [start, region] : p->second) {
+          if (!ranges.empty() && ranges.back().second >= start) ranges.back().second = std::max(ranges.back().second, start + region.length);
+          else ranges.emplace_back(start, start + region.length);
+        }
+      stages_.source->setRanges(tgid, ranges);
+    }
 }
 
 double EpochLoop::updateBandwidth(const ExecutorCounters& counters) {

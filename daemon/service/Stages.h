@@ -35,6 +35,8 @@ class EvidenceSource {
   virtual ~EvidenceSource() = default;
   [[nodiscard]] virtual Result<void> addProcess(pid_t tgid) = 0;
   [[nodiscard]] virtual Result<void> removeProcess(pid_t tgid) = 0;
+  // The registered regions of a tracked process, [start, end) sorted and merged, after each change.
+  virtual void setRanges(pid_t tgid, const std::vector<std::pair<uint64_t, uint64_t>>& ranges) = 0;
   // Appends the evidence gathered since the previous call.
   [[nodiscard]] virtual Result<void> collect(std::vector<AccessEvidence>& out) = 0;
   [[nodiscard]] virtual std::vector<SourceReport> status() const = 0;

@@ -30,9 +30,9 @@ Result<void> SoftDirtySource::removeProcess(pid_t tgid) {
   return {};
 }
 
-void SoftDirtySource::setRanges(pid_t tgid, std::vector<std::pair<uint64_t, uint64_t>> ranges) {
+void SoftDirtySource::setRanges(pid_t tgid, const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
   auto it = processes_.find(tgid);
-  if (it != processes_.end()) it->second.ranges = std::move(ranges);
+  if (it != processes_.end()) it->second.ranges = ranges;
 }
 
 Result<std::vector<std::pair<uint64_t, uint64_t>>> SoftDirtySource::scanRanges(pid_t tgid, const Process& p) const {

@@ -1,6 +1,7 @@
 // Soft-dirty source: every epoch, the pages of each tracked process whose soft-dirty bit is set
 // (written since the previous epoch) become Store evidence, then the bits are cleared. Scans the
-// anonymous mappings from /proc/PID/smaps (or the ranges set with setRanges) up to a page budget.
+// process's registered regions (setRanges, from the epoch loop) or, for a process that registered
+// none, its anonymous mappings from /proc/PID/smaps, up to a page budget.
 // The first epoch after addProcess only clears: every page starts soft-dirty.
 #pragma once
 
@@ -26,9 +27,10 @@ class SoftDirtySource final : public Source {
   Result<void> collect(std::vector<AccessEvidence>& out) override;
   SourceCounters counters() const override { return counters_; }
 
-  // Restricts the scan of `tgid` to these [start, end) ranges (registered regions); empty = all
-  // anonymous mappings.
-  void setRanges(pid_t tgid, std::vector<std::pair<uint64_t, uint64_t>> ranges);
+  // Restricts the scan of `tgid` to these [start, end) ranges (its registered regions): no smaps
+  // walk, no pagemap reads outside them; empty = all anonymous mappings with resident pages (a
+  // client that registered nothing).
+  void setRanges(pid_t tgid, const std::vector<std::pair<uint64_t, uint64_t>>& ranges) override;
 
  private:
   struct Process {

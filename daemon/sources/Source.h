@@ -68,6 +68,10 @@ class Source {
   [[nodiscard]] virtual Result<void> setSamplingLimits(const SamplingLimits& /*limits*/) { return {}; }
   // Kernel page moves seen since the last call (only sources that trace migrations have any).
   virtual void takeKernelMoves(std::vector<KernelMove>& /*out*/) {}
+  // The registered regions of a tracked process, [start, end) sorted and merged (empty: none).
+  // Sources that scan address ranges every epoch (soft-dirty) scan these instead of every
+  // anonymous mapping; the others ignore them.
+  virtual void setRanges(pid_t /*tgid*/, const std::vector<std::pair<uint64_t, uint64_t>>& /*ranges*/) {}
 };
 
 // Aggregates evidence per (tgid, page, kind) before it leaves a source: the heat role wants one

@@ -329,6 +329,11 @@ Result<void> SourceSet::removeProcess(pid_t tgid) {
   return {};
 }
 
+void SourceSet::setRanges(pid_t tgid, const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
+  for (auto& s : sources_)
+    if (s->status().available) s->setRanges(tgid, ranges);
+}
+
 Result<void> SourceSet::collect(std::vector<AccessEvidence>& out) {
   std::string errors;
   for (auto& s : sources_) {

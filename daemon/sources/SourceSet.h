@@ -46,6 +46,8 @@ class SourceSet {
   // returned joined; the other sources still track it.
   [[nodiscard]] Result<void> addProcess(pid_t tgid);
   [[nodiscard]] Result<void> removeProcess(pid_t tgid);
+  // Registered regions of a tracked process, for the sources that scan ranges (Source::setRanges).
+  void setRanges(pid_t tgid, const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
   [[nodiscard]] const std::set<pid_t>& tracked() const { return tracked_; }
 
   // Appends the evidence of every available source since the last call. Errors are logged per

@@ -25,6 +25,7 @@ class FakeEvidenceSource final : public service::EvidenceSource {
     removed.push_back(tgid);
     return {};
   }
+  void setRanges(pid_t tgid, const std::vector<std::pair<uint64_t, uint64_t>>& r) override { ranges[tgid] = r; }
   Result<void> collect(std::vector<AccessEvidence>& out) override {
     out.insert(out.end(), next.begin(), next.end());
     next.clear();
@@ -36,6 +37,7 @@ class FakeEvidenceSource final : public service::EvidenceSource {
   void shutdown() override { shutdownCalled = true; }
 
   std::set<pid_t> tracked;
+  std::map<pid_t, std::vector<std::pair<uint64_t, uint64_t>>> ranges;  // as last set
   std::vector<pid_t> removed;
   std::vector<AccessEvidence> next;  // handed out by the next collect()
   std::vector<service::SourceReport> reports;

@@ -76,6 +76,22 @@ TEST_F(EpochLoopTest, TheTraceSinkSeesRegionsMarksEvidenceAndExitsInOrder) {
   EXPECT_EQ(sink.calls, expected);
 }
 
+// Sources that scan ranges (soft-dirty) get the process's registered regions, merged where they
+// touch, after every change; none left is an empty list.
+TEST_F(EpochLoopTest, SourcesGetTheRegisteredRangesAfterEachChange) {
+  registry.attachProcess(peer, "t", false);
+  const uint64_t a = addRegion(0, 4 * kPage);
+  addRegion(4 * kPage, 2 * kPage);  // touches a: one range
+  const uint64_t c = addRegion(16 * kPage, kPage);
+  loop.runOnce(1 * kSecond);
+  using Ranges = std::vector<std::pair<uint64_t, uint64_t>>;
+  EXPECT_EQ(source.ranges[10], (Ranges{{kBase, kBase + 6 * kPage}, {kBase + 16 * kPage, kBase + 17 * kPage}}));
+  ASSERT_TRUE(registry.unregisterRegion(peer, a).ok());
+  ASSERT_TRUE(registry.unregisterRegion(peer, c).ok());
+  loop.runOnce(2 * kSecond);
+  EXPECT_EQ(source.ranges[10], (Ranges{{kBase + 4 * kPage, kBase + 6 * kPage}}));
+}
+
 TEST_F(EpochLoopTest, EvidenceFlowsToThePolicyAndHeatBackToTheRegistry) {
   registry.attachProcess(peer, "t", false);
   const uint64_t hot = addRegion(0, 4 * kPage);

@@ -163,6 +163,30 @@ TEST_F(SoftDirtySourceTest, ReportsPagesWrittenSinceLastEpochOnly) {
   EXPECT_TRUE(out.empty()) << "bits cleared after each epoch";
 }
 
+TEST_F(SoftDirtySourceTest, ScansOnlyTheRegisteredRangesOnceSet) {
+  // No smaps at all: with ranges set the source must not need it.
+  auto tracker = std::make_unique<fakes::FakeSoftDirtyTracker>();
+  auto* t = tracker.get();
+  SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
+  ASSERT_TRUE(source.addProcess(42).ok());
+  source.setRanges(42, {{0x7f0000000000, 0x7f0000004000}});
+  std::vector<AccessEvidence> out;
+  ASSERT_TRUE(source.collect(out).ok());  // primes
+  t->markWritten(42, 0x7f0000001000);     // inside the region
+  t->markWritten(42, 0x7f0000008000);     // written, but outside every registered region
+  ASSERT_TRUE(source.collect(out).ok());
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].page, 0x7f0000001000U);
+  // Back to every anonymous mapping when the process has no region left.
+  write("42/smaps", "7f0000000000-7f0000010000 rw-p 00000000 00:00 0 \nRss:                  64 kB\n");
+  source.setRanges(42, {});
+  out.clear();
+  t->markWritten(42, 0x7f0000008000);
+  ASSERT_TRUE(source.collect(out).ok());
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].page, 0x7f0000008000U);
+}
+
 TEST(SoftDirtySource, KernelWithoutSoftDirtyIsUnavailableWithReason) {
   SoftDirtySource source(std::make_unique<fakes::FakeSoftDirtyTracker>(), sys::Fs("/proc"), 100, Result<bool>(false));
   EXPECT_FALSE(source.status().available);
