@@ -54,6 +54,9 @@ struct SamplingOptions {
 
 // The software page-fault event every `period` faults, sampling TID|ADDR (user-space faults only).
 [[nodiscard]] perf_event_attr softwareFaultAttr(uint64_t period);
+// A software page-fault source sampling every `period` faults (fixed: min = max = period); the
+// caller widens the period bounds and sets the budget where they should adapt.
+[[nodiscard]] SamplingOptions softwareFaultOptions(uint64_t period, Aggregation aggregation);
 
 // Expands drained count blocks into one evidence record per sampled page (weight = the page's
 // sample count, `kind` for all), appended to `out` sorted by (tgid, page) like

@@ -69,6 +69,17 @@ std::unique_ptr<Source> openPmu(const pb::SourcesConfig& c, const sys::Fs& sysfs
 
 }  // namespace
 
+SamplingOptions softwareFaultOptions(uint64_t period, Aggregation aggregation) {
+  SamplingOptions o;
+  o.name = "software-faults";
+  o.events = {softwareFaultAttr(period)};
+  o.eventDescription = "PERF_COUNT_SW_PAGE_FAULTS every " + std::to_string(period) + " faults";
+  o.aggregation = aggregation;
+  o.minPeriod = period;
+  o.maxPeriod = period;
+  return o;
+}
+
 perf_event_attr softwareFaultAttr(uint64_t period) {
   perf_event_attr a{};
   a.size = sizeof a;
@@ -111,13 +122,8 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
 
   if (c.pmu().enabled()) sources.push_back(openPmu(c, sysfs));
   if (c.software_faults().enabled()) {
-    SamplingOptions o;
-    o.name = "software-faults";
-    o.events = {softwareFaultAttr(c.software_faults().period())};
-    o.eventDescription = "PERF_COUNT_SW_PAGE_FAULTS every " + std::to_string(c.software_faults().period()) + " faults";
-    o.aggregation = aggregationOf(c);
+    SamplingOptions o = softwareFaultOptions(c.software_faults().period(), aggregationOf(c));
     o.ringPages = c.software_faults().ring_pages();
-    o.minPeriod = c.software_faults().period();
     o.maxPeriod = std::max(c.software_faults().period(), c.software_faults().max_period());
     o.cpuBudgetPercent = c.cpu_budget_percent();
     o.sampleCostNs = c.software_faults().sample_cost_ns();

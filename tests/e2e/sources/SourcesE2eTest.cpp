@@ -63,11 +63,7 @@ TEST(SourcesE2e, BpfFaultTraceLoadsAndReportsFirstTouches) {
 
 TEST(SourcesE2e, BpfPerfSampleAggregationLoadsOnSoftwareFaults) {
   TT_REQUIRE_ROOT();
-  SamplingOptions o;
-  o.name = "software-faults";
-  o.events = {softwareFaultAttr(1)};
-  o.eventDescription = "sw page faults";
-  o.aggregation = Aggregation::InKernel;
+  SamplingOptions o = softwareFaultOptions(1, Aggregation::InKernel);
   SamplingSource source(o, sys::Fs("/sys"));
   source.open();
   ASSERT_TRUE(source.status().available) << source.status().detail;
@@ -88,11 +84,7 @@ TEST(SourcesE2e, BpfPerfSampleAggregationLoadsOnSoftwareFaults) {
 // weight is its number of faults in the epoch, capped at 255 by its u8 counter.
 TEST(SourcesE2e, BpfPerfSampleBlocksCountPerPageAndSaturate) {
   TT_REQUIRE_ROOT();
-  SamplingOptions o;
-  o.name = "software-faults";
-  o.events = {softwareFaultAttr(1)};
-  o.eventDescription = "sw page faults";
-  o.aggregation = Aggregation::InKernel;
+  SamplingOptions o = softwareFaultOptions(1, Aggregation::InKernel);
   SamplingSource source(o, sys::Fs("/sys"));
   source.open();
   ASSERT_EQ(source.aggregation(), Aggregation::InKernel) << source.status().detail;

@@ -86,11 +86,7 @@ TEST(SourcesPrivileged, FaultTraceReportsTouchedPagesOfTrackedProcessesOnly) {
 }
 
 std::unique_ptr<SamplingSource> softwareSource(Aggregation aggregation) {
-  SamplingOptions o;
-  o.name = "software-faults";
-  o.events = {softwareFaultAttr(1)};
-  o.eventDescription = "sw page faults";
-  o.aggregation = aggregation;
+  SamplingOptions o = softwareFaultOptions(1, aggregation);
   o.ringPages = 1024;  // 4 MiB per CPU: holds one round of samples between collects
   auto s = std::make_unique<SamplingSource>(o, sys::Fs("/sys"));
   s->open();
@@ -207,11 +203,7 @@ TEST(SourcesPrivileged, LiveConfigChangesTheRunningSamplePeriod) {
 // collect.
 TEST(SourcesPrivileged, CalibratedSamplingCostRaisesThePeriodOverBudget) {
   TT_REQUIRE_ROOT();
-  SamplingOptions o;
-  o.name = "software-faults";
-  o.events = {softwareFaultAttr(1)};
-  o.eventDescription = "sw page faults";
-  o.aggregation = Aggregation::InKernel;
+  SamplingOptions o = softwareFaultOptions(1, Aggregation::InKernel);
   o.minPeriod = 1;
   o.maxPeriod = 65536;
   o.cpuBudgetPercent = 3.0;
@@ -248,11 +240,7 @@ TEST(SourcesPrivileged, CalibratedSamplingCostRaisesThePeriodOverBudget) {
 // the next collect raises the period.
 TEST(SourcesPrivileged, StormOverBudgetRaisesThePeriodAtTheNextCollect) {
   TT_REQUIRE_ROOT();
-  SamplingOptions o;
-  o.name = "software-faults";
-  o.events = {softwareFaultAttr(1)};
-  o.eventDescription = "sw page faults";
-  o.aggregation = Aggregation::InKernel;
+  SamplingOptions o = softwareFaultOptions(1, Aggregation::InKernel);
   o.minPeriod = 1;
   o.maxPeriod = 65536;
   o.cpuBudgetPercent = 3.0;
