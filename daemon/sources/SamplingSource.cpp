@@ -1,6 +1,7 @@
 #include "sources/SamplingSource.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -19,7 +20,12 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind,
+uint32_t scaledWeight(uint64_t count, uint64_t period) {
+  const uint64_t p = std::max<uint64_t>(1, period);
+  return count > UINT32_MAX / p ? UINT32_MAX : static_cast<uint32_t>(count * p);
+}
+
+size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind, uint64_t period,
                            std::vector<AccessEvidence>& out) {
   std::sort(chunks.begin(), chunks.end(),
             [](const auto& a, const auto& b) { return std::tie(a.tgid, a.base) < std::tie(b.tgid, b.base); });
@@ -35,7 +41,7 @@ size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKin
       AccessEvidence& e = out.emplace_back();
       e.tgid = static_cast<pid_t>(c.tgid);
       e.page = c.base + uint64_t{i} * kBasePageSize;
-      e.weight = c.counts[i];
+      e.weight = scaledWeight(c.counts[i], period);
       e.kind = kind;
     }
   }
@@ -289,7 +295,9 @@ void SamplingSource::handleRecord(std::span<const uint8_t> record, uint64_t samp
       const AccessKind kind = hasSrc ? accessKindFromDataSrc(s.dataSrc) : options_.defaultKind;
       const ServedBy by = hasSrc ? servedByFromDataSrc(s.dataSrc) : ServedBy::Unknown;
       const auto latency = static_cast<uint16_t>(std::min<uint64_t>(s.weight, UINT16_MAX));
-      pending_.add(static_cast<pid_t>(s.pid), s.addr, kind, 1, by, hasSrc ? latency : 0);
+      // One sample stands for `period` events (AccessEvidence::weight): the period in force since
+      // the last collect, which is when it changes.
+      pending_.add(static_cast<pid_t>(s.pid), s.addr, kind, scaledWeight(1, period_), by, hasSrc ? latency : 0);
       return;
     }
     case RecordType::Lost: counters_.lost += rec->lost; return;
@@ -302,13 +310,14 @@ void SamplingSource::handleRecord(std::span<const uint8_t> record, uint64_t samp
 Result<void> SamplingSource::collect(std::vector<AccessEvidence>& out) {
   if (!status_.available) return {};
   const uint64_t cpu0 = sys::perf::threadCpuNs();
+  std::optional<Error> drainError;
   if (agg_) {
     chunks_.clear();
     auto n = agg_->drain(chunks_);
-    if (!n) return n.error();
+    if (!n) drainError = n.error();  // blocks drained before the error are deleted: keep them
     // Blocks are unique per (tgid, chunk) and the kind is the event's: no aggregation needed,
-    // the pages go straight to `out`.
-    counters_.evidence += appendChunkEvidence(chunks_, options_.defaultKind, out);
+    // the pages go straight to `out`, weighted by the period the samples were taken at.
+    counters_.evidence += appendChunkEvidence(chunks_, options_.defaultKind, period_, out);
     // Do not keep the buffer of one exceptional epoch (up to mapEntries blocks of 528 bytes).
     if (chunks_.capacity() > 1024 && chunks_.capacity() > 4 * chunks_.size()) {
       chunks_.clear();
@@ -316,9 +325,12 @@ Result<void> SamplingSource::collect(std::vector<AccessEvidence>& out) {
     }
     // Samples as the program saw them: counts in the blocks saturate, the program's stats do not.
     if (auto st = agg_->stats()) {
-      const uint64_t seen = st->tracked - st->noAddress;
-      counters_.samples += seen - lastAggSamples_;
-      lastAggSamples_ = seen;
+      // Per-CPU counters read one after the other: `seen` can lag by a few; never count backwards.
+      const uint64_t seen = st->tracked - std::min(st->tracked, st->noAddress);
+      if (seen >= lastAggSamples_) {
+        counters_.samples += seen - lastAggSamples_;
+        lastAggSamples_ = seen;
+      }
     }
   } else {
     for (size_t i = 0; i < events_.size(); ++i) {
@@ -336,6 +348,7 @@ Result<void> SamplingSource::collect(std::vector<AccessEvidence>& out) {
   epoch.wallNs = now - lastWallNs_;
   lastWallNs_ = now;
   adaptPeriod(epoch);
+  if (drainError) return *drainError;
   return {};
 }
 

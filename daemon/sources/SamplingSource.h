@@ -59,9 +59,13 @@ struct SamplingOptions {
 [[nodiscard]] SamplingOptions softwareFaultOptions(uint64_t period, Aggregation aggregation);
 
 // Expands drained count blocks into one evidence record per sampled page (weight = the page's
-// sample count, `kind` for all), appended to `out` sorted by (tgid, page) like
-// EvidenceAggregator::flush. Reorders `chunks`. Returns the number of records appended.
-size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind, std::vector<AccessEvidence>& out);
+// sample count x `period`, the accesses it stands for, saturating; `kind` for all), appended to
+// `out` sorted by (tgid, page) like EvidenceAggregator::flush. Reorders `chunks`. Returns the
+// number of records appended.
+size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind, uint64_t period,
+                           std::vector<AccessEvidence>& out);
+// count x period as an evidence weight (AccessEvidence::weight), saturating at UINT32_MAX.
+[[nodiscard]] uint32_t scaledWeight(uint64_t count, uint64_t period);
 
 class SamplingSource final : public Source {
  public:

@@ -28,7 +28,7 @@ TEST(ChunkEvidence, OneRecordPerSampledPageWeightedByItsCount) {
   chunks.back().counts[100] = 1;
 
   std::vector<AccessEvidence> out;
-  EXPECT_EQ(appendChunkEvidence(chunks, AccessKind::Load, out), 3U);
+  EXPECT_EQ(appendChunkEvidence(chunks, AccessKind::Load, 1, out), 3U);
   ASSERT_EQ(out.size(), 3U);
   EXPECT_EQ(out[0].page, 1 * kChunkBytes + 100 * 4096);
   EXPECT_EQ(out[0].weight, 1U);
@@ -55,7 +55,7 @@ TEST(ChunkEvidence, SortedByProcessThenPageLikeTheAggregatorsFlush) {
   std::vector<AccessEvidence> out;
   out.push_back(AccessEvidence{});  // evidence already there stays first
   out.back().tgid = 99;
-  ASSERT_EQ(appendChunkEvidence(chunks, AccessKind::Fault, out), 8U);
+  ASSERT_EQ(appendChunkEvidence(chunks, AccessKind::Fault, 1, out), 8U);
   ASSERT_EQ(out.size(), 9U);
   EXPECT_EQ(out[0].tgid, 99);
   for (size_t i = 2; i < out.size(); ++i)
@@ -65,6 +65,22 @@ TEST(ChunkEvidence, SortedByProcessThenPageLikeTheAggregatorsFlush) {
   EXPECT_EQ(out[8].tgid, 9);
   EXPECT_EQ(out[8].page, 2 * kChunkBytes + 10 * 4096);
   EXPECT_EQ(out[8].weight, 2U);
+}
+
+// A sample stands for `period` events: the weight is the accesses the page's samples stand for
+// (AccessEvidence::weight), so traces and the heat model see rates, not sample counts.
+TEST(ChunkEvidence, WeightsAreSampleCountsTimesThePeriodSaturating) {
+  std::vector<sys::bpf::ChunkCounts> chunks(1);
+  chunks[0].tgid = 7;
+  chunks[0].base = 0;
+  chunks[0].counts[0] = 3;
+  chunks[0].counts[1] = 255;
+  std::vector<AccessEvidence> out;
+  ASSERT_EQ(appendChunkEvidence(chunks, AccessKind::Fault, 4096, out), 2U);
+  EXPECT_EQ(out[0].weight, 3U * 4096);
+  EXPECT_EQ(out[1].weight, 255U * 4096);
+  EXPECT_EQ(scaledWeight(255, uint64_t{1} << 40), UINT32_MAX);
+  EXPECT_EQ(scaledWeight(1, 0), 1U);  // a period of 0 is treated as 1
 }
 
 }  // namespace
