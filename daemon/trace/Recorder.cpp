@@ -55,6 +55,7 @@ Result<RecordingInfo> Recorder::start(pid_t tgid, const std::string& name, const
     return systemError(EEXIST, "pid " + std::to_string(tgid) + " is already being recorded to " +
                                    active_.at(tgid)->info.path);
   }
+  if (limits_.maxRecordings == 0) return systemError(EPERM, "recording is off (service.trace_max_recordings is 0)");
   if (active_.size() >= limits_.maxRecordings) {
     return systemError(EBUSY, std::to_string(active_.size()) + " recordings are running (service.trace_max_recordings)");
   }
@@ -83,9 +84,6 @@ Result<RecordingInfo> Recorder::start(pid_t tgid, const std::string& name, const
     if (opened || opened.error().code != EEXIST) break;
   }
   if (!opened) return opened.error();
-  std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
-                                         std::filesystem::perms::group_read,
-                               ec);
   const uint32_t limit = limits_.maxSeconds;
   const uint32_t secs = seconds == 0 || seconds > limit ? limit : seconds;
   rec->info.tgid = tgid;
@@ -167,8 +165,13 @@ void Recorder::onProcessExit(pid_t tgid, uint64_t nowNs) {
 
 void Recorder::endEpoch(uint64_t nowNs) {
   std::lock_guard lock(mutex_);
-  for (pid_t tgid : failed_)
-    if (active_.count(tgid) != 0) endLocked(tgid, nowNs, active_.at(tgid)->info.ended);
+  for (pid_t tgid : failed_) {
+    auto it = active_.find(tgid);
+    // Only the recording that failed: one restarted since then has no failure of its own.
+    if (it == active_.end() || it->second->info.ended.empty()) continue;
+    const std::string why = it->second->info.ended;  // a copy: endLocked erases the recording
+    endLocked(tgid, nowNs, why);
+  }
   failed_.clear();
   std::vector<std::pair<pid_t, std::string>> done;
   for (auto& [tgid, rec] : active_) {

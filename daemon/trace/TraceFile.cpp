@@ -2,6 +2,9 @@
 
 #include <google/protobuf/io/coded_stream.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 
@@ -74,8 +77,15 @@ Result<void> TraceWriter::writeDelimited(const google::protobuf::MessageLite& me
     coded.WriteVarint32(static_cast<uint32_t>(message.ByteSizeLong()));
     if (!message.SerializeToCodedStream(&coded)) return logicError(std::string("serialize trace ") + what);
   }
+  if (failed_) return logicError("trace " + path_ + ": an earlier write failed; nothing more is written");
   if (std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size() || std::fflush(file_) != 0) {
-    return errnoError(std::string("write trace ") + what + " to " + path_);
+    auto err = errnoError(std::string("write trace ") + what + " to " + path_);
+    // Part of the message may be in the file: cut it back to the last complete one, so the file
+    // stays readable, and write nothing more (close() must not append the chunk again).
+    failed_ = true;
+    std::clearerr(file_);
+    (void)::ftruncate(::fileno(file_), static_cast<off_t>(bytes_));
+    return err;
   }
   bytes_ += bytes.size();
   return {};
@@ -83,10 +93,24 @@ Result<void> TraceWriter::writeDelimited(const google::protobuf::MessageLite& me
 
 Result<void> TraceWriter::open(const std::string& path, const Header& header, Create create) {
   if (file_ != nullptr) return logicError("trace writer: " + path + ": already open");
-  // "x" (glibc, C11): O_CREAT|O_EXCL, which also refuses a symlink at the final component, so a
-  // privileged writer cannot be pointed at another file through a planted link.
-  std::FILE* f = std::fopen(path.c_str(), create == Create::Exclusive ? "wbxe" : "wbe");
-  if (f == nullptr) return errnoError("open trace file " + path + " for writing");
+  std::FILE* f = nullptr;
+  if (create == Create::Exclusive) {
+    // O_EXCL also refuses a symlink at the final component, O_NOFOLLOW says so explicitly, and the
+    // mode is set at creation: a privileged writer is never pointed at another file, and there
+    // is no window in which the file has a wider mode or could be swapped before a chmod.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+    if (fd < 0) return errnoError("create trace file " + path);
+    f = ::fdopen(fd, "wb");
+    if (f == nullptr) {
+      auto err = errnoError("fdopen trace file " + path);
+      ::close(fd);
+      return err;
+    }
+  } else {
+    f = std::fopen(path.c_str(), "wbe");
+    if (f == nullptr) return errnoError("open trace file " + path + " for writing");
+  }
+  failed_ = false;
   file_ = f;
   path_ = path;
   bytes_ = 0;
@@ -160,7 +184,7 @@ Result<void> TraceWriter::flush() {
 
 Result<void> TraceWriter::close() {
   if (file_ == nullptr) return {};
-  auto flushed = flush();
+  auto flushed = failed_ ? Result<void>{} : flush();
   const bool closedOk = std::fclose(file_) == 0;
   const int closeErrno = errno;
   file_ = nullptr;

@@ -43,7 +43,8 @@ class TraceWriter {
   };
   enum class Create {
     Truncate,   // replace what is there (tools writing a file the user named)
-    Exclusive,  // fail with EEXIST if the path exists, symlinks included (the privileged daemon)
+    Exclusive,  // fail with EEXIST if the path exists, symlinks included, and create it with mode
+                // 0640 (O_EXCL | O_NOFOLLOW, mode set at creation: the privileged daemon)
   };
   [[nodiscard]] Result<void> open(const std::string& path, const Header& header, Create create = Create::Truncate);
   // count: cache-line accesses the record stands for (a sample's weight).
@@ -55,6 +56,7 @@ class TraceWriter {
   [[nodiscard]] Result<void> close();
 
   [[nodiscard]] bool isOpen() const { return file_ != nullptr; }
+  // A write failed: the file was cut back to its last complete message and takes no more.
   // Bytes written to the file so far (complete chunks only).
   [[nodiscard]] uint64_t bytesWritten() const { return bytes_; }
   [[nodiscard]] const std::string& path() const { return path_; }
@@ -69,6 +71,7 @@ class TraceWriter {
   uint64_t lastPage_ = 0;
   bool chunkStarted_ = false;
   uint64_t bytes_ = 0;
+  bool failed_ = false;
 };
 
 }  // namespace tt::trace

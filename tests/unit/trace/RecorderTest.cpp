@@ -2,7 +2,10 @@
 #include "trace/Recorder.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -200,6 +203,51 @@ TEST_F(RecorderTest, AnUncreatableDirectoryIsAnErrorNotACrash) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message().find("trace directory"), std::string::npos) << r.error().message();
   EXPECT_TRUE(rec.list().empty());
+}
+
+TEST_F(RecorderTest, RecordingCanBeTurnedOff) {
+  RecorderLimits l = limits();
+  l.maxRecordings = 0;
+  Recorder rec(l);
+  auto r = rec.start(1, "a", nullptr, 0, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("recording is off"), std::string::npos) << r.error().message();
+}
+
+// A full disk (here: a file size limit) mid-recording: the file is cut back to its last complete
+// chunk, nothing more is appended (not even by close), and the reader still reads it.
+TEST_F(RecorderTest, AFailedWriteLeavesAReadableFile) {
+  const std::string path = dir_ + "/full.tttrace";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);  // writes past the limit fail with EFBIG instead of killing us
+    TraceWriter w;
+    TraceWriter::Header h;
+    h.name = "full";
+    h.regions = {RegionInfo{1, 1, 0x10000000, 1 << 20, RegionKind::Weight, "w", 0}};
+    if (!w.open(path, h, TraceWriter::Create::Exclusive).ok()) std::_Exit(2);
+    const rlimit lim{4096, 4096};
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) std::_Exit(3);
+    bool failed = false;
+    for (uint64_t chunk = 0; chunk < 100 && !failed; ++chunk) {
+      for (uint64_t i = 0; i < 64; ++i)
+        if (!w.addAccess(chunk * 100 + i, 0x10000000 + ((chunk * 64 + i) % 256) * 4096, 64, false).ok()) failed = true;
+      if (!w.flush().ok()) failed = true;
+    }
+    if (!failed) std::_Exit(4);
+    (void)w.close();
+    std::_Exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "2: open failed, 3: setrlimit failed, 4: no write ever failed";
+  EXPECT_LE(fs::file_size(path), 4096U);
+  auto trace = tiersim::readTraceFile(path);
+  ASSERT_TRUE(trace.ok()) << trace.error().message();
+  EXPECT_GT(trace->accesses.size(), 0U);
+  EXPECT_EQ(trace->accesses.size() % 64, 0U);  // whole chunks only
 }
 
 TEST(RecorderName, SanitizesClientNamesForFileNames) {
