@@ -194,7 +194,8 @@ uint64_t Engine::watermarkBytes(const topology::NodeMemory& memory) const {
 
 bool Engine::idle() const {
   std::lock_guard lock(planMutex_);
-  return running_ == nullptr && !queued_;
+  // coordinatorBusy_ covers the plan's set-up, before running_ is set.
+  return running_ == nullptr && !queued_ && !coordinatorBusy_;
 }
 
 Result<void> Engine::submit(MigrationPlan plan) {
