@@ -113,7 +113,9 @@ ExecutorCounters EngineExecutor::counters() const {
   }
   out.plans = c.plansExecuted;
   out.planInFlight = !engine_.idle();
-  out.moveBusyNs = p.busyNs + d.busyNs;
+  // Busy time is summed over the workers, which move in parallel: per worker it approximates the
+  // wall time the engine was moving, so bytes / time is the engine's rate, not one worker's.
+  out.moveBusyNs = (p.busyNs + d.busyNs) / std::max<uint32_t>(1, workers_);
   out.moveBusyBytes = p.busyBytes + d.busyBytes;
   out.promoteRateLimitBytesPerSec = static_cast<double>(promoteMbps_.load()) * 1e6;  // MB/s, as configured
   return out;

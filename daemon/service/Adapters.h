@@ -78,13 +78,14 @@ class HeatPlannerPolicy final : public PlacementPolicy {
 
 class EngineExecutor final : public PlanExecutor {
  public:
-  EngineExecutor(migrate::Engine& engine, uint32_t promoteMbps) : engine_(engine), promoteMbps_(promoteMbps) {}
+  EngineExecutor(migrate::Engine& engine, const tensortier::v1::MigrationConfig& config)
+      : engine_(engine), promoteMbps_(config.promote_mbps()), workers_(config.workers()) {}
   Result<void> submit(MigrationPlan plan) override { return engine_.submit(std::move(plan)); }
   void cancelProcess(pid_t tgid) override { engine_.cancelProcess(tgid); }
   ExecutorCounters counters() const override;
   Result<void> applyConfig(const tensortier::v1::MigrationConfig& config) override {
     auto r = engine_.applyConfig(config);
-    if (r) promoteMbps_ = config.promote_mbps();
+    if (r) promoteMbps_ = config.promote_mbps();  // workers take effect at restart only
     return r;
   }
   void shutdown(uint32_t graceMs) override;
@@ -92,6 +93,7 @@ class EngineExecutor final : public PlanExecutor {
  private:
   migrate::Engine& engine_;
   std::atomic<uint32_t> promoteMbps_;
+  const uint32_t workers_;  // as the engine was started
 };
 
 class SocketInProcessMover final : public migrate::InProcessMover {

@@ -177,7 +177,7 @@ void Daemon::buildStages() {
   migrate::EngineHooks hooks;
   hooks.inProcess = inProcess_.get();
   engine_ = std::make_unique<migrate::Engine>(topology_, mover_, *freeMemory_, config_.migration(), hooks);
-  executor_ = std::make_unique<EngineExecutor>(*engine_, config_.migration().promote_mbps());
+  executor_ = std::make_unique<EngineExecutor>(*engine_, config_.migration());
   residency_ = std::make_unique<PageMoverResidency>(mover_, topology_);
 }
 
