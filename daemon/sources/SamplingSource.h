@@ -6,7 +6,8 @@
 //   - in user space, by reading every sample from the per-CPU mmap rings (the path for kernels
 //     without BPF, and the baseline the benchmark compares against).
 // Events are system-wide per CPU (pid -1), so threads a process creates later are covered; the
-// tgid filter is a BPF hash map (in-kernel) or a set (user ring) changed at run time.
+// tgid filter is a BPF bitmap over pid_max (in-kernel, sys/bpf/TgidBitmap.h) or a set (user ring),
+// changed at run time.
 //
 // The sample period adapts so the whole cost of sampling stays under the CPU budget
 // (PeriodController): every epoch, events x the cost of counting one + overflows x the kernel-side

@@ -137,7 +137,6 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
   if (c.fault_trace().enabled()) {
     sys::bpf::FaultTrace::Options o;
     o.ringBytes = c.fault_trace().ring_kib() * 1024U;
-    o.maxTgids = c.max_tracked_processes();
     o.reportFirstTouch = c.fault_trace().first_touch();
     auto s = std::make_unique<FaultTraceSource>(o);
     s->open();
@@ -314,6 +313,11 @@ void SourceSet::shutdown() {
 }
 
 Result<void> SourceSet::addProcess(pid_t tgid) {
+  // The BPF filters are bitmaps over kernel.pid_max, with no entry limit of their own: the
+  // configured bound is kept here, for every source alike.
+  if (!tracked_.contains(tgid) && tracked_.size() >= config_.max_tracked_processes())
+    return systemError(EUSERS, "tracking pid " + std::to_string(tgid) + ": " + std::to_string(tracked_.size()) +
+                                   " processes are tracked (sources.max_tracked_processes)");
   std::string errors;
   for (auto& s : sources_) {
     if (!s->status().available) continue;

@@ -11,6 +11,7 @@
 #include "core/Log.h"
 #include "fault_trace.skel.h"
 #include "sys/bpf/LibbpfLog.h"
+#include "sys/bpf/TgidBitmap.h"
 
 namespace tt::sys::bpf {
 
@@ -31,8 +32,15 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::start(const Options& options) {
   skel->rodata->report_first_touch = options.reportFirstTouch;
   uint32_t ring = 4096;
   while (ring < options.ringBytes) ring <<= 1;
+  uint32_t pidMax = options.pidMax;
+  if (pidMax == 0) {
+    auto read = readPidMax("/proc");
+    if (!read) return read.error();
+    pidMax = *read;
+  }
+  self->pidMax_ = pidMax;
   if (bpf_map__set_max_entries(skel->maps.events, ring) != 0 ||
-      bpf_map__set_max_entries(skel->maps.tracked_tgids, options.maxTgids) != 0)
+      bpf_map__set_max_entries(skel->maps.tracked_bits, tgidBitmapWords(pidMax)) != 0)
     return errnoError("size fault_trace maps");
   // remove_migration_pte exists since 6.0; without it the CO-RE relocation of its ctx would fail
   // the whole load, so the program is left out where the kernel lacks the type.
@@ -60,18 +68,11 @@ int FaultTrace::onEvent(void* ctx, void* data, size_t size) {
 }
 
 Result<void> FaultTrace::track(pid_t tgid) {
-  const uint32_t key = static_cast<uint32_t>(tgid);
-  const uint8_t one = 1;
-  if (bpf_map__update_elem(skel_->maps.tracked_tgids, &key, sizeof key, &one, sizeof one, BPF_ANY) != 0)
-    return errnoError("track tgid " + std::to_string(tgid) + " in fault_trace");
-  return {};
+  return setTgidBit(bpf_map__fd(skel_->maps.tracked_bits), pidMax_, tgid, true, "fault_trace");
 }
 
 Result<void> FaultTrace::untrack(pid_t tgid) {
-  const uint32_t key = static_cast<uint32_t>(tgid);
-  if (bpf_map__delete_elem(skel_->maps.tracked_tgids, &key, sizeof key, 0) != 0 && errno != ENOENT)
-    return errnoError("untrack tgid " + std::to_string(tgid) + " in fault_trace");
-  return {};
+  return setTgidBit(bpf_map__fd(skel_->maps.tracked_bits), pidMax_, tgid, false, "fault_trace");
 }
 
 Result<size_t> FaultTrace::poll(const EventFn& fn) {

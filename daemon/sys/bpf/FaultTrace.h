@@ -30,7 +30,7 @@ class FaultTrace {
  public:
   struct Options {
     uint32_t ringBytes = 1U << 20;
-    uint32_t maxTgids = 1024;
+    uint32_t pidMax = 0;  // kernel.pid_max: the tgid bitmap's size; 0 = read /proc/sys/kernel/pid_max
     bool reportFirstTouch = true;
   };
   // Opens, configures (rodata), loads and attaches. migrate/remove_migration_pte is attached only
@@ -59,6 +59,7 @@ class FaultTrace {
   ring_buffer* ring_ = nullptr;
   const EventFn* current_ = nullptr;
   bool pageMigrationEvents_ = false;
+  uint32_t pidMax_ = 0;
 };
 
 // True when the running kernel's BTF has a struct named `name` (e.g. the ctx of a tracepoint).

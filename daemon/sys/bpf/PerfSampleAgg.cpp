@@ -11,18 +11,10 @@
 
 #include "perf_sample_agg.skel.h"
 #include "sys/bpf/LibbpfLog.h"
+#include "sys/bpf/TgidBitmap.h"
 #include "tt_events.h"
 
 namespace tt::sys::bpf {
-
-Result<uint32_t> readPidMax(const std::string& procRoot) {
-  const std::string path = procRoot + "/sys/kernel/pid_max";
-  std::ifstream in(path);
-  uint64_t v = 0;
-  if (!(in >> v)) return errnoError("read " + path);
-  if (v == 0 || v > (1U << 22)) return logicError(path + ": unexpected value " + std::to_string(v));
-  return static_cast<uint32_t>(v);
-}
 
 static_assert(kChunkPages == TT_CHUNK_PAGES && kChunkBytes == TT_CHUNK_BYTES);
 static_assert(sizeof(tt_chunk_counts) == kChunkPages && sizeof(tt_chunk_key) == 16);
@@ -32,7 +24,7 @@ Result<std::unique_ptr<PerfSampleAgg>> PerfSampleAgg::load(uint32_t pidMax, uint
   perf_sample_agg* skel = perf_sample_agg__open();
   if (skel == nullptr) return errnoError("open BPF object perf_sample_agg");
   std::unique_ptr<PerfSampleAgg> self(new PerfSampleAgg(skel, pidMax));
-  if (bpf_map__set_max_entries(skel->maps.tracked_bits, (pidMax + 63) / 64) != 0 ||
+  if (bpf_map__set_max_entries(skel->maps.tracked_bits, tgidBitmapWords(pidMax)) != 0 ||
       bpf_map__set_max_entries(skel->maps.chunks, maxChunks) != 0)
     return errnoError("size perf_sample_agg maps");
   if (int err = perf_sample_agg__load(skel); err != 0) return systemError(-err, "load BPF perf_sample_agg");
@@ -52,18 +44,7 @@ Result<void> PerfSampleAgg::attach(int perfEventFd) {
 }
 
 Result<void> PerfSampleAgg::setBit(pid_t tgid, bool on) {
-  if (tgid <= 0 || static_cast<uint32_t>(tgid) >= pidMax_)
-    return logicError("tgid " + std::to_string(tgid) + " outside kernel.pid_max " + std::to_string(pidMax_));
-  // Read-modify-write of one word: only this (single) daemon thread writes the bitmap.
-  const uint32_t word = static_cast<uint32_t>(tgid) / 64;
-  uint64_t bits = 0;
-  const int fd = bpf_map__fd(skel_->maps.tracked_bits);
-  if (bpf_map_lookup_elem(fd, &word, &bits) != 0) return errnoError("read perf_sample_agg tgid bitmap");
-  const uint64_t mask = 1ULL << (static_cast<uint32_t>(tgid) % 64);
-  bits = on ? (bits | mask) : (bits & ~mask);
-  if (bpf_map_update_elem(fd, &word, &bits, BPF_ANY) != 0)
-    return errnoError(std::string(on ? "track" : "untrack") + " tgid " + std::to_string(tgid) + " in perf_sample_agg");
-  return {};
+  return setTgidBit(bpf_map__fd(skel_->maps.tracked_bits), pidMax_, tgid, on, "perf_sample_agg");
 }
 
 Result<void> PerfSampleAgg::track(pid_t tgid) { return setBit(tgid, true); }

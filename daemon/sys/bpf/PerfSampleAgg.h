@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/Result.h"
+#include "sys/bpf/TgidBitmap.h"
 
 struct perf_sample_agg;
 struct bpf_link;
@@ -86,8 +87,6 @@ class PerfSampleAgg {
   std::vector<uint8_t> keys_, values_;
 };
 
-// kernel.pid_max from procfs (`procRoot` normally "/proc").
-[[nodiscard]] Result<uint32_t> readPidMax(const std::string& procRoot);
 
 // Turns on the kernel's BPF run-time statistics (BPF_STATS_RUN_TIME) while the returned fd is
 // open; -1 and an error when not permitted.

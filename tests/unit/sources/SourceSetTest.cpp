@@ -49,6 +49,27 @@ TEST(EvidenceAggregator, MergesPerTgidPageAndKind) {
   EXPECT_EQ(agg.size(), 0U);
 }
 
+// max_tracked_processes bounds the tracked set for every source (the BPF filters are bitmaps
+// over pid_max with no limit of their own): one more is refused with EUSERS, sources untouched.
+TEST(SourceSet, RefusesMoreThanMaxTrackedProcesses) {
+  auto a = std::make_unique<fakes::FakeSource>("a", true, "runs");
+  auto* pa = a.get();
+  std::vector<std::unique_ptr<Source>> v;
+  v.push_back(std::move(a));
+  tensortier::v1::SourcesConfig c;
+  c.set_max_tracked_processes(2);
+  SourceSet set(std::move(v), c);
+  ASSERT_TRUE(set.addProcess(10).ok());
+  ASSERT_TRUE(set.addProcess(11).ok());
+  ASSERT_TRUE(set.addProcess(11).ok());  // already tracked: not one more
+  auto third = set.addProcess(12);
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(third.error().code, EUSERS);
+  EXPECT_FALSE(pa->tracked.contains(12));
+  ASSERT_TRUE(set.removeProcess(10).ok());
+  EXPECT_TRUE(set.addProcess(12).ok());
+}
+
 TEST(SourceSet, FansOutProcessesAndSkipsUnavailableSources) {
   auto a = std::make_unique<fakes::FakeSource>("a", true, "runs");
   auto b = std::make_unique<fakes::FakeSource>("b", false, "no kernel support");
