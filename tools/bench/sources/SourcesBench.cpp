@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -57,10 +58,11 @@ double nowSec() {
 }
 
 // A workload in a child that waits for a go byte, runs, and sends back its elapsed seconds.
-class Workload {
+// A forked child that runs `body(up)` once the parent calls start(); `up` is the write end of a
+// pipe the parent reads with read(). Killed and reaped, at the latest, with this object.
+class GatedChild {
  public:
-  enum class Kind { Faults, HotFaults, TouchOnce };
-  Workload(Kind kind, uint64_t bytes, int rounds) {
+  explicit GatedChild(const std::function<void(int up)>& body) {
     int down[2], up[2];
     if (::pipe(down) != 0 || ::pipe(up) != 0) std::abort();
     pid_ = ::fork();
@@ -68,39 +70,7 @@ class Workload {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       char go;
       if (::read(down[0], &go, 1) != 1) ::_exit(1);
-      const double t0 = nowSec();
-      const uint64_t pages = bytes / 4096;
-      if (kind == Kind::Faults) {
-        // Every round maps a fresh slice of one reserved range, touches it and unmaps it: each
-        // fault is on a page (and chunk) not seen before, at most `bytes` resident at a time.
-        auto* range = static_cast<char*>(::mmap(nullptr, bytes * static_cast<uint64_t>(rounds), PROT_NONE,
-                                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
-        for (int r = 0; r < rounds; ++r) {
-          auto* p = static_cast<volatile char*>(::mmap(range + bytes * static_cast<uint64_t>(r), bytes,
-                                                       PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0));
-          ::madvise(const_cast<char*>(p), bytes, MADV_NOHUGEPAGE);
-          for (uint64_t i = 0; i < pages; ++i) p[i * 4096] = 1;
-          ::munmap(const_cast<char*>(p), bytes);
-        }
-      } else if (kind == Kind::TouchOnce) {
-        auto* p = static_cast<volatile char*>(
-            ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-        ::madvise(const_cast<char*>(p), bytes, MADV_NOHUGEPAGE);
-        for (uint64_t i = 0; i < pages; ++i) p[i * 4096] = 1;
-      } else if (kind == Kind::HotFaults) {
-        // The same few pages fault again and again (zapped after each pass): samples concentrate
-        // on a hot set, as PMU samples do on hot pages.
-        auto* p = static_cast<volatile char*>(
-            ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-        ::madvise(const_cast<char*>(p), bytes, MADV_NOHUGEPAGE);
-        for (int r = 0; r < rounds; ++r) {
-          for (uint64_t i = 0; i < pages; ++i) p[i * 4096] = 1;
-          ::madvise(const_cast<char*>(p), bytes, MADV_DONTNEED);
-        }
-      }
-      const double dt = nowSec() - t0;
-      if (::write(up[1], &dt, sizeof dt) != sizeof dt) ::_exit(1);
-      if (kind == Kind::TouchOnce) ::pause();  // keep the memory mapped until killed
+      body(up[1]);
       ::_exit(0);
     }
     ::close(down[0]);
@@ -108,7 +78,7 @@ class Workload {
     go_ = down[1];
     done_ = up[0];
   }
-  ~Workload() {
+  ~GatedChild() {
     if (!reaped_) {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
@@ -116,7 +86,19 @@ class Workload {
     ::close(go_);
     ::close(done_);
   }
+  GatedChild(const GatedChild&) = delete;
+  GatedChild& operator=(const GatedChild&) = delete;
   pid_t pid() const { return pid_; }
+  void start() {
+    const char g = 'g';
+    if (::write(go_, &g, 1) != 1) std::abort();
+  }
+  // The child's next message of `n` bytes, waiting at most `timeoutMs` (-1: until it comes).
+  bool read(void* out, size_t n, int timeoutMs) {
+    pollfd p{done_, POLLIN, 0};
+    if (::poll(&p, 1, timeoutMs) != 1) return false;
+    return ::read(done_, out, n) == static_cast<ssize_t>(n);
+  }
   // Waits for the child to exit; its user+system CPU seconds (BPF programs run in it, on its faults).
   double reapCpuSeconds() {
     rusage ru{};
@@ -126,26 +108,65 @@ class Workload {
     return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
            static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
   }
-  void start() {
-    const char g = 'g';
-    if (::write(go_, &g, 1) != 1) std::abort();
-  }
-  // Non-blocking: the elapsed seconds once the work is done.
-  bool finished(double& seconds) {
-    pollfd p{done_, POLLIN, 0};
-    if (::poll(&p, 1, 0) != 1) return false;
-    return ::read(done_, &seconds, sizeof seconds) == sizeof seconds;
-  }
-  double wait() {
-    double s = 0;
-    if (::read(done_, &s, sizeof s) != sizeof s) return -1;
-    return s;
-  }
 
  private:
   pid_t pid_ = -1;
   int go_ = -1, done_ = -1;
   bool reaped_ = false;
+};
+
+class Workload {
+ public:
+  enum class Kind { Faults, HotFaults, TouchOnce };
+  Workload(Kind kind, uint64_t bytes, int rounds) : child_([=](int up) { run(kind, bytes, rounds, up); }) {}
+  pid_t pid() const { return child_.pid(); }
+  double reapCpuSeconds() { return child_.reapCpuSeconds(); }
+  void start() { child_.start(); }
+  // Non-blocking: the elapsed seconds once the work is done.
+  bool finished(double& seconds) { return child_.read(&seconds, sizeof seconds, 0); }
+  double wait() {
+    double s = 0;
+    return child_.read(&s, sizeof s, -1) ? s : -1;
+  }
+
+ private:
+  static void run(Kind kind, uint64_t bytes, int rounds, int up) {
+    const double t0 = nowSec();
+    const uint64_t pages = bytes / 4096;
+    if (kind == Kind::Faults) {
+      // Every round maps a fresh slice of one reserved range, touches it and unmaps it: each
+      // fault is on a page (and chunk) not seen before, at most `bytes` resident at a time.
+      auto* range = static_cast<char*>(::mmap(nullptr, bytes * static_cast<uint64_t>(rounds), PROT_NONE,
+                                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+      for (int r = 0; r < rounds; ++r) {
+        auto* p = static_cast<volatile char*>(::mmap(range + bytes * static_cast<uint64_t>(r), bytes,
+                                                     PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0));
+        ::madvise(const_cast<char*>(p), bytes, MADV_NOHUGEPAGE);
+        for (uint64_t i = 0; i < pages; ++i) p[i * 4096] = 1;
+        ::munmap(const_cast<char*>(p), bytes);
+      }
+    } else if (kind == Kind::TouchOnce) {
+      auto* p = static_cast<volatile char*>(
+          ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+      ::madvise(const_cast<char*>(p), bytes, MADV_NOHUGEPAGE);
+      for (uint64_t i = 0; i < pages; ++i) p[i * 4096] = 1;
+    } else if (kind == Kind::HotFaults) {
+      // The same few pages fault again and again (zapped after each pass): samples concentrate
+      // on a hot set, as PMU samples do on hot pages.
+      auto* p = static_cast<volatile char*>(
+          ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+      ::madvise(const_cast<char*>(p), bytes, MADV_NOHUGEPAGE);
+      for (int r = 0; r < rounds; ++r) {
+        for (uint64_t i = 0; i < pages; ++i) p[i * 4096] = 1;
+        ::madvise(const_cast<char*>(p), bytes, MADV_DONTNEED);
+      }
+    }
+    const double dt = nowSec() - t0;
+    if (::write(up, &dt, sizeof dt) != sizeof dt) ::_exit(1);
+    if (kind == Kind::TouchOnce) ::pause();  // keep the memory mapped until killed
+  }
+
+  GatedChild child_;
 };
 
 std::unique_ptr<SamplingSource> softwareSource(Aggregation a, uint32_t ringPages) {
@@ -398,58 +419,33 @@ struct StreamTimes {
 // makes `rounds` memory-bound passes, sending each phase's PhaseTimes when it ends.
 class StreamChild {
  public:
-  StreamChild(uint64_t bytes, int rounds) {
-    int down[2], up[2];
-    if (::pipe(down) != 0 || ::pipe(up) != 0) std::abort();
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      char go;
-      if (::read(down[0], &go, 1) != 1) ::_exit(1);
-      const double t0 = nowSec(), c0 = rusageCpuSec();
-      auto* p = static_cast<uint64_t*>(::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-      ::madvise(p, bytes, MADV_NOHUGEPAGE);
-      const uint64_t words = bytes / 8;
-      for (uint64_t i = 0; i < words; i += 512) p[i] = i;
-      const double t1 = nowSec(), c1 = rusageCpuSec();
-      const PhaseTimes touch{t1 - t0, c1 - c0};
-      if (::write(up[1], &touch, sizeof touch) != sizeof touch) ::_exit(1);
-      uint64_t sum = 0;
-      for (int r = 0; r < rounds; ++r)
-        for (uint64_t i = 0; i < words; i += 8) {  // one word per cache line: memory bound
-          sum += p[i];
-          p[i] = sum;
-        }
-      const PhaseTimes passes{nowSec() - t1, rusageCpuSec() - c1};
-      if (::write(up[1], &passes, sizeof passes) != sizeof passes) ::_exit(1);
-      ::_exit(0);
-    }
-    ::close(down[0]);
-    ::close(up[1]);
-    go_ = down[1];
-    done_ = up[0];
-  }
-  ~StreamChild() {
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    ::close(go_);
-    ::close(done_);
-  }
-  pid_t pid() const { return pid_; }
-  void start() {
-    const char g = 'g';
-    if (::write(go_, &g, 1) != 1) std::abort();
-  }
+  StreamChild(uint64_t bytes, int rounds) : child_([=](int up) { run(bytes, rounds, up); }) {}
+  pid_t pid() const { return child_.pid(); }
+  void start() { child_.start(); }
   // Waits up to timeoutMs for the next phase's times.
-  bool next(PhaseTimes& t, int timeoutMs) {
-    pollfd p{done_, POLLIN, 0};
-    if (::poll(&p, 1, timeoutMs) != 1) return false;
-    return ::read(done_, &t, sizeof t) == sizeof t;
-  }
+  bool next(PhaseTimes& t, int timeoutMs) { return child_.read(&t, sizeof t, timeoutMs); }
 
  private:
-  pid_t pid_ = -1;
-  int go_ = -1, done_ = -1;
+  static void run(uint64_t bytes, int rounds, int up) {
+    const double t0 = nowSec(), c0 = rusageCpuSec();
+    auto* p = static_cast<uint64_t*>(::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ::madvise(p, bytes, MADV_NOHUGEPAGE);
+    const uint64_t words = bytes / 8;
+    for (uint64_t i = 0; i < words; i += 512) p[i] = i;
+    const double t1 = nowSec(), c1 = rusageCpuSec();
+    const PhaseTimes touch{t1 - t0, c1 - c0};
+    if (::write(up, &touch, sizeof touch) != sizeof touch) ::_exit(1);
+    uint64_t sum = 0;
+    for (int r = 0; r < rounds; ++r)
+      for (uint64_t i = 0; i < words; i += 8) {  // one word per cache line: memory bound
+        sum += p[i];
+        p[i] = sum;
+      }
+    const PhaseTimes passes{nowSec() - t1, rusageCpuSec() - c1};
+    if (::write(up, &passes, sizeof passes) != sizeof passes) ::_exit(1);
+  }
+
+  GatedChild child_;
 };
 
 constexpr uint64_t kStreamBytes = 256ULL << 20;
