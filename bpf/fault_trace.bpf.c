@@ -15,21 +15,11 @@
 #include <bpf/bpf_helpers.h>
 
 #include "tt_events.h"
+#include "tt_tgid_filter.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
 const volatile bool report_first_touch = true;
-
-// Tracked processes as a bitmap over tgids (bit tgid % 64 of word tgid / 64), set and cleared by
-// the daemon at run time (daemon/sys/bpf/TgidBitmap.h). The page_fault_user tracepoint fires for
-// every user fault of every process: an inlined array load filters them, where a hash lookup cost
-// about twice as much. Sized from kernel.pid_max before load.
-struct {
-  __uint(type, BPF_MAP_TYPE_ARRAY);
-  __type(key, __u32);
-  __type(value, __u64);
-  __uint(max_entries, 65536);
-} tracked_bits SEC(".maps");
 
 struct {
   __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -61,11 +51,10 @@ static __always_inline void add_stat(__u32 index, __u64 n) {
   if (v) *v += n;
 }
 
+// page_fault_user fires for every user fault of every process: one inlined array load filters them.
 static __always_inline __u32 current_tracked_tgid(void) {
   __u32 tgid = bpf_get_current_pid_tgid() >> 32;
-  __u32 word = tgid >> 6;
-  __u64* bits = bpf_map_lookup_elem(&tracked_bits, &word);
-  return bits && (*bits & (1ULL << (tgid & 63))) ? tgid : 0;
+  return tt_tgid_tracked(tgid) ? tgid : 0;
 }
 
 static __always_inline void emit(__u32 tgid, __u16 kind, __u16 mig_class, __u64 addr, __u64 detail, __u64 failed) {

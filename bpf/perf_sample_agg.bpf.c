@@ -11,18 +11,10 @@
 #include <bpf/bpf_helpers.h>
 
 #include "tt_events.h"
+#include "tt_tgid_filter.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
-// Tracked processes as a bitmap over tgids (bit tgid % 64 of word tgid / 64); the daemon sets and
-// clears bits at run time. An array lookup is inlined by the verifier: on every sample this costs
-// a load instead of a hash lookup. Sized from kernel.pid_max before load.
-struct {
-  __uint(type, BPF_MAP_TYPE_ARRAY);
-  __type(key, __u32);
-  __type(value, __u64);
-  __uint(max_entries, 65536);
-} tracked_bits SEC(".maps");
 
 // Per-page sample counts per chunk. Not preallocated: its memory follows the chunks sampled in
 // one epoch (the daemon empties it every epoch), not the size of the tracked memory. When full,
@@ -62,9 +54,7 @@ SEC("perf_event")
 int tt_count_sample(struct bpf_perf_event_data* ctx) {
   bump(TT_AGG_SAMPLES);
   __u32 tgid = bpf_get_current_pid_tgid() >> 32;
-  __u32 word = tgid >> 6;
-  __u64* bits = bpf_map_lookup_elem(&tracked_bits, &word);
-  if (!bits || !(*bits & (1ULL << (tgid & 63)))) return 0;
+  if (!tt_tgid_tracked(tgid)) return 0;
   bump(TT_AGG_TRACKED);
   __u64 addr = ctx->addr;
   if (addr == 0) {
