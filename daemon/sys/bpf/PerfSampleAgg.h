@@ -13,23 +13,13 @@
 #include <vector>
 
 #include "core/Result.h"
+#include "sys/bpf/ChunkCounts.h"
 #include "sys/bpf/TgidBitmap.h"
 
 struct perf_sample_agg;
 struct bpf_link;
 
 namespace tt::sys::bpf {
-
-inline constexpr uint32_t kChunkPages = 512;  // TT_CHUNK_PAGES
-inline constexpr uint64_t kChunkBytes = uint64_t{kChunkPages} * 4096;
-inline constexpr uint8_t kChunkCountMax = 255;  // a page's counter saturates here
-
-// One drained block: samples of page `base + i * 4096` in counts[i] (0 = not sampled).
-struct ChunkCounts {
-  uint32_t tgid = 0;
-  uint64_t base = 0;  // 2 MiB aligned
-  std::array<uint8_t, kChunkPages> counts{};
-};
 
 struct AggStats {
   uint64_t samples = 0;    // program runs
@@ -56,8 +46,8 @@ class PerfSampleAgg {
   [[nodiscard]] Result<void> track(pid_t tgid);
   [[nodiscard]] Result<void> untrack(pid_t tgid);
 
-  // Reads and removes every count block (BPF_MAP_LOOKUP_AND_DELETE_BATCH; falls back to a key
-  // walk on kernels without batch ops). Appends to `out`; returns the number of blocks appended.
+  // Reads and removes every count block (ChunkCountMap::drain). Appends to `out`; returns the
+  // number of blocks appended.
   [[nodiscard]] Result<size_t> drain(std::vector<ChunkCounts>& out);
 
   // Per-CPU stats summed.
@@ -77,14 +67,12 @@ class PerfSampleAgg {
   [[nodiscard]] Result<MapMemory> mapMemory() const;
 
  private:
-  explicit PerfSampleAgg(perf_sample_agg* skel, uint32_t pidMax) : skel_(skel), pidMax_(pidMax) {}
+  PerfSampleAgg(perf_sample_agg* skel, uint32_t pidMax);
   [[nodiscard]] Result<void> setBit(pid_t tgid, bool on);
   perf_sample_agg* skel_;
   uint32_t pidMax_;
   std::vector<bpf_link*> links_;
-  bool batchUnsupported_ = false;
-  uint32_t batch_ = 256;  // blocks per batch call; grows when one hash bucket holds more
-  std::vector<uint8_t> keys_, values_;
+  ChunkCountMap chunks_;
 };
 
 
