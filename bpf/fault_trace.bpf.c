@@ -1,7 +1,10 @@
-// Page faults and kernel page migrations of tracked processes, through one BPF ring buffer.
+// Page faults and kernel page migrations of tracked processes: first-touch faults counted per
+// page in chunk blocks (tt_chunk_counts.h), everything else through one BPF ring buffer.
 //
-//   exceptions/page_fault_user   every user fault with its address and x86 error code: first
-//                                touch, NUMA hinting (the kernel's tiering evidence), write-protect
+//   exceptions/page_fault_user   every user fault (raw tracepoint: address, x86 error code):
+//                                first touch (not present; on x86 also a NUMA hinting fault, whose
+//                                PTE is PROT_NONE) counted per page; protection faults (hint on a
+//                                present page, write-protect) sent as events
 //   migrate/mm_migrate_pages     a batch finished: pages succeeded/failed and the reason; counted
 //                                for all processes per reason class (kswapd demotes for everyone),
 //                                and reported as an event when the current task is tracked
@@ -16,6 +19,7 @@
 
 #include "tt_events.h"
 #include "tt_tgid_filter.h"
+#include "tt_chunk_counts.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -72,32 +76,28 @@ static __always_inline void emit(__u32 tgid, __u16 kind, __u16 mig_class, __u64 
   bpf_ringbuf_submit(e, 0);
 }
 
-// The context of exceptions/page_fault_user, as its tracefs format file lays it out (unchanged
-// since 4.15: common header, address, ip, error_code). Deliberately not CO-RE: the kernel renamed
-// the struct's event class (trace_event_raw_x86_exceptions up to 6.12, trace_event_raw_exceptions
-// on 6.18), and with two CO-RE flavors clang merges the loads into a variable-offset ctx access
-// that the verifier rejects; the format itself never changed.
-struct tt_page_fault_ctx {
-  __u64 common;  // common_type, common_flags, common_preempt_count, common_pid
-  __u64 address;
-  __u64 ip;
-  __u64 error_code;
-};
-
-SEC("tracepoint/exceptions/page_fault_user")
-int tt_page_fault_user(struct tt_page_fault_ctx* ctx) {
+// A raw tracepoint, not a classic one: a classic tracepoint program first has the kernel copy the
+// event's fields into a per-CPU perf buffer, on every user fault of every process; a raw one gets
+// the tracepoint's arguments as they are (TP_PROTO(unsigned long address, struct pt_regs *regs,
+// unsigned long error_code), unchanged since 4.15).
+SEC("raw_tracepoint/page_fault_user")
+int tt_page_fault_user(struct bpf_raw_tracepoint_args* ctx) {
   __u32 tgid = current_tracked_tgid();
   if (!tgid) return 0;
-  __u64 error = ctx->error_code;
-  __u64 address = ctx->address;
-  __u16 kind;
+  __u64 address = ctx->args[0];
+  __u64 error = ctx->args[2];
   if (!(error & X86_PF_PROT)) {
+    // First touch: one per page a process populates, so a storm when it allocates; counting in
+    // place costs a hash lookup instead of a ring record (and no record is lost to a full ring).
     if (!report_first_touch) return 0;
-    kind = TT_EV_FAULT_FIRST_TOUCH;
-  } else {
-    kind = (error & X86_PF_WRITE) ? TT_EV_FAULT_WRITE_PROTECT : TT_EV_FAULT_HINT;
+    switch (tt_chunk_count(tgid, address)) {
+      case TT_CHUNK_SATURATED: add_stat(TT_FAULT_STAT_SATURATED, 1); break;
+      case TT_CHUNK_MAP_FULL: add_stat(TT_FAULT_STAT_CHUNKS_FULL, 1); break;
+      default: break;
+    }
+    return 0;
   }
-  emit(tgid, kind, 0, address, error, 0);
+  emit(tgid, (error & X86_PF_WRITE) ? TT_EV_FAULT_WRITE_PROTECT : TT_EV_FAULT_HINT, 0, address, error, 0);
   return 0;
 }
 

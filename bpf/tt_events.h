@@ -16,20 +16,20 @@ typedef uint16_t tt_u16;
 typedef uint8_t tt_u8;
 #endif
 
-/* perf_sample_agg counts samples per 4 KiB page in blocks of 512 counters, one block per
- * (tgid, 2 MiB-aligned virtual chunk). */
+/* perf_sample_agg (samples) and fault_trace (first-touch faults) count events per 4 KiB page in
+ * blocks of 512 counters, one block per (tgid, 2 MiB-aligned virtual chunk): tt_chunk_counts.h. */
 #define TT_PAGE_SHIFT 12
 #define TT_CHUNK_PAGES 512
 #define TT_CHUNK_BYTES (TT_CHUNK_PAGES * 4096ULL)
 
-/* Key of the in-kernel count blocks (perf_sample_agg `chunks`). */
+/* Key of the in-kernel count blocks (`chunks` of tt_chunk_counts.h). */
 struct tt_chunk_key {
   tt_u32 tgid;
   tt_u32 pad;   /* always 0: hash keys compare every byte */
   tt_u64 chunk; /* virtual address of the chunk's first page (2 MiB aligned) */
 };
 
-/* Value: samples of page i of the chunk in count[i], saturating at 255. */
+/* Value: events of page i of the chunk in count[i], saturating at 255. */
 struct tt_chunk_counts {
   tt_u8 count[TT_CHUNK_PAGES];
 };
@@ -45,10 +45,10 @@ enum tt_agg_stat {
   TT_AGG_NR_STATS = 6,
 };
 
-/* What one fault_trace ring-buffer record reports. */
+/* What one fault_trace ring-buffer record reports. First-touch faults (user faults on a
+ * not-present page) are not sent through the ring: they come in storms (a process populating its
+ * memory), so they are counted per page in fault_trace's chunk blocks instead. */
 enum tt_event_kind {
-  TT_EV_FAULT_FIRST_TOUCH = 1,   /* user fault on a not-present page (first touch; on x86 also a
-                                    NUMA hinting fault: PROT_NONE PTEs are not present) */
   TT_EV_FAULT_HINT = 2,          /* read fault on a present page (protection fault) */
   TT_EV_FAULT_WRITE_PROTECT = 3, /* write fault on a present page: COW, soft-dirty, uffd-wp, hint */
   TT_EV_MIGRATE_PAGE = 4,        /* migrate/remove_migration_pte in a tracked task's context */
@@ -80,6 +80,10 @@ struct tt_event {
 #define TT_MIG_NR_STATS (TT_MIG_NR_CLASSES * 2)
 /* fault_trace drops (ring buffer full) are counted at this index of `migrations`. */
 #define TT_FAULT_STAT_DROPPED TT_MIG_NR_STATS
-#define TT_FAULT_NR_STATS (TT_MIG_NR_STATS + 1)
+/* First-touch faults not counted: their chunk could not be inserted (map full) / their page's
+ * counter was already 255. */
+#define TT_FAULT_STAT_CHUNKS_FULL (TT_MIG_NR_STATS + 1)
+#define TT_FAULT_STAT_SATURATED (TT_MIG_NR_STATS + 2)
+#define TT_FAULT_NR_STATS (TT_MIG_NR_STATS + 3)
 
 #endif

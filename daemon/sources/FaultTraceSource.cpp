@@ -13,6 +13,28 @@ KernelMove::Why why(uint16_t cls) {
 }
 }  // namespace
 
+uint64_t addNotPresentFaults(const std::vector<sys::bpf::ChunkCounts>& blocks, FaultedPages& faulted,
+                             EvidenceAggregator& out) {
+  uint64_t events = 0;
+  for (const auto& block : blocks) {
+    const auto tgid = static_cast<pid_t>(block.tgid);
+    auto& bits = faulted[tgid][block.base >> 21];
+    for (uint32_t i = 0; i < sys::bpf::kChunkPages; ++i) {
+      uint32_t count = block.counts[i];
+      if (count == 0) continue;
+      events += count;
+      const uint64_t address = block.base + uint64_t{i} * kBasePageSize;
+      if (!bits.test(i)) {
+        out.add(tgid, address, AccessKind::Fault, 1);
+        bits.set(i);
+        --count;
+      }
+      if (count > 0) out.add(tgid, address, AccessKind::Hint, count);
+    }
+  }
+  return events;
+}
+
 void FaultTraceSource::open() {
   auto t = sys::bpf::FaultTrace::start(options_);
   if (!t) {
@@ -20,7 +42,9 @@ void FaultTraceSource::open() {
     return;
   }
   trace_ = std::move(*t);
-  status_ = {true, std::string("eBPF exceptions/page_fault_user + migrate/mm_migrate_pages") +
+  status_ = {true, std::string("eBPF exceptions/page_fault_user") +
+                       (options_.reportFirstTouch ? " (first touches counted per page in kernel)" : " (no first touches)") +
+                       " + migrate/mm_migrate_pages" +
                        (trace_->pageMigrationEvents() ? " + migrate/remove_migration_pte"
                                                       : " (no remove_migration_pte on this kernel: batch counts only)") +
                        ", ring " + std::to_string(options_.ringBytes / 1024) + " KiB"};
@@ -39,16 +63,14 @@ Result<void> FaultTraceSource::removeProcess(pid_t tgid) {
 
 Result<void> FaultTraceSource::collect(std::vector<AccessEvidence>& out) {
   if (!trace_) return {};
+  // First touches (and, on x86, NUMA hinting faults: both not present) arrive as per-page counts.
+  blocks_.clear();
+  auto drained = trace_->drainFirstTouches(blocks_);
+  if (!drained) return drained.error();
+  const uint64_t events = addNotPresentFaults(blocks_, seen_, pending_);
   auto n = trace_->poll([&](const tt_event& e) {
     const auto tgid = static_cast<pid_t>(e.tgid);
     switch (e.kind) {
-      case TT_EV_FAULT_FIRST_TOUCH: {
-        auto& bits = seen_[tgid][e.addr >> 21];
-        const size_t bit = (e.addr >> 12) & 511;
-        pending_.add(tgid, e.addr, bits.test(bit) ? AccessKind::Hint : AccessKind::Fault, 1);
-        bits.set(bit);
-        break;
-      }
       case TT_EV_FAULT_HINT: pending_.add(tgid, e.addr, AccessKind::Hint, 1); break;
       case TT_EV_FAULT_WRITE_PROTECT: pending_.add(tgid, e.addr, AccessKind::Store, 1); break;
       case TT_EV_MIGRATE_PAGE:
@@ -59,9 +81,10 @@ Result<void> FaultTraceSource::collect(std::vector<AccessEvidence>& out) {
     }
   });
   if (!n) return n.error();
-  counters_.samples += *n;
+  counters_.samples += events + *n;
   counters_.evidence += pending_.flush(out);
-  if (auto totals = trace_->migrationTotals()) counters_.lost = totals->dropped;
+  if (auto totals = trace_->migrationTotals())
+    counters_.lost = totals->dropped + totals->firstTouchChunksFull;
   return {};
 }
 

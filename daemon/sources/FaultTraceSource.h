@@ -1,5 +1,8 @@
 // eBPF fault and migration tracing as a source (bpf/fault_trace.bpf.c via sys::bpf::FaultTrace).
 //
+// Not-present faults come as per-page counts per epoch (counted in kernel: they arrive in storms
+// when a process populates memory), the rest as ring-buffer events.
+//
 // Fault kinds: on x86 a NUMA hinting PTE (PROT_NONE) is not present to the MMU, so the kernel's
 // tracepoint shows a hint fault exactly like a first touch. The source tells them apart by
 // remembering which pages of a process already faulted (one bit per page, in 2 MiB chunks:
@@ -12,11 +15,21 @@
 #include <bitset>
 #include <memory>
 #include <unordered_map>
+#include <vector>
 
 #include "sources/Source.h"
 #include "sys/bpf/FaultTrace.h"
 
 namespace tt::sources {
+
+// tgid -> 2 MiB chunk -> bit per 4 KiB page that faulted before.
+using FaultedPages = std::unordered_map<pid_t, std::unordered_map<uint64_t, std::bitset<512>>>;
+
+// Turns drained not-present fault counts into evidence: the first fault ever seen of a page is
+// its first touch (Fault, weight 1), every other one a Hint (a NUMA hinting fault, or a re-fault
+// after reclaim or zap); `faulted` remembers pages across epochs. Returns the faults counted.
+uint64_t addNotPresentFaults(const std::vector<sys::bpf::ChunkCounts>& blocks, FaultedPages& faulted,
+                             EvidenceAggregator& out);
 
 class FaultTraceSource final : public Source {
  public:
@@ -39,8 +52,8 @@ class FaultTraceSource final : public Source {
   SourceCounters counters_;
   EvidenceAggregator pending_;
   std::vector<KernelMove> moves_;
-  // tgid -> 2 MiB chunk -> bit per 4 KiB page that faulted before.
-  std::unordered_map<pid_t, std::unordered_map<uint64_t, std::bitset<512>>> seen_;
+  std::vector<sys::bpf::ChunkCounts> blocks_;  // reused drain buffer
+  FaultedPages seen_;
 };
 
 }  // namespace tt::sources

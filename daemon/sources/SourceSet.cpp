@@ -138,6 +138,7 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
     sys::bpf::FaultTrace::Options o;
     o.ringBytes = c.fault_trace().ring_kib() * 1024U;
     o.reportFirstTouch = c.fault_trace().first_touch();
+    o.maxChunks = c.aggregation_map_entries();
     auto s = std::make_unique<FaultTraceSource>(o);
     s->open();
     sources.push_back(std::move(s));

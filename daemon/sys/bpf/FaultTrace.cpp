@@ -40,7 +40,8 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::start(const Options& options) {
   }
   self->pidMax_ = pidMax;
   if (bpf_map__set_max_entries(skel->maps.events, ring) != 0 ||
-      bpf_map__set_max_entries(skel->maps.tracked_bits, tgidBitmapWords(pidMax)) != 0)
+      bpf_map__set_max_entries(skel->maps.tracked_bits, tgidBitmapWords(pidMax)) != 0 ||
+      bpf_map__set_max_entries(skel->maps.chunks, options.maxChunks) != 0)
     return errnoError("size fault_trace maps");
   // remove_migration_pte exists since 6.0; without it the CO-RE relocation of its ctx would fail
   // the whole load, so the program is left out where the kernel lacks the type.
@@ -75,6 +76,10 @@ Result<void> FaultTrace::untrack(pid_t tgid) {
   return setTgidBit(bpf_map__fd(skel_->maps.tracked_bits), pidMax_, tgid, false, "fault_trace");
 }
 
+Result<size_t> FaultTrace::drainFirstTouches(std::vector<ChunkCounts>& out) {
+  return firstTouches_.drain(bpf_map__fd(skel_->maps.chunks), out);
+}
+
 Result<size_t> FaultTrace::poll(const EventFn& fn) {
   current_ = &fn;
   const int n = ring_buffer__consume(ring_);
@@ -103,6 +108,10 @@ Result<MigrationTotals> FaultTrace::migrationTotals() const {
     for (uint64_t v : perCpu) sum += v;
     if (i == TT_FAULT_STAT_DROPPED)
       totals.dropped = sum;
+    else if (i == TT_FAULT_STAT_CHUNKS_FULL)
+      totals.firstTouchChunksFull = sum;
+    else if (i == TT_FAULT_STAT_SATURATED)
+      totals.firstTouchSaturated = sum;
     else if (i % 2 == 0)
       totals.succeeded[i / 2] = sum;
     else

@@ -1,6 +1,8 @@
 // Owner of bpf/fault_trace.bpf.c: user page faults (exceptions/page_fault_user) and kernel page
-// migrations (migrate/*) of tracked tgids, through one BPF ring buffer; plus per-reason migration
-// totals for every process (kernel demotion runs in kswapd, outside any tracked tgid).
+// migrations (migrate/*) of tracked tgids: first-touch faults counted per page in kernel (chunk
+// blocks, drained per epoch), the other faults and the migrations through one BPF ring buffer;
+// plus per-reason migration totals for every process (kernel demotion runs in kswapd, outside any
+// tracked tgid).
 #pragma once
 
 #include <sys/types.h>
@@ -10,8 +12,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/Result.h"
+#include "sys/bpf/ChunkCounts.h"
 #include "tt_events.h"
 
 struct fault_trace;
@@ -24,6 +28,8 @@ struct MigrationTotals {
   std::array<uint64_t, TT_MIG_NR_CLASSES> succeeded{};
   std::array<uint64_t, TT_MIG_NR_CLASSES> failed{};
   uint64_t dropped = 0;  // events lost to a full ring buffer
+  uint64_t firstTouchChunksFull = 0;  // first touches not counted: the chunk map was full
+  uint64_t firstTouchSaturated = 0;   // first touches not counted: the page's counter was at 255
 };
 
 class FaultTrace {
@@ -32,6 +38,7 @@ class FaultTrace {
     uint32_t ringBytes = 1U << 20;
     uint32_t pidMax = 0;  // kernel.pid_max: the tgid bitmap's size; 0 = read /proc/sys/kernel/pid_max
     bool reportFirstTouch = true;
+    uint32_t maxChunks = 16384;  // first-touch count blocks (2 MiB chunks) per epoch
   };
   // Opens, configures (rodata), loads and attaches. migrate/remove_migration_pte is attached only
   // where the running kernel's BTF has it; pageMigrationEvents() says whether it is.
@@ -42,6 +49,10 @@ class FaultTrace {
 
   [[nodiscard]] Result<void> track(pid_t tgid);
   [[nodiscard]] Result<void> untrack(pid_t tgid);
+
+  // Reads and empties the first-touch counts (one block per 2 MiB chunk touched since the last
+  // drain). Appends to `out`; returns the number of blocks appended.
+  [[nodiscard]] Result<size_t> drainFirstTouches(std::vector<ChunkCounts>& out);
 
   // Consumes every queued event without blocking (ring_buffer__consume). Returns the count.
   using EventFn = std::function<void(const tt_event&)>;
@@ -60,6 +71,7 @@ class FaultTrace {
   const EventFn* current_ = nullptr;
   bool pageMigrationEvents_ = false;
   uint32_t pidMax_ = 0;
+  ChunkCountMap firstTouches_{"fault_trace chunks"};
 };
 
 // True when the running kernel's BTF has a struct named `name` (e.g. the ctx of a tracepoint).
