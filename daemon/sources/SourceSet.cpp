@@ -121,7 +121,25 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
   if (!topology.isTiered()) lines.push_back("topology: one tier only: served-by tiers will not be told apart");
 
   if (c.pmu().enabled()) sources.push_back(openPmu(c, sysfs));
-  if (c.software_faults().enabled()) {
+  bool faultTraceRuns = false;
+  if (c.fault_trace().enabled()) {
+    sys::bpf::FaultTrace::Options o;
+    o.ringBytes = c.fault_trace().ring_kib() * 1024U;
+    o.reportFirstTouch = c.fault_trace().first_touch();
+    o.maxChunks = c.aggregation_map_entries();
+    auto s = std::make_unique<FaultTraceSource>(o);
+    s->open();
+    faultTraceRuns = s->status().available && o.reportFirstTouch;
+    sources.push_back(std::move(s));
+  }
+  // The fault trace counts every not-present fault of a tracked process per page; software-fault
+  // sampling would see a sample of the same faults (and double their weight in heat) while its
+  // system-wide events cost every fault on the machine a count. So it is the fallback for kernels
+  // where the fault trace cannot run, unless asked for alongside it.
+  if (c.software_faults().enabled() && faultTraceRuns && !c.software_faults().with_fault_trace()) {
+    lines.push_back("software-faults: not opened: fault-trace counts the same faults "
+                    "(sources.software_faults.with_fault_trace: false)");
+  } else if (c.software_faults().enabled()) {
     SamplingOptions o = softwareFaultOptions(c.software_faults().period(), aggregationOf(c));
     o.ringPages = c.software_faults().ring_pages();
     o.maxPeriod = std::max(c.software_faults().period(), c.software_faults().max_period());
@@ -131,15 +149,6 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
     o.mapEntries = c.aggregation_map_entries();
     o.defaultKind = AccessKind::Fault;
     auto s = std::make_unique<SamplingSource>(std::move(o), sysfs);
-    s->open();
-    sources.push_back(std::move(s));
-  }
-  if (c.fault_trace().enabled()) {
-    sys::bpf::FaultTrace::Options o;
-    o.ringBytes = c.fault_trace().ring_kib() * 1024U;
-    o.reportFirstTouch = c.fault_trace().first_touch();
-    o.maxChunks = c.aggregation_map_entries();
-    auto s = std::make_unique<FaultTraceSource>(o);
     s->open();
     sources.push_back(std::move(s));
   }

@@ -85,6 +85,43 @@ TEST(SourcesPrivileged, FaultTraceReportsTouchedPagesOfTrackedProcessesOnly) {
   exercise(source);
 }
 
+// Where the fault trace counts every fault of tracked processes, software-fault sampling (a sample
+// of the same faults) is not opened unless asked for; where the fault trace does not run, it is.
+TEST(SourcesPrivileged, SoftwareFaultSamplingIsTheFallbackForTheFaultTrace) {
+  TT_REQUIRE_ROOT();
+  auto names = [](const SourceSet& set) {
+    std::set<std::string> out;
+    for (const auto& s : set.sources())
+      if (s->status().available) out.insert(std::string(s->name()));
+    return out;
+  };
+  auto mentions = [](const SourceSet& set, const std::string& text) {
+    const auto lines = set.statusLines();
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
+  };
+  tensortier::v1::SourcesConfig c;
+  c.mutable_pmu()->set_enabled(false);
+  c.mutable_software_faults()->set_calibrate_sample_cost(false);
+  {
+    auto set = SourceSet::open(c, topology::Topology{});
+    EXPECT_EQ(names(*set), std::set<std::string>{"fault-trace"});
+    EXPECT_TRUE(mentions(*set, "software-faults: not opened: fault-trace counts the same faults"));
+  }
+  {
+    auto both = c;
+    both.mutable_software_faults()->set_with_fault_trace(true);
+    auto set = SourceSet::open(both, topology::Topology{});
+    EXPECT_EQ(names(*set), (std::set<std::string>{"fault-trace", "software-faults"}));
+  }
+  {
+    auto noTrace = c;
+    noTrace.mutable_fault_trace()->set_enabled(false);
+    auto set = SourceSet::open(noTrace, topology::Topology{});
+    EXPECT_EQ(names(*set), std::set<std::string>{"software-faults"});
+    EXPECT_FALSE(mentions(*set, "not opened"));
+  }
+}
+
 std::unique_ptr<SamplingSource> softwareSource(Aggregation aggregation) {
   SamplingOptions o = softwareFaultOptions(1, aggregation);
   o.ringPages = 1024;  // 4 MiB per CPU: holds one round of samples between collects
