@@ -1,5 +1,8 @@
 #include "sources/FaultTraceSource.h"
 
+#include <algorithm>
+#include <tuple>
+
 namespace tt::sources {
 
 namespace {
@@ -13,9 +16,24 @@ KernelMove::Why why(uint16_t cls) {
 }
 }  // namespace
 
-uint64_t addNotPresentFaults(const std::vector<sys::bpf::ChunkCounts>& blocks, FaultedPages& faulted,
-                             EvidenceAggregator& out) {
+uint64_t appendNotPresentFaults(std::vector<sys::bpf::ChunkCounts>& blocks, FaultedPages& faulted,
+                                std::vector<AccessEvidence>& out) {
+  std::sort(blocks.begin(), blocks.end(),
+            [](const auto& a, const auto& b) { return std::tie(a.tgid, a.base) < std::tie(b.tgid, b.base); });
+  // At most two records a page (Fault and Hint); reserved up front so a storm's evidence is not
+  // copied by doubling.
+  size_t pages = 0;
+  for (const auto& block : blocks)
+    pages += static_cast<size_t>(std::count_if(block.counts.begin(), block.counts.end(), [](uint8_t n) { return n != 0; }));
+  out.reserve(out.size() + 2 * pages);
   uint64_t events = 0;
+  auto append = [&](pid_t tgid, uint64_t page, AccessKind kind, uint32_t weight) {
+    AccessEvidence& e = out.emplace_back();
+    e.tgid = tgid;
+    e.page = page;
+    e.kind = kind;
+    e.weight = weight;
+  };
   for (const auto& block : blocks) {
     const auto tgid = static_cast<pid_t>(block.tgid);
     auto& bits = faulted[tgid][block.base >> 21];
@@ -23,13 +41,13 @@ uint64_t addNotPresentFaults(const std::vector<sys::bpf::ChunkCounts>& blocks, F
       uint32_t count = block.counts[i];
       if (count == 0) continue;
       events += count;
-      const uint64_t address = block.base + uint64_t{i} * kBasePageSize;
+      const uint64_t page = block.base + uint64_t{i} * kBasePageSize;
       if (!bits.test(i)) {
-        out.add(tgid, address, AccessKind::Fault, 1);
+        append(tgid, page, AccessKind::Fault, 1);
         bits.set(i);
         --count;
       }
-      if (count > 0) out.add(tgid, address, AccessKind::Hint, count);
+      if (count > 0) append(tgid, page, AccessKind::Hint, count);
     }
   }
   return events;
@@ -67,7 +85,8 @@ Result<void> FaultTraceSource::collect(std::vector<AccessEvidence>& out) {
   blocks_.clear();
   auto drained = trace_->drainFirstTouches(blocks_);
   if (!drained) return drained.error();
-  const uint64_t events = addNotPresentFaults(blocks_, seen_, pending_);
+  const size_t before = out.size();
+  const uint64_t events = appendNotPresentFaults(blocks_, seen_, out);
   auto n = trace_->poll([&](const tt_event& e) {
     const auto tgid = static_cast<pid_t>(e.tgid);
     switch (e.kind) {
@@ -82,6 +101,7 @@ Result<void> FaultTraceSource::collect(std::vector<AccessEvidence>& out) {
   });
   if (!n) return n.error();
   counters_.samples += events + *n;
+  counters_.evidence += out.size() - before;
   counters_.evidence += pending_.flush(out);
   if (auto totals = trace_->migrationTotals())
     counters_.lost = totals->dropped + totals->firstTouchChunksFull;

@@ -1,7 +1,9 @@
 // eBPF fault and migration tracing as a source (bpf/fault_trace.bpf.c via sys::bpf::FaultTrace).
 //
 // Not-present faults come as per-page counts per epoch (counted in kernel: they arrive in storms
-// when a process populates memory), the rest as ring-buffer events.
+// when a process populates memory), the rest as ring-buffer events. collect() appends the two
+// separately, each sorted: a page can have a Hint record from each (a protection hint fault on a
+// present page is rare); consumers add weights of equal keys.
 //
 // Fault kinds: on x86 a NUMA hinting PTE (PROT_NONE) is not present to the MMU, so the kernel's
 // tracepoint shows a hint fault exactly like a first touch. The source tells them apart by
@@ -25,11 +27,14 @@ namespace tt::sources {
 // tgid -> 2 MiB chunk -> bit per 4 KiB page that faulted before.
 using FaultedPages = std::unordered_map<pid_t, std::unordered_map<uint64_t, std::bitset<512>>>;
 
-// Turns drained not-present fault counts into evidence: the first fault ever seen of a page is
-// its first touch (Fault, weight 1), every other one a Hint (a NUMA hinting fault, or a re-fault
-// after reclaim or zap); `faulted` remembers pages across epochs. Returns the faults counted.
-uint64_t addNotPresentFaults(const std::vector<sys::bpf::ChunkCounts>& blocks, FaultedPages& faulted,
-                             EvidenceAggregator& out);
+// Turns drained not-present fault counts into evidence appended to `out`, sorted by (tgid, page,
+// kind) like EvidenceAggregator::flush (written directly: a first-touch storm is one record per
+// page, and a hash-map merge cost ~100 ns per fault): the first fault ever seen of a page is its
+// first touch (Fault, weight 1), every other one a Hint (a NUMA hinting fault, or a re-fault after
+// reclaim or zap); `faulted` remembers pages across epochs. Reorders `blocks`. Returns the faults
+// counted.
+uint64_t appendNotPresentFaults(std::vector<sys::bpf::ChunkCounts>& blocks, FaultedPages& faulted,
+                                std::vector<AccessEvidence>& out);
 
 class FaultTraceSource final : public Source {
  public:
@@ -44,6 +49,8 @@ class FaultTraceSource final : public Source {
   SourceCounters counters() const override { return counters_; }
   void takeKernelMoves(std::vector<KernelMove>& out) override;
   [[nodiscard]] Result<sys::bpf::MigrationTotals> migrationTotals() const;
+  // The running tracer (null when not open); benchmarks read its program's run time.
+  [[nodiscard]] const sys::bpf::FaultTrace* trace() const { return trace_.get(); }
 
  private:
   sys::bpf::FaultTrace::Options options_;

@@ -96,6 +96,15 @@ Result<size_t> FaultTrace::pollWait(const EventFn& fn, int timeoutMs) {
   return static_cast<size_t>(n < 0 ? 0 : n);
 }
 
+Result<std::pair<uint64_t, uint64_t>> FaultTrace::faultProgramRunTime() const {
+  bpf_prog_info info;
+  std::memset(&info, 0, sizeof info);
+  uint32_t len = sizeof info;
+  if (bpf_obj_get_info_by_fd(bpf_program__fd(skel_->progs.tt_page_fault_user), &info, &len) != 0)
+    return errnoError("bpf_obj_get_info_by_fd fault_trace page-fault program");
+  return std::pair<uint64_t, uint64_t>{info.run_time_ns, info.run_cnt};
+}
+
 Result<MigrationTotals> FaultTrace::migrationTotals() const {
   const int ncpu = libbpf_num_possible_cpus();
   if (ncpu <= 0) return systemError(-ncpu, "libbpf_num_possible_cpus");

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/Result.h"
@@ -61,6 +62,9 @@ class FaultTrace {
   [[nodiscard]] Result<size_t> pollWait(const EventFn& fn, int timeoutMs);
 
   [[nodiscard]] Result<MigrationTotals> migrationTotals() const;
+  // Total run time (ns) and runs of the page-fault program, every process's faults included
+  // (the run time needs bpf_enable_stats, else 0).
+  [[nodiscard]] Result<std::pair<uint64_t, uint64_t>> faultProgramRunTime() const;
   [[nodiscard]] bool pageMigrationEvents() const { return pageMigrationEvents_; }
 
  private:

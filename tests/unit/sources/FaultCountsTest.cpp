@@ -18,57 +18,54 @@ ChunkCounts block(uint32_t tgid, uint64_t base, std::initializer_list<std::pair<
   return c;
 }
 
-std::vector<AccessEvidence> flushed(EvidenceAggregator& a) {
+void expectRecord(const AccessEvidence& e, uint64_t page, AccessKind kind, uint32_t weight) {
+  EXPECT_EQ(e.page, page);
+  EXPECT_EQ(e.kind, kind);
+  EXPECT_EQ(e.weight, weight);
+}
+
+// The evidence appendNotPresentFaults makes of `blocks`, and the faults it counted.
+std::pair<std::vector<AccessEvidence>, uint64_t> expand(std::vector<ChunkCounts> blocks, FaultedPages& faulted) {
   std::vector<AccessEvidence> out;
-  a.flush(out);
-  return out;
+  const uint64_t n = appendNotPresentFaults(blocks, faulted, out);
+  return {out, n};
 }
 
 TEST(FaultCounts, FirstFaultOfAPageIsItsFirstTouchLaterOnesAreHints) {
   FaultedPages faulted;
-  EvidenceAggregator agg;
   // Page 3 faulted once, page 7 three times (first touch, then e.g. two NUMA hinting faults).
-  EXPECT_EQ(addNotPresentFaults({block(5, 2 * kChunkBytes, {{3, 1}, {7, 3}})}, faulted, agg), 4U);
-  const auto first = flushed(agg);
+  const auto [first, n1] = expand({block(5, 2 * kChunkBytes, {{7, 3}, {3, 1}})}, faulted);
+  EXPECT_EQ(n1, 4U);
   ASSERT_EQ(first.size(), 3U);
-  EXPECT_EQ(first[0].page, 2 * kChunkBytes + 3 * 4096);
-  EXPECT_EQ(first[0].kind, AccessKind::Fault);
-  EXPECT_EQ(first[0].weight, 1U);
-  EXPECT_EQ(first[1].page, 2 * kChunkBytes + 7 * 4096);
-  EXPECT_EQ(first[1].kind, AccessKind::Fault);
-  EXPECT_EQ(first[1].weight, 1U);
-  EXPECT_EQ(first[2].page, 2 * kChunkBytes + 7 * 4096);
-  EXPECT_EQ(first[2].kind, AccessKind::Hint);
-  EXPECT_EQ(first[2].weight, 2U);
+  expectRecord(first[0], 2 * kChunkBytes + 3 * 4096, AccessKind::Fault, 1);
+  expectRecord(first[1], 2 * kChunkBytes + 7 * 4096, AccessKind::Fault, 1);
+  expectRecord(first[2], 2 * kChunkBytes + 7 * 4096, AccessKind::Hint, 2);
 
   // Next epoch: page 3 faults again (a hinting fault: it was touched before), page 4 is new.
-  EXPECT_EQ(addNotPresentFaults({block(5, 2 * kChunkBytes, {{3, 2}, {4, 1}})}, faulted, agg), 3U);
-  const auto second = flushed(agg);
+  const auto [second, n2] = expand({block(5, 2 * kChunkBytes, {{3, 2}, {4, 1}})}, faulted);
+  EXPECT_EQ(n2, 3U);
   ASSERT_EQ(second.size(), 2U);
-  EXPECT_EQ(second[0].page, 2 * kChunkBytes + 3 * 4096);
-  EXPECT_EQ(second[0].kind, AccessKind::Hint);
-  EXPECT_EQ(second[0].weight, 2U);
-  EXPECT_EQ(second[1].page, 2 * kChunkBytes + 4 * 4096);
-  EXPECT_EQ(second[1].kind, AccessKind::Fault);
+  expectRecord(second[0], 2 * kChunkBytes + 3 * 4096, AccessKind::Hint, 2);
+  expectRecord(second[1], 2 * kChunkBytes + 4 * 4096, AccessKind::Fault, 1);
 }
 
-TEST(FaultCounts, ProcessesAreRememberedApart) {
+TEST(FaultCounts, ProcessesAreRememberedApartAndSorted) {
   FaultedPages faulted;
-  EvidenceAggregator agg;
-  EXPECT_EQ(addNotPresentFaults({block(5, 0, {{0, 1}})}, faulted, agg), 1U);
-  flushed(agg);
-  // The same address in another process is that process's first touch.
-  EXPECT_EQ(addNotPresentFaults({block(6, 0, {{0, 1}}), block(5, 0, {{0, 1}})}, faulted, agg), 2U);
-  const auto out = flushed(agg);
-  ASSERT_EQ(out.size(), 2U);
+  EXPECT_EQ(expand({block(5, 0, {{0, 1}})}, faulted).second, 1U);
+  // The same address in another process is that process's first touch; records come sorted by
+  // process, then page, whatever order the kernel's map returned the blocks in.
+  const auto [out, n] = expand({block(6, 0, {{0, 1}}), block(5, kChunkBytes, {{1, 1}}), block(5, 0, {{0, 1}})}, faulted);
+  EXPECT_EQ(n, 3U);
+  ASSERT_EQ(out.size(), 3U);
   EXPECT_EQ(out[0].tgid, 5);
-  EXPECT_EQ(out[0].kind, AccessKind::Hint);
-  EXPECT_EQ(out[1].tgid, 6);
-  EXPECT_EQ(out[1].kind, AccessKind::Fault);
+  expectRecord(out[0], 0, AccessKind::Hint, 1);
+  EXPECT_EQ(out[1].tgid, 5);
+  expectRecord(out[1], kChunkBytes + 4096, AccessKind::Fault, 1);
+  EXPECT_EQ(out[2].tgid, 6);
+  expectRecord(out[2], 0, AccessKind::Fault, 1);
   // Forgetting a process (it was untracked) makes its next fault a first touch again.
   faulted.erase(5);
-  EXPECT_EQ(addNotPresentFaults({block(5, 0, {{0, 1}})}, faulted, agg), 1U);
-  EXPECT_EQ(flushed(agg).at(0).kind, AccessKind::Fault);
+  EXPECT_EQ(expand({block(5, 0, {{0, 1}})}, faulted).first.at(0).kind, AccessKind::Fault);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 //                            software-faults-only and fault-trace-only sets
 //   sources_bench slowdown-periods [PAIRS]   software faults alone at fixed periods
 //   sources_bench period-latency   time of one sample-period change on every per-CPU event
+//   sources_bench fault-cost [N]   the fault tracer's cost per page fault, tracked and untracked
 //   sources_bench memory     tracking state per GiB of tracked memory (1 GiB touched in one epoch)
 //   sources_bench all
 //   sources_bench --record-fixture PATH   records a real software page-fault stream as hex
@@ -37,6 +38,7 @@
 
 #include "config/Config.h"
 #include "core/Log.h"
+#include "sources/FaultTraceSource.h"
 #include "sources/PerfDecode.h"
 #include "sources/SamplingSource.h"
 #include "sources/SourceSet.h"
@@ -396,6 +398,108 @@ void cost() {
   ::close(*stats);
 }
 
+// --- fault-cost: what the fault tracer adds to each page fault, of a tracked process and of any
+// other process (the page-fault tracepoint runs for every user fault on the machine) ---
+
+struct FaultCostRun {
+  double childCpuSec = 0;
+  uint64_t bpfNs = 0, bpfRuns = 0;
+  uint64_t daemonNs = 0;
+  uint64_t events = 0;  // faults the source counted for the child
+  uint64_t lost = 0;
+};
+
+enum class TraceMode { Off, Untracked, Tracked };
+constexpr const char* kTraceModeNames[] = {"no tracer", "untracked", "tracked"};
+
+FaultCostRun faultCostOnce(TraceMode mode, uint64_t bytes, int rounds) {
+  std::unique_ptr<FaultTraceSource> source;
+  if (mode != TraceMode::Off) {
+    source = std::make_unique<FaultTraceSource>(sys::bpf::FaultTrace::Options{});
+    source->open();
+    if (!source->status().available) {
+      std::fprintf(stderr, "cannot open the fault trace: %s\n", source->status().detail.c_str());
+      std::exit(1);
+    }
+  }
+  Workload w(Workload::Kind::Faults, bytes, rounds);
+  FaultCostRun r;
+  std::vector<AccessEvidence> out;
+  if (mode == TraceMode::Tracked) (void)source->addProcess(w.pid());
+  std::pair<uint64_t, uint64_t> bpf0{0, 0}, bpf1{0, 0};
+  if (source)
+    if (auto rt = source->trace()->faultProgramRunTime()) bpf0 = *rt;
+  const uint64_t events0 = source ? source->counters().samples : 0;
+  w.start();
+  double seconds = 0;
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // the daemon's default epoch
+    const uint64_t c0 = sys::perf::threadCpuNs();
+    if (source) (void)source->collect(out);
+    r.daemonNs += sys::perf::threadCpuNs() - c0;
+    out.clear();
+    if (w.finished(seconds)) break;
+  }
+  if (source) {
+    const uint64_t c0 = sys::perf::threadCpuNs();
+    (void)source->collect(out);
+    r.daemonNs += sys::perf::threadCpuNs() - c0;
+    r.events = source->counters().samples - events0;
+    r.lost = source->counters().lost;
+    if (auto rt = source->trace()->faultProgramRunTime()) bpf1 = *rt;
+  }
+  r.bpfNs = bpf1.first - bpf0.first;
+  r.bpfRuns = bpf1.second - bpf0.second;
+  r.childCpuSec = w.reapCpuSeconds();
+  return r;
+}
+
+void faultCostAll(int repeats) {
+  constexpr uint64_t kBytes = 64ULL << 20;
+  constexpr int kRounds = 40;
+  const double faults = static_cast<double>(kBytes / 4096 * kRounds);
+  std::vector<FaultCostRun> runs[3];
+  for (int i = 0; i < repeats; ++i)
+    for (TraceMode m : {TraceMode::Off, TraceMode::Untracked, TraceMode::Tracked})
+      runs[static_cast<int>(m)].push_back(faultCostOnce(m, kBytes, kRounds));
+  auto med = [&](TraceMode m, auto field) {
+    std::vector<double> v;
+    for (const auto& r : runs[static_cast<int>(m)]) v.push_back(static_cast<double>(field(r)));
+    return median(v);
+  };
+  auto child = [&](TraceMode m) { return med(m, [](const FaultCostRun& r) { return r.childCpuSec; }); };
+  const double base = child(TraceMode::Off) * 1e9 / faults;
+  std::printf("%-10s %9s %12s %14s %12s %10s %8s %12s\n", "tracer", "child s", "ns/fault", "extra ns/fault",
+              "extra %", "daemon ms", "counted", "bpf ns/run");
+  for (TraceMode m : {TraceMode::Off, TraceMode::Untracked, TraceMode::Tracked}) {
+    const double perFault = child(m) * 1e9 / faults;
+    const double daemon = med(m, [](const FaultCostRun& r) { return r.daemonNs; });
+    const double extra = perFault - base + daemon / faults;
+    const double runs_ = med(m, [](const FaultCostRun& r) { return r.bpfRuns; });
+    const double bpfNs = med(m, [](const FaultCostRun& r) { return r.bpfNs; });
+    std::printf("%-10s %9.3f %12.0f %14.0f %+11.2f%% %10.2f %8.0f %12.1f\n", kTraceModeNames[static_cast<int>(m)],
+                child(m), perFault, extra, 100.0 * extra / base, daemon / 1e6,
+                med(m, [](const FaultCostRun& r) { return r.events; }), runs_ > 0 ? bpfNs / runs_ : 0.0);
+  }
+}
+
+void faultCost(int repeats) {
+  std::printf("fault trace (first_touch on, default ring): a child faults 40 fresh 64 MiB slices (655360 first "
+              "touches); no tracer / tracer with the child untracked / tracked (collect every 1 s); %d runs each, "
+              "alternating, medians. extra = child CPU over the no-tracer run + daemon CPU, per fault\n",
+              repeats);
+  std::printf("\n=== BPF run-time stats off\n");
+  faultCostAll(repeats);
+  auto stats = sys::bpf::enableBpfRunTimeStats();
+  if (!stats) {
+    std::cout << "warning: " << stats.error().message() << " (no run with BPF run-time stats)\n";
+    return;
+  }
+  std::printf("\n=== BPF run-time stats on (two clock reads around every program run, included in bpf ns/run)\n");
+  faultCostAll(repeats);
+  ::close(*stats);
+}
+
 // --- slowdown: a memory-bound workload run untracked (no sources open at all) and tracked by
 // the default source set, alternately, many times ---
 
@@ -719,6 +823,7 @@ int main(int argc, char** argv) {
     slowdown(pairs, epochMs, breakdown);
   }
   if (mode == "period-latency") periodLatency();
+  if (mode == "fault-cost") faultCost(argc > 2 ? std::max(1, std::atoi(argv[2])) : 7);
   if (mode == "slowdown-periods") slowdownPeriods(argc > 2 ? std::max(1, std::atoi(argv[2])) : 9, 1000);
   if (mode == "memory" || mode == "all") memory();
   return 0;
