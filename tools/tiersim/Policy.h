@@ -62,6 +62,11 @@ struct EpochContext {
   // emulates kernel LRU aging (the TPP-like one) tests and clears it, as page_referenced() does.
   // Added after the first version of this interface; policies that do not age an LRU ignore it.
   std::vector<uint8_t>* accessedBits = nullptr;
+  // For offline policies only (their full trace is in trace time, not simulated time): how far the
+  // replay has got in the trace, and how many cache-line accesses one unit of SimAccess::count
+  // stands for (the trace's recording period). Online policies must not use them.
+  uint64_t traceNowNs = 0;
+  uint32_t linesPerCount = 1;
 };
 
 struct PageMove {

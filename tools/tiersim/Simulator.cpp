@@ -130,6 +130,8 @@ void Replay::runEpoch(double nowNs) {
   context.tierOf = &tierOf_;
   context.present = &present_;
   context.accessedBits = &accessed_;
+  context.traceNowNs = currentTraceNs_;
+  context.linesPerCount = trace_.samplePeriod;
   context.promoteBytesPerNs = copyBytesPerNs(config_.tiers[1].spec, config_.tiers[0].spec,
                                              config_.migrationCopyBytesPerNs);
   context.demoteBytesPerNs = copyBytesPerNs(config_.tiers[0].spec, config_.tiers[1].spec,

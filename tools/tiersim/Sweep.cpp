@@ -39,6 +39,8 @@ const std::vector<PolicyEntry>& policyRegistry() {
                  }});
     r.push_back({"autotm-static", true, false, false, 0,
                  [](const PolicyContext& c) { return makeAutoTmStaticPolicy(c.memoryParallelism); }});
+    r.push_back({"oracle-lookahead", true, false, false, 0,
+                 [](const PolicyContext& c) { return makeLookaheadOraclePolicy(c.memoryParallelism, 1.0, 0.5); }});
 #ifdef TT_TIERSIM_HAVE_TENSORTIER
     r.push_back({"tensortier", false, false, false, 0, [](const PolicyContext&) {
                    // The daemon's defaults: a default-constructed PolicyConfig.

@@ -104,4 +104,11 @@ struct MemtisParams {
 // byte is highest, for the whole run, never migrate. See AutoTm.cpp for what exactly is optimised.
 [[nodiscard]] std::unique_ptr<Policy> makeAutoTmStaticPolicy(double memoryParallelism);
 
+// Look-ahead oracle (not a peer: a yardstick): offline, migrating, valuing each page by the stall
+// its accesses in the next `horizonSteps` steps would save, moving a page when that beats
+// `copyWeight` x its copy time. What migration with perfect knowledge adds over the static
+// optimum; a heuristic, not a proven optimum. See Oracle.cpp.
+[[nodiscard]] std::unique_ptr<Policy> makeLookaheadOraclePolicy(double memoryParallelism, double horizonSteps,
+                                                                double copyWeight);
+
 }  // namespace tt::tiersim
