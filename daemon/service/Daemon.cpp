@@ -54,12 +54,15 @@ registry::Limits limitsOf(const pb::ServiceConfig& s) {
   return l;
 }
 
-trace::RecorderLimits recorderLimitsOf(const pb::ServiceConfig& s) {
+// adminGid: the resolved service.admin_group, the recordings' group (the admins asked for them).
+trace::RecorderLimits recorderLimitsOf(const pb::ServiceConfig& s, std::optional<gid_t> adminGid) {
   trace::RecorderLimits l;
   l.directory = s.trace_directory();
   l.maxBytes = uint64_t{s.trace_max_mib()} << 20;
   l.maxSeconds = s.trace_max_seconds();
   l.maxRecordings = s.trace_max_recordings();
+  l.keepFiles = s.trace_keep_files();
+  l.group = adminGid;
   return l;
 }
 
@@ -216,7 +219,7 @@ int Daemon::run() {
 
   buildStages();
   std::vector<std::string> missing;  // every stage is wired in this build
-  recorder_ = std::make_unique<trace::Recorder>(recorderLimitsOf(s));
+  recorder_ = std::make_unique<trace::Recorder>(recorderLimitsOf(s, adminGid_));
   recorderSink_ = std::make_unique<RecorderSink>(*recorder_);
   epochLoop_ = std::make_unique<EpochLoop>(
       *registry_,
@@ -330,9 +333,9 @@ std::string Daemon::applyLive(const config::DaemonConfig& next) {
   server_->setOptions(serverOptionsOf(n));
   epochMs_ = n.epoch_ms();
   manualPinSeconds_ = n.manual_pin_seconds();  // for later migrations; existing pins keep their expiry
-  recorder_->setLimits(recorderLimitsOf(n));
-  epochLoop_->setPeriod(std::chrono::milliseconds(n.epoch_ms()));
   adminGid_ = lookupGroup(n.admin_group(), "admin group");
+  recorder_->setLimits(recorderLimitsOf(n, adminGid_));
+  epochLoop_->setPeriod(std::chrono::milliseconds(n.epoch_ms()));
   if (o.socket_path() != n.socket_path() || o.socket_group() != n.socket_group() || o.socket_mode() != n.socket_mode())
     note("service.socket_*: takes effect at restart");
   if (o.metrics_port() != n.metrics_port()) note("service.metrics_port: takes effect at restart");

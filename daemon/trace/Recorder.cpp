@@ -3,8 +3,11 @@
 #include <cerrno>
 #include <chrono>
 #include <ctime>
-#include <filesystem>
-#include <system_error>
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <tuple>
 
 #include "core/Log.h"
 
@@ -21,7 +24,49 @@ std::string utcStamp() {
   return buf;
 }
 
+constexpr std::string_view kSuffix = ".tttrace";
+constexpr size_t kStampLength = 16;  // YYYYMMDDTHHMMSSZ
+
+bool isDigit(char c) { return c >= '0' && c <= '9'; }
+
+// The parts of a recording's file name that order recordings by age.
+struct RecordingName {
+  std::string stamp;  // UTC, sorts as text
+  int attempt = 0;    // the -N of a second recording of one pid in one second
+};
+
+std::optional<RecordingName> parseRecordingName(const std::string& fileName) {
+  if (fileName.size() <= kSuffix.size() || fileName.compare(fileName.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
+    return std::nullopt;
+  std::string s = fileName.substr(0, fileName.size() - kSuffix.size());
+  RecordingName out;
+  // The stamp ends in 'Z', so a trailing "-<digit>" can only be the attempt number.
+  if (s.size() >= 2 && s[s.size() - 2] == '-' && s.back() >= '1' && s.back() <= '9') {
+    out.attempt = s.back() - '0';
+    s.resize(s.size() - 2);
+  }
+  if (s.size() < kStampLength + 1 || s[s.size() - kStampLength - 1] != '-') return std::nullopt;
+  const std::string stamp = s.substr(s.size() - kStampLength);
+  for (size_t i = 0; i < kStampLength; ++i) {
+    const bool ok = i == 8 ? stamp[i] == 'T' : i == 15 ? stamp[i] == 'Z' : isDigit(stamp[i]);
+    if (!ok) return std::nullopt;
+  }
+  out.stamp = stamp;
+  s.resize(s.size() - kStampLength - 1);
+  // The pid: decimal as std::to_string writes it (no leading zero), after a '-'.
+  size_t digits = 0;
+  while (digits < s.size() && isDigit(s[s.size() - 1 - digits])) ++digits;
+  if (digits == 0 || digits > 10 || digits == s.size() || s[s.size() - digits] == '0' || s[s.size() - digits - 1] != '-')
+    return std::nullopt;
+  s.resize(s.size() - digits - 1);
+  // What is left is a client name exactly as sanitizeName() leaves it.
+  if (s.empty() || sanitizeName(s) != s) return std::nullopt;
+  return out;
+}
+
 }  // namespace
+
+bool isRecordingFileName(const std::string& fileName) { return parseRecordingName(fileName).has_value(); }
 
 std::string sanitizeName(const std::string& name) {
   std::string out;
@@ -36,7 +81,8 @@ std::string sanitizeName(const std::string& name) {
   return out.empty() ? "process" : out;
 }
 
-Recorder::Recorder(RecorderLimits limits) : limits_(std::move(limits)) {}
+Recorder::Recorder(RecorderLimits limits, std::unique_ptr<sys::TraceDirectory> files)
+    : limits_(std::move(limits)), files_(std::move(files)) {}
 
 Recorder::~Recorder() {
   std::lock_guard lock(mutex_);
@@ -60,9 +106,7 @@ Result<RecordingInfo> Recorder::start(pid_t tgid, const std::string& name, const
     return systemError(EBUSY, std::to_string(active_.size()) + " recordings are running (service.trace_max_recordings)");
   }
   if (limits_.directory.empty()) return systemError(EINVAL, "no trace directory configured (service.trace_directory)");
-  std::error_code ec;
-  std::filesystem::create_directories(limits_.directory, ec);
-  if (ec) return systemError(ec.value(), "create trace directory " + limits_.directory);
+  if (auto made = files_->ensureDirectory(limits_.directory, limits_.group); !made) return made.error();
 
   const std::vector<RegionInfo> regions = regionsFn ? regionsFn() : std::vector<RegionInfo>{};
   auto rec = std::make_unique<Recording>();
@@ -74,16 +118,18 @@ Result<RecordingInfo> Recorder::start(pid_t tgid, const std::string& name, const
   header.regions = regions;
   header.description = "recorded by tensortierd from pid " + std::to_string(tgid) +
                        "; accesses carry their epoch's end time (CLOCK_MONOTONIC ns)";
-  const std::string base = limits_.directory + "/" + sanitizeName(name) + "-" + std::to_string(tgid) + "-" + utcStamp();
-  Result<void> opened = logicError("unreachable");
+  const std::string base = sanitizeName(name) + "-" + std::to_string(tgid) + "-" + utcStamp();
+  Result<int> created = logicError("unreachable");
   std::string path;
   // Two recordings of one pid within a second: a numbered name instead of an error.
   for (int attempt = 0; attempt < 10; ++attempt) {
-    path = base + (attempt == 0 ? "" : "-" + std::to_string(attempt)) + ".tttrace";
-    opened = rec->writer.open(path, header, TraceWriter::Create::Exclusive);
-    if (opened || opened.error().code != EEXIST) break;
+    const std::string fileName = base + (attempt == 0 ? "" : "-" + std::to_string(attempt)) + ".tttrace";
+    path = limits_.directory + "/" + fileName;
+    created = files_->createFile(limits_.directory, fileName, limits_.group);
+    if (created || created.error().code != EEXIST) break;
   }
-  if (!opened) return opened.error();
+  if (!created) return created.error();
+  if (auto opened = rec->writer.open(*created, path, header); !opened) return opened.error();
   const uint32_t limit = limits_.maxSeconds;
   const uint32_t secs = seconds == 0 || seconds > limit ? limit : seconds;
   rec->info.tgid = tgid;
@@ -96,7 +142,50 @@ Result<RecordingInfo> Recorder::start(pid_t tgid, const std::string& name, const
   TT_LOG(Info) << "recording pid " << tgid << " to " << path << " for at most " << secs << " s";
   RecordingInfo info = rec->info;
   active_.emplace(tgid, std::move(rec));
+  removeOldLocked();
   return info;
+}
+
+void Recorder::removeOldLocked() {
+  const std::string& dir = limits_.directory;
+  auto listed = files_->listOwnFiles(dir);
+  if (!listed) {
+    TT_LOG(Warn) << "trace retention: " << listed.error().message() << "; no old recording removed";
+    return;
+  }
+  std::set<std::string> running;
+  for (const auto& [tgid, rec] : active_) running.insert(rec->info.path);
+  struct Candidate {
+    RecordingName parsed;
+    std::string name;
+  };
+  std::vector<Candidate> recordings;
+  for (const std::string& name : *listed) {
+    if (auto parsed = parseRecordingName(name)) recordings.push_back({std::move(*parsed), name});
+  }
+  if (recordings.size() <= limits_.keepFiles) return;
+  std::sort(recordings.begin(), recordings.end(), [](const Candidate& a, const Candidate& b) {
+    return std::tie(a.parsed.stamp, a.parsed.attempt, a.name) < std::tie(b.parsed.stamp, b.parsed.attempt, b.name);
+  });
+  size_t excess = recordings.size() - limits_.keepFiles;
+  std::vector<std::string> removed;
+  for (const Candidate& c : recordings) {
+    if (excess == 0) break;
+    if (running.count(dir + "/" + c.name) != 0) continue;  // still being written
+    if (auto r = files_->removeOwnFile(dir, c.name); !r) {
+      TT_LOG(Warn) << "trace retention: " << r.error().message();
+      continue;
+    }
+    removed.push_back(c.name);
+    --excess;
+  }
+  if (removed.empty()) return;
+  constexpr size_t kNamed = 16;  // a lowered keep may remove thousands: name the first ones
+  std::string names;
+  for (size_t i = 0; i < removed.size() && i < kNamed; ++i) names += (i == 0 ? "" : ", ") + removed[i];
+  if (removed.size() > kNamed) names += " and " + std::to_string(removed.size() - kNamed) + " more";
+  TT_LOG(Info) << "removed " << removed.size() << " old recording(s) from " << dir << " to keep "
+               << limits_.keepFiles << " (service.trace_keep_files): " << names;
 }
 
 Result<RecordingInfo> Recorder::stop(pid_t tgid, uint64_t nowNs) {

@@ -8,10 +8,19 @@
 // are CLOCK_MONOTONIC wall time, stalls included (computeOnlyTime = false). Accesses outside the
 // registered regions are recorded too; the replay drops them (it lays out the regions only).
 //
-// Files: <directory>/<name>-<pid>-<UTC time>.tttrace, created exclusively (never overwriting, never
-// through a symlink), mode 0640. Limits (RecorderLimits) bound size, duration and how many run at
-// once; a recording ends at its limit, when the process exits, on stop, or on a write error, and
-// its file is always left readable (complete chunks).
+// Files: <directory>/<name>-<pid>-<UTC time>[-N].tttrace, created exclusively (never overwriting,
+// never through a symlink), mode 0640, group the admin group when one is configured (so the admins
+// who asked for a recording can read it without root). Limits (RecorderLimits) bound size,
+// duration and how many run at once; a recording ends at its limit, when the process exits, on
+// stop, or on a write error, and its file is always left readable (complete chunks).
+//
+// Retention: each start keeps at most keepFiles recordings in the directory, the new one included,
+// by removing the oldest (by the UTC time in the name, within one second by -N, then by name) of
+// the files this recorder names: regular files of the daemon's uid whose whole name has the form
+// above. Running recordings are never removed (so more than keepFiles exist while more run), nor
+// anything else in the directory. The disk use is then bounded by about keepFiles * maxBytes.
+//
+// The file system is reached through sys::TraceDirectory (the daemon: sys::LinuxTraceDirectory).
 //
 // Threading: start/stop/list come from the admin handler (event-loop thread), the on*/endEpoch
 // hooks from the epoch thread: one mutex guards everything, the hooks' work is a few appends.
@@ -25,12 +34,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/Result.h"
 #include "core/Types.h"
+#include "sys/TraceDirectory.h"
 #include "trace/TraceFile.h"
 
 namespace tt::trace {
@@ -40,6 +51,10 @@ struct RecorderLimits {
   uint64_t maxBytes = 256ULL << 20;  // per recording
   uint32_t maxSeconds = 600;         // per recording; a request may ask for less
   uint32_t maxRecordings = 4;        // at once
+  uint32_t keepFiles = 32;           // recordings left in the directory by a start (see Retention)
+  // The admin group: group of new files and of the directory when the recorder creates it.
+  // Unset: the daemon's own group.
+  std::optional<gid_t> group;
 };
 
 struct RecordingInfo {
@@ -57,7 +72,8 @@ struct RecordingInfo {
 
 class Recorder {
  public:
-  explicit Recorder(RecorderLimits limits);
+  explicit Recorder(RecorderLimits limits,
+                    std::unique_ptr<sys::TraceDirectory> files = std::make_unique<sys::LinuxTraceDirectory>());
   ~Recorder();
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
@@ -69,7 +85,8 @@ class Recorder {
   // the regions registered so far; it is called under the recorder's lock, so a region registered
   // concurrently is either in the header or reaches onRegion() later (then it appears twice, which
   // the reader merges), never lost. Errors: already recording it, too many recordings, the
-  // directory or the file cannot be created.
+  // directory or the file cannot be created or given the group. Old files are removed (see
+  // Retention above) once the new file exists; a removal that fails is logged, not an error.
   using RegionsFn = std::function<std::vector<RegionInfo>()>;
   [[nodiscard]] Result<RecordingInfo> start(pid_t tgid, const std::string& name, const RegionsFn& regions,
                                             uint64_t nowNs, uint32_t seconds);
@@ -96,9 +113,11 @@ class Recorder {
   };
   void endLocked(pid_t tgid, uint64_t nowNs, const std::string& why);
   void failLocked(Recording& rec, const Error& error);
+  void removeOldLocked();
 
   mutable std::mutex mutex_;
   RecorderLimits limits_;
+  std::unique_ptr<sys::TraceDirectory> files_;
   std::map<pid_t, std::unique_ptr<Recording>> active_;
   std::deque<RecordingInfo> ended_;
   std::vector<pid_t> failed_;  // write errors seen in a hook, ended at the next endEpoch
@@ -107,5 +126,9 @@ class Recorder {
 // The file name part from a client name: [A-Za-z0-9._-] kept, others '_', at most 32 characters,
 // "process" when nothing is left.
 [[nodiscard]] std::string sanitizeName(const std::string& name);
+
+// Whether `fileName` (no directory) is one the recorder gives its files: the whole of
+// <sanitizeName result>-<pid>-<YYYYMMDDTHHMMSSZ>[-<1..9>].tttrace. Only such files are removed.
+[[nodiscard]] bool isRecordingFileName(const std::string& fileName);
 
 }  // namespace tt::trace

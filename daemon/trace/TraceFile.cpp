@@ -2,7 +2,6 @@
 
 #include <google/protobuf/io/coded_stream.h>
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -91,25 +90,28 @@ Result<void> TraceWriter::writeDelimited(const google::protobuf::MessageLite& me
   return {};
 }
 
-Result<void> TraceWriter::open(const std::string& path, const Header& header, Create create) {
+Result<void> TraceWriter::open(const std::string& path, const Header& header) {
   if (file_ != nullptr) return logicError("trace writer: " + path + ": already open");
-  std::FILE* f = nullptr;
-  if (create == Create::Exclusive) {
-    // O_EXCL also refuses a symlink at the final component, O_NOFOLLOW says so explicitly, and the
-    // mode is set at creation: a privileged writer is never pointed at another file, and there
-    // is no window in which the file has a wider mode or could be swapped before a chmod.
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
-    if (fd < 0) return errnoError("create trace file " + path);
-    f = ::fdopen(fd, "wb");
-    if (f == nullptr) {
-      auto err = errnoError("fdopen trace file " + path);
-      ::close(fd);
-      return err;
-    }
-  } else {
-    f = std::fopen(path.c_str(), "wbe");
-    if (f == nullptr) return errnoError("open trace file " + path + " for writing");
+  std::FILE* f = std::fopen(path.c_str(), "wbe");
+  if (f == nullptr) return errnoError("open trace file " + path + " for writing");
+  return start(f, path, header);
+}
+
+Result<void> TraceWriter::open(int fd, const std::string& path, const Header& header) {
+  if (file_ != nullptr) {
+    ::close(fd);
+    return logicError("trace writer: " + path + ": already open");
   }
+  std::FILE* f = ::fdopen(fd, "wb");
+  if (f == nullptr) {
+    auto err = errnoError("fdopen trace file " + path);
+    ::close(fd);
+    return err;
+  }
+  return start(f, path, header);
+}
+
+Result<void> TraceWriter::start(std::FILE* f, const std::string& path, const Header& header) {
   failed_ = false;
   file_ = f;
   path_ = path;

@@ -41,12 +41,12 @@ class TraceWriter {
     std::vector<RegionInfo> regions;
     std::string description;
   };
-  enum class Create {
-    Truncate,   // replace what is there (tools writing a file the user named)
-    Exclusive,  // fail with EEXIST if the path exists, symlinks included, and create it with mode
-                // 0640 (O_EXCL | O_NOFOLLOW, mode set at creation: the privileged daemon)
-  };
-  [[nodiscard]] Result<void> open(const std::string& path, const Header& header, Create create = Create::Truncate);
+  // Writes to `path`, replacing what is there (tools writing a file the user named).
+  [[nodiscard]] Result<void> open(const std::string& path, const Header& header);
+  // Writes to `fd`, a new empty file opened for writing, named `path` in messages: the daemon
+  // creates its files itself (sys::TraceDirectory::createFile: exclusively, never through a
+  // symlink, with their mode and group). Takes the descriptor: it is closed on failure too.
+  [[nodiscard]] Result<void> open(int fd, const std::string& path, const Header& header);
   // count: cache-line accesses the record stands for (a sample's weight).
   [[nodiscard]] Result<void> addAccess(uint64_t timeNs, uint64_t address, uint32_t count, bool write);
   [[nodiscard]] Result<void> addMark(const IterationMark& mark);
@@ -63,6 +63,7 @@ class TraceWriter {
 
  private:
   [[nodiscard]] Result<void> writeDelimited(const google::protobuf::MessageLite& message, const char* what);
+  [[nodiscard]] Result<void> start(std::FILE* file, const std::string& path, const Header& header);
 
   std::FILE* file_ = nullptr;
   std::string path_;

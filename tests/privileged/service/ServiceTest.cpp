@@ -432,12 +432,16 @@ TEST_F(ServiceTest, TensortierctlTunesTheSamplingBudgetLiveAndMigratePinsUntilUn
 }
 
 // tensortierctl record: a live run of this process (first touches the sources see, iteration
-// marks, the registered region) ends up in a trace file that tiersim's reader replays.
+// marks, the registered region) ends up in a trace file that tiersim's reader replays, and that
+// the admin group (here adm, which uid 65534 is not in) may read.
 TEST_F(ServiceTest, TensortierctlRecordsALiveRunThatTiersimReadsBack) {
   const std::string traceDir = daemon.dir() + "/traces";
+  const group* adm = ::getgrnam("adm");
+  ASSERT_NE(adm, nullptr) << "this test gives the recordings the group adm";
+  const gid_t admGid = adm->gr_gid;
   daemon.signal(SIGTERM);
   ASSERT_EQ(daemon.wait(), std::optional<int>(0)) << daemon.log();
-  daemon.writeConfig(baseConfig("  trace_directory: \"" + traceDir + "\"\n"));
+  daemon.writeConfig(baseConfig("  trace_directory: \"" + traceDir + "\"\n  admin_group: \"adm\"\n"));
   ASSERT_TRUE(daemon.start()) << daemon.log();
 
   CtlClient c;
@@ -490,6 +494,15 @@ TEST_F(ServiceTest, TensortierctlRecordsALiveRunThatTiersimReadsBack) {
   auto refused = tt::test::runCommand("setpriv --reuid=65534 --regid=65534 --clear-groups " + std::string(TT_TENSORTIERCTL) +
                                       " --socket " + daemon.socket() + " record list");
   EXPECT_EQ(refused.exitCode, 1) << refused.out;
+
+  // The file and the directory the daemon made belong to the admin group, readable, not writable.
+  struct stat st {};
+  ASSERT_EQ(::lstat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  EXPECT_EQ(st.st_gid, admGid);
+  ASSERT_EQ(::lstat(traceDir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  EXPECT_EQ(st.st_gid, admGid);
 
   tt::tiersim::ReadTraceStats stats;
   auto trace = tt::tiersim::readTraceFile(path, &stats);

@@ -8,9 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "Trace.h"
 
@@ -226,7 +228,7 @@ TEST_F(RecorderTest, AFailedWriteLeavesAReadableFile) {
     TraceWriter::Header h;
     h.name = "full";
     h.regions = {RegionInfo{1, 1, 0x10000000, 1 << 20, RegionKind::Weight, "w", 0}};
-    if (!w.open(path, h, TraceWriter::Create::Exclusive).ok()) std::_Exit(2);
+    if (!w.open(path, h).ok()) std::_Exit(2);
     const rlimit lim{4096, 4096};
     if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) std::_Exit(3);
     bool failed = false;
@@ -248,6 +250,207 @@ TEST_F(RecorderTest, AFailedWriteLeavesAReadableFile) {
   ASSERT_TRUE(trace.ok()) << trace.error().message();
   EXPECT_GT(trace->accesses.size(), 0U);
   EXPECT_EQ(trace->accesses.size() % 64, 0U);  // whole chunks only
+}
+
+// Retention removes only what the recorder itself names; everything else in the directory is
+// someone else's.
+TEST(RecorderName, RecognizesOnlyItsOwnFileNames) {
+  EXPECT_TRUE(isRecordingFileName("train.py-4242-20261121T130318Z.tttrace"));
+  EXPECT_TRUE(isRecordingFileName("a-b-c-1-20200101T000000Z.tttrace"));  // '-' in the client name
+  EXPECT_TRUE(isRecordingFileName("x-7-20200101T000000Z-3.tttrace"));    // second recording, same second
+  EXPECT_TRUE(isRecordingFileName(sanitizeName("../../etc/passwd") + "-1-20200101T000000Z.tttrace"));
+  for (const char* foreign :
+       {"notes.txt", "x-7-20200101T000000Z.tttrace.bak", "x-7-20200101T000000Z.tttrace~", "x-7-20200101T000000Z",
+        "-7-20200101T000000Z.tttrace",          // no name
+        ".x-7-20200101T000000Z.tttrace",        // sanitizeName never leaves a leading dot
+        "my trace-7-20200101T000000Z.tttrace",  // nor a space
+        "x-07-20200101T000000Z.tttrace",        // nor a pid with a leading zero
+        "x--20200101T000000Z.tttrace", "x-7-2020010T000000Z.tttrace", "x-7-20200101-000000Z.tttrace",
+        "x-7-20200101T000000.tttrace", "x-7-20200101T000000Z-0.tttrace", "x-7-20200101T000000Z-10.tttrace",
+        "x-7-20200101T000000Z.TTTRACE", ".tttrace"})
+    EXPECT_FALSE(isRecordingFileName(foreign)) << foreign;
+  EXPECT_FALSE(isRecordingFileName(std::string(33, 'a') + "-1-20200101T000000Z.tttrace"));  // longer than a name
+}
+
+// Retention against a real directory: the oldest recordings beyond trace_keep_files go, nothing
+// else in the directory does (foreign names, a directory, symlinks named like recordings, and
+// what the symlinks point to).
+TEST_F(RecorderTest, RemovesTheOldestRecordingsBeyondTheKeepBoundAndNothingElse) {
+  RecorderLimits l = limits();
+  l.keepFiles = 3;
+  const std::string dir = l.directory;
+  fs::create_directories(dir);
+  auto touch = [](const std::string& path) { std::ofstream(path) << "x"; };
+  // Four old recordings (sorted by their UTC time, then the -N of one second).
+  for (const char* old : {"old-1-20200101T000000Z.tttrace", "old-2-20210101T000000Z.tttrace",
+                          "old-2-20210101T000000Z-1.tttrace", "old-3-20220101T000000Z.tttrace"})
+    touch(dir + "/" + old);
+  // Foreign files, all "older" than any recording if they were taken for one.
+  const std::vector<std::string> foreign = {"notes.txt", "old-4-20190101T000000Z.tttrace.bak",
+                                            "Old Name-5-20190101T000000Z.tttrace"};
+  for (const auto& f : foreign) touch(dir + "/" + f);
+  fs::create_directory(dir + "/dir-6-20190101T000000Z.tttrace");
+  const std::string victim = dir_ + "/victim.tttrace";
+  touch(victim);
+  fs::create_symlink(victim, dir + "/link-7-20180101T000000Z.tttrace");
+  fs::create_symlink(dir + "/old-3-20220101T000000Z.tttrace", dir + "/link-8-20180101T000000Z.tttrace");
+
+  Recorder rec(l);
+  auto started = rec.start(100, "new", nullptr, 0, 0);
+  ASSERT_TRUE(started.ok()) << started.error().message();
+  // 4 old + the new one = 5 recordings, keep 3: the two oldest go.
+  EXPECT_FALSE(fs::exists(dir + "/old-1-20200101T000000Z.tttrace"));
+  EXPECT_FALSE(fs::exists(dir + "/old-2-20210101T000000Z.tttrace"));
+  EXPECT_TRUE(fs::exists(dir + "/old-2-20210101T000000Z-1.tttrace"));
+  EXPECT_TRUE(fs::exists(dir + "/old-3-20220101T000000Z.tttrace"));
+  EXPECT_TRUE(fs::exists(started->path));
+  for (const auto& f : foreign) EXPECT_TRUE(fs::exists(dir + "/" + f)) << f;
+  EXPECT_TRUE(fs::is_directory(dir + "/dir-6-20190101T000000Z.tttrace"));
+  EXPECT_TRUE(fs::is_symlink(dir + "/link-7-20180101T000000Z.tttrace"));
+  EXPECT_TRUE(fs::is_symlink(dir + "/link-8-20180101T000000Z.tttrace"));
+  EXPECT_TRUE(fs::is_regular_file(victim));
+}
+
+TEST_F(RecorderTest, NeverRemovesARunningRecording) {
+  RecorderLimits l = limits();
+  l.keepFiles = 1;
+  l.maxRecordings = 4;
+  Recorder rec(l);
+  auto a = rec.start(1, "a", nullptr, 0, 0);
+  ASSERT_TRUE(a.ok()) << a.error().message();
+  auto b = rec.start(2, "b", nullptr, 0, 0);
+  ASSERT_TRUE(b.ok()) << b.error().message();
+  // Keep 1, but both run: both stay.
+  EXPECT_TRUE(fs::exists(a->path));
+  EXPECT_TRUE(fs::exists(b->path));
+  ASSERT_TRUE(rec.stop(1, 0).ok());
+  auto c = rec.start(3, "c", nullptr, 0, 0);
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  // a ended: it goes; b still runs: it stays, as does the new c.
+  EXPECT_FALSE(fs::exists(a->path));
+  EXPECT_TRUE(fs::exists(b->path));
+  EXPECT_TRUE(fs::exists(c->path));
+  // b keeps recording into its file, which is still whole.
+  const AccessEvidence e[] = {evidence(2, 0x10000000, 1, AccessKind::Load)};
+  rec.onEvidence(e, 1 * kS);
+  rec.endEpoch(1 * kS);
+  auto stoppedB = rec.stop(2, 2 * kS);
+  ASSERT_TRUE(stoppedB.ok());
+  EXPECT_EQ(stoppedB->accesses, 1U);
+  EXPECT_EQ(stoppedB->bytes, fs::file_size(b->path));
+}
+
+TEST_F(RecorderTest, KeepsAtMostKeepFilesRecordingsOverManyStarts) {
+  RecorderLimits l = limits();
+  l.keepFiles = 3;
+  Recorder rec(l);
+  std::vector<std::string> paths;
+  auto recordings = [&] {
+    size_t n = 0;
+    for (const auto& entry : fs::directory_iterator(l.directory)) n += entry.path().extension() == ".tttrace";
+    return n;
+  };
+  for (pid_t pid = 1; pid <= 7; ++pid) {
+    auto r = rec.start(pid, "r", nullptr, 0, 0);
+    ASSERT_TRUE(r.ok()) << r.error().message();
+    paths.push_back(r->path);
+    EXPECT_EQ(recordings(), std::min<size_t>(static_cast<size_t>(pid), 3)) << "after start " << pid;
+    ASSERT_TRUE(rec.stop(pid, 0).ok());
+  }
+  // The newest three are the ones left.
+  for (size_t i = 0; i < paths.size(); ++i) EXPECT_EQ(fs::exists(paths[i]), i >= paths.size() - 3) << paths[i];
+}
+
+// ---- the recorder against a fake directory: what it asks of the file system, and its errors ----
+
+// Files are really created (the writer needs a descriptor) in a temp directory, without a group
+// (no root needed); what the recorder asked for and what it removes is recorded, failures injected.
+class FakeTraceDirectory final : public sys::TraceDirectory {
+ public:
+  struct Log {
+    std::vector<std::optional<gid_t>> directoryGroups;
+    std::vector<std::optional<gid_t>> fileGroups;
+    std::vector<std::string> removed;
+  };
+  explicit FakeTraceDirectory(std::shared_ptr<Log> log) : log_(std::move(log)) {}
+
+  Result<void> ensureDirectory(const std::string& directory, std::optional<gid_t> group) override {
+    log_->directoryGroups.push_back(group);
+    return real_.ensureDirectory(directory, std::nullopt);
+  }
+  Result<int> createFile(const std::string& directory, const std::string& name, std::optional<gid_t> group) override {
+    log_->fileGroups.push_back(group);
+    if (failGroup) return systemError(EPERM, "give trace file " + directory + "/" + name + " the admin group");
+    return real_.createFile(directory, name, std::nullopt);
+  }
+  Result<std::vector<std::string>> listOwnFiles(const std::string& directory) override {
+    if (failList) return systemError(EIO, "list trace directory " + directory);
+    return real_.listOwnFiles(directory);
+  }
+  Result<void> removeOwnFile(const std::string& directory, const std::string& name) override {
+    if (failRemove.count(name) != 0) return systemError(EBUSY, "remove " + directory + "/" + name);
+    log_->removed.push_back(name);
+    return real_.removeOwnFile(directory, name);
+  }
+
+  bool failGroup = false;
+  bool failList = false;
+  std::set<std::string> failRemove;
+
+ private:
+  std::shared_ptr<Log> log_;
+  sys::LinuxTraceDirectory real_;
+};
+
+TEST_F(RecorderTest, GivesTheDirectoryAndEachFileTheConfiguredGroup) {
+  auto log = std::make_shared<FakeTraceDirectory::Log>();
+  RecorderLimits l = limits();
+  l.group = 4242;
+  Recorder rec(l, std::make_unique<FakeTraceDirectory>(log));
+  ASSERT_TRUE(rec.start(1, "a", nullptr, 0, 0).ok());
+  l.group.reset();  // admin_group emptied by a reload: the daemon's own group from then on
+  rec.setLimits(l);
+  ASSERT_TRUE(rec.start(2, "b", nullptr, 0, 0).ok());
+  EXPECT_EQ(log->directoryGroups, (std::vector<std::optional<gid_t>>{4242, std::nullopt}));
+  EXPECT_EQ(log->fileGroups, (std::vector<std::optional<gid_t>>{4242, std::nullopt}));
+}
+
+TEST_F(RecorderTest, AFileThatCannotGetItsGroupFailsTheStartOnly) {
+  auto log = std::make_shared<FakeTraceDirectory::Log>();
+  RecorderLimits l = limits();
+  l.group = 4242;
+  auto files = std::make_unique<FakeTraceDirectory>(log);
+  files->failGroup = true;
+  Recorder rec(l, std::move(files));
+  auto r = rec.start(1, "a", nullptr, 0, 0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, EPERM);
+  EXPECT_NE(r.error().message().find("admin group"), std::string::npos) << r.error().message();
+  EXPECT_TRUE(rec.list().empty());
+  EXPECT_EQ(log->fileGroups.size(), 1U);  // not retried under another name: only EEXIST is
+}
+
+TEST_F(RecorderTest, ARetentionFailureIsLoggedAndTheRecordingStillStarts) {
+  auto log = std::make_shared<FakeTraceDirectory::Log>();
+  RecorderLimits l = limits();
+  l.keepFiles = 2;
+  fs::create_directories(l.directory);
+  for (const char* old : {"o-1-20200101T000000Z.tttrace", "o-2-20200102T000000Z.tttrace", "o-3-20200103T000000Z.tttrace"})
+    std::ofstream(l.directory + "/" + old) << "x";
+  auto files = std::make_unique<FakeTraceDirectory>(log);
+  auto* fake = files.get();
+  fake->failRemove = {"o-1-20200101T000000Z.tttrace"};
+  Recorder rec(l, std::move(files));
+  // 3 old + new, keep 2: two must go; the oldest cannot, so the next two oldest go instead.
+  auto first = rec.start(1, "a", nullptr, 0, 0);
+  ASSERT_TRUE(first.ok()) << first.error().message();
+  EXPECT_EQ(log->removed, (std::vector<std::string>{"o-2-20200102T000000Z.tttrace", "o-3-20200103T000000Z.tttrace"}));
+  EXPECT_TRUE(fs::exists(l.directory + "/o-1-20200101T000000Z.tttrace"));
+  fake->failList = true;
+  ASSERT_TRUE(rec.stop(1, 0).ok());
+  auto second = rec.start(2, "b", nullptr, 0, 0);
+  ASSERT_TRUE(second.ok()) << second.error().message();
+  EXPECT_EQ(log->removed.size(), 2U);
 }
 
 TEST(RecorderName, SanitizesClientNamesForFileNames) {
