@@ -17,9 +17,9 @@
 // the read and the write, one pass each), with PlanContext::accessesPerPagePass saying how many
 // accesses one pass makes in the unit the hotness evidence counts. Without the floor a faster
 // engine makes moves look nearly free while each still streams the page through both tiers; with
-// it, no engine speed makes moving a page cheaper than reading it from the slow tier once, so a
-// block the application will read about once before it would leave again is never worth promoting,
-// and a block with reuse still is.
+// the default floor no engine speed makes moving a page cheaper than reading it from the slow tier
+// once, so a block whose expected accesses (horizon plus amortization) come to one or two passes over
+// its pages is not worth promoting, and a block with reuse still is.
 //
 // From the selection to moves: promotions go in order of need (soonest predicted use, then value
 // density), capped at what the engine can move in one planning interval at the measured
