@@ -47,7 +47,11 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
                                : static_cast<double>(config_.initial_migration_bandwidth());
   const double penaltyNs = context.slowPenaltyNs > 0 ? context.slowPenaltyNs : config_.slow_access_penalty_ns();
   const double copyNsPerPage = static_cast<double>(kBasePageSize) / (bandwidth / 1e9);
-  const double costWeight = config_.migration_cost_weight();
+  // A move costs the larger of the copy time the application waits for and the traffic the copy
+  // puts on the tiers (see the header): a faster engine shortens the first, never the second.
+  const double accessesPerPass = context.accessesPerPagePass > 0 ? context.accessesPerPagePass : 1.0;
+  const double trafficNsPerPage = config_.move_floor_page_passes() * accessesPerPass * penaltyNs;
+  const double moveNsPerPage = std::max(copyNsPerPage * config_.migration_cost_weight(), trafficNsPerPage);
   const double margin = config_.hysteresis_margin();
   const double minBenefit = config_.min_benefit_ns_per_page();
   const uint64_t blockBytes = uint64_t{std::max<uint32_t>(1, config_.chunk_pages())} * kBasePageSize;
@@ -113,7 +117,7 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
       item.group = group;
       // The margin applies to the short-term value: that is what fluctuates from plan to plan.
       item.value = (soonPerPage * (1.0 + margin * fastShare) + longRunPerPage) * static_cast<double>(present) -
-                   slow * (copyNsPerPage * costWeight + minBenefit) + fast * copyNsPerPage * costWeight;
+                   slow * (moveNsPerPage + minBenefit) + fast * moveNsPerPage;
       inst.fastUsedBytes += b.residency.fastPages * kBasePageSize;
       inst.blocks.push_back(b);
       inst.problem.items.push_back(item);

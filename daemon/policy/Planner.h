@@ -2,11 +2,24 @@
 //
 // Each heat unit is cut into blocks of at most `chunk_pages` pages. A block's value of being fast
 // is (the accesses per page the heat model expects over its horizon + `amortization_steps` x its
-// accesses per page per step) x the slow tier's extra cost per access x the block's present pages; promoting costs its slow pages' copy time (weighted by
-// `migration_cost_weight`) plus `min_benefit_ns_per_page` per page, and keeping a fast block saves
-// the copy time of demoting it. Resident blocks get `hysteresis_margin` extra value, so a candidate
+// accesses per page per step) x the slow tier's extra cost per access x the block's present pages.
+// Promoting costs each slow page one move plus `min_benefit_ns_per_page`, and keeping a fast block
+// saves the move of demoting it. Resident blocks get `hysteresis_margin` extra value, so a candidate
 // must beat a resident by that margin: no ping-pong on noise. The selection (Selection.h) maximises
 // the sum of net values under the global fast budget and per-process quotas.
+//
+// What a page move costs: the larger of two things it consumes. Its copy time (page size over the
+// measured migration bandwidth) x `migration_cost_weight`, the share of the copy the application
+// waits for; and the memory traffic of the copy, which competes with the application's own accesses
+// even when the copy runs beside it: the copy reads every line of the page on one tier and writes it
+// on the other. That traffic is valued in the currency of the value side, as
+// `move_floor_page_passes` passes over the page at the slow-tier penalty per access (the default 2:
+// the read and the write, one pass each), with PlanContext::accessesPerPagePass saying how many
+// accesses one pass makes in the unit the hotness evidence counts. Without the floor a faster
+// engine makes moves look nearly free while each still streams the page through both tiers; with
+// the default floor no engine speed makes moving a page cheaper than reading it from the slow tier
+// once, so a block whose expected accesses (horizon plus amortization) come to one or two passes over
+// its pages is not worth promoting, and a block with reuse still is.
 //
 // From the selection to moves: promotions go in order of need (soonest predicted use, then value
 // density), capped at what the engine can move in one planning interval at the measured
@@ -72,6 +85,10 @@ struct PlanContext {
   double migrationBytesPerSec = 0;          // measured by the engine; 0 = the config's initial value
   double slowPenaltyNs = 0;                 // extra cost of a slow access, ns; 0 = the config's
   uint64_t intervalNs = 0;                  // time until the next plan; 0 = the config's plan_interval_ms
+  // Accesses, in the unit the hotness evidence counts, that one pass over a 4 KiB page makes: 64
+  // when each access stands for a cache line (PMU samples weighted by their period), 1 when the
+  // evidence is page-granular (soft-dirty, DAMON, fault tracer). 0 = 1. Scales the move floor.
+  double accessesPerPagePass = 0;
   std::vector<PinnedRange> pins;            // left where they are (see above)
 };
 

@@ -30,6 +30,13 @@ Result<void> SourceSetEvidence::applyConfig(const tensortier::v1::SourcesConfig&
   return {};
 }
 
+double accessesPerPagePass(std::span<const SourceReport> sources) {
+  constexpr double kCacheLineBytes = 64;
+  for (const SourceReport& s : sources)
+    if (s.name == "pmu" && s.active) return static_cast<double>(kBasePageSize) / kCacheLineBytes;
+  return 1;
+}
+
 MovePagesPlacement::MovePagesPlacement(sys::PageMover& mover, const topology::Topology& topology)
     : reader_(mover), topology_(topology) {}
 
@@ -55,6 +62,7 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, double migrationBytesPerSe
   heat_.advanceEpoch(nowNs);
   policy::PlanContext context;
   context.migrationBytesPerSec = migrationBytesPerSec;
+  context.accessesPerPagePass = accessesPerPagePass_;
   for (const auto& p : pins) context.pins.push_back({p.tgid, p.start, p.length});
   return planner_->plan(heat_.snapshot(), placement_, topology_, context);
 }

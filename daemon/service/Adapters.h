@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <span>
 
 #include "heat/HeatModel.h"
 #include "ipc/Placement.h"
@@ -54,6 +55,12 @@ class MovePagesPlacement final : public policy::PlacementQuery {
   const topology::Topology& topology_;
 };
 
+// Accesses that one pass over a 4 KiB page makes, in the unit of the evidence the active sources
+// deliver (policy::PlanContext::accessesPerPagePass): 64 when PMU sampling is active, as each of its
+// samples stands for period cache-line accesses and those dominate the heat; 1 otherwise, as the
+// other sources count a page once per touch, fault or scan.
+[[nodiscard]] double accessesPerPagePass(std::span<const SourceReport> sources);
+
 class HeatPlannerPolicy final : public PlacementPolicy {
  public:
   HeatPlannerPolicy(const tensortier::v1::PolicyConfig& config, const topology::Topology& topology,
@@ -67,6 +74,8 @@ class HeatPlannerPolicy final : public PlacementPolicy {
   std::vector<std::pair<uint64_t, double>> regionHeat() const override;
   PolicyView view() const override;
   Result<void> applyConfig(const tensortier::v1::PolicyConfig& config) override;
+  // The unit of the evidence observe() receives (accessesPerPagePass above); 1 until set.
+  void setAccessesPerPagePass(double accesses) { accessesPerPagePass_ = accesses; }
 
  private:
   const topology::Topology& topology_;
@@ -74,6 +83,7 @@ class HeatPlannerPolicy final : public PlacementPolicy {
   heat::HeatModel heat_;
   std::unique_ptr<policy::Planner> planner_;
   tensortier::v1::PolicyConfig config_;
+  double accessesPerPagePass_ = 1;
 };
 
 class EngineExecutor final : public PlanExecutor {

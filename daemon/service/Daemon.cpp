@@ -174,6 +174,10 @@ void Daemon::buildStages() {
   runningSources_ = config_.sources();
   source_ = std::make_unique<SourceSetEvidence>(std::move(sources));
   policy_ = std::make_unique<HeatPlannerPolicy>(config_.policy(), topology_, mover_);
+  // The planner's move floor is counted in passes over a page; the sources say what an access is.
+  const double perPass = accessesPerPagePass(source_->status());
+  policy_->setAccessesPerPagePass(perPass);
+  TT_LOG(Info) << "policy: " << perPass << " accesses per pass over a page (evidence unit of the active sources)";
   freeMemory_ = std::make_unique<migrate::SysfsFreeMemoryReader>(sys::Fs(config_.topology().sysfs_root()));
   inProcess_ = std::make_unique<SocketInProcessMover>(*server_, *registry_,
                                                       std::chrono::milliseconds(config_.service().mbind_timeout_ms()));

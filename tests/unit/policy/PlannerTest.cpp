@@ -407,3 +407,76 @@ TEST(Planner, PinnedFastPagesCountAgainstTheProcessQuota) {
 }
 
 }  // namespace
+
+// Plans one round for a slow block whose pages each expect `accessesPerPage` accesses (no long-run
+// term) with room for it in the fast tier, and says whether the block was promoted.
+bool promotes(const tensortier::v1::PolicyConfig& config, double accessesPerPage, double bytesPerSec,
+              double accessesPerPagePass) {
+  Planner planner(config);
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  HeatSnapshot snap;
+  snap.units.push_back(unit(kTgid, 0x1000000, kChunk, accessesPerPage));
+  placement.map(kTgid, 0x1000000, kChunk, 1);
+  PlanContext ctx;
+  ctx.fastCapacityBytes = 4 * kChunk;
+  ctx.migrationBytesPerSec = bytesPerSec;
+  ctx.accessesPerPagePass = accessesPerPagePass;
+  placement.apply(planner.plan(snap, placement, topo, ctx));
+  return isFastUnit(placement, kTgid, 0x1000000);
+}
+
+TEST(Planner, AFastEngineDoesNotMakeMovingAPageReadOnceWorthIt) {
+  auto config = plannerConfig();
+  config.set_amortization_steps(0);
+  constexpr double kTbPerSec = 1e12;  // copy time ~4 ns per page: a move looks free on time alone
+  // Evidence counted per cache line (64 accesses per pass over a page) and per page (1).
+  for (const double perPass : {64.0, 0.0}) {
+    const double pass = perPass > 0 ? perPass : 1.0;
+    SCOPED_TRACE(perPass);
+    // Read once before it would leave: the copy's own read and write of the page cost more.
+    EXPECT_FALSE(promotes(config, 1 * pass, kTbPerSec, perPass));
+    // Reused four times: worth the copy's traffic.
+    EXPECT_TRUE(promotes(config, 4 * pass, kTbPerSec, perPass));
+    // Without the floor the read-once block is promoted: the test can tell.
+    auto timeOnly = config;
+    timeOnly.set_move_floor_page_passes(0);
+    EXPECT_TRUE(promotes(timeOnly, 1 * pass, kTbPerSec, perPass));
+  }
+}
+
+TEST(Planner, ASlowEngineStillChargesTheFullCopyTime) {
+  auto config = plannerConfig();
+  config.set_amortization_steps(0);
+  // 1 MB/s: 4 ms per page, x 0.5 = 2 ms, far above the floor (2 x 64 x 200 ns = 25.6 us) and above
+  // what four passes save (4 x 64 x 200 ns = 51.2 us): the larger cost, the copy time, decides.
+  EXPECT_FALSE(promotes(config, 4 * 64.0, 1e6, 64.0));
+  EXPECT_TRUE(promotes(config, 4 * 64.0, 1e12, 64.0));
+}
+
+TEST(Planner, AResidentKeepsItsPlaceUnlessTheSwapPaysForBothCopiesTraffic) {
+  // Room for one block; the resident expects 10 accesses per page, a slow candidate 13. At a very
+  // fast engine the swap saves 3 x 200 ns per page, less than the traffic of promoting one and
+  // demoting the other (2 passes x 200 ns each): nothing moves.
+  auto swaps = [](double floorPasses) {
+    auto config = plannerConfig();
+    config.set_amortization_steps(0);
+    config.set_hysteresis_margin(0);
+    config.set_move_floor_page_passes(floorPasses);
+    Planner planner(config);
+    FakePlacement placement;
+    const auto topo = tt::fakes::twoNodeTopology();
+    HeatSnapshot snap;
+    snap.units.push_back(unit(kTgid, 0x1000000, kChunk, 10.0));
+    snap.units.push_back(unit(kTgid, 0x2000000, kChunk, 13.0));
+    placement.map(kTgid, 0x1000000, kChunk, 0);
+    placement.map(kTgid, 0x2000000, kChunk, 1);
+    PlanContext ctx;
+    ctx.fastCapacityBytes = kChunk;
+    ctx.migrationBytesPerSec = 1e12;
+    placement.apply(planner.plan(snap, placement, topo, ctx));
+    return isFastUnit(placement, kTgid, 0x2000000);
+  };
+  EXPECT_FALSE(swaps(2));
+  EXPECT_TRUE(swaps(0));  // on copy time alone the same candidate displaces the resident
+}

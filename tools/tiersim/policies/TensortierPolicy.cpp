@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "CostModel.h"
 #include "core/Log.h"
 #include "heat/HeatModel.h"
 #include "policy/Planner.h"
@@ -121,6 +122,8 @@ class TensortierPolicy : public Policy {
     plan.fastBudgetBytes = plan.fastCapacityBytes;
     plan.migrationBytesPerSec = bandwidth;
     plan.slowPenaltyNs = slowPenaltyNs_;
+    // A sample stands for cache-line accesses (onSample), so one pass over a page is 64 of them.
+    plan.accessesPerPagePass = static_cast<double>(kBasePageSize) / kCacheLineBytes;
     plan.intervalNs = std::max(interval, kPlanEveryNs);
     const MigrationPlan migration = planner_.plan(heat_.snapshot(), placement_, topology_, plan);
     if (log::enabled(log::Level::Debug)) {
