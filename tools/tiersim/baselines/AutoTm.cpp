@@ -33,13 +33,9 @@ class AutoTmStaticPolicy : public Policy {
             const std::vector<TierInfo>& tiers, const std::vector<SimAccess>* fullTrace) override {
     planned_.assign(totalPages, 1);
     if (fullTrace == nullptr || tiers.size() < 2) return;  // offline only; no trace, no plan
-    auto lineCost = [&](const TierInfo& tier, bool write) {
-      const double latency = write ? tier.writeLatencyNs : tier.readLatencyNs;
-      const double bandwidth = write ? tier.writeBandwidthBytesPerNs : tier.readBandwidthBytesPerNs;
-      return std::max(latency / parallelism_, kCacheLineBytes / bandwidth);
-    };
-    const double readSaving = lineCost(tiers[1], false) - lineCost(tiers[0], false);
-    const double writeSaving = lineCost(tiers[1], true) - lineCost(tiers[0], true);
+    const LineSaving line = perLineSaving(tiers, parallelism_);
+    const double readSaving = line.readNs;
+    const double writeSaving = line.writeNs;
     std::vector<double> saving(totalPages, 0.0);
     for (const auto& access : *fullTrace) {
       saving[access.page] += static_cast<double>(access.count) * (access.write ? writeSaving : readSaving);
@@ -79,6 +75,17 @@ class AutoTmStaticPolicy : public Policy {
 };
 
 }  // namespace
+
+LineSaving perLineSaving(const std::vector<TierInfo>& tiers, double memoryParallelism) {
+  const double parallelism = std::max(1.0, memoryParallelism);
+  auto lineCost = [&](const TierInfo& tier, bool write) {
+    const double latency = write ? tier.writeLatencyNs : tier.readLatencyNs;
+    const double bandwidth = write ? tier.writeBandwidthBytesPerNs : tier.readBandwidthBytesPerNs;
+    return std::max(latency / parallelism, kCacheLineBytes / bandwidth);
+  };
+  if (tiers.size() < 2) return {};
+  return {lineCost(tiers[1], false) - lineCost(tiers[0], false), lineCost(tiers[1], true) - lineCost(tiers[0], true)};
+}
 
 std::unique_ptr<Policy> makeAutoTmStaticPolicy(double memoryParallelism) {
   return std::make_unique<AutoTmStaticPolicy>(memoryParallelism);

@@ -98,6 +98,15 @@ struct MemtisParams {
 // The current hot threshold (a bin) of a Memtis-like policy; -1 for any other policy.
 [[nodiscard]] int memtisHotThreshold(const Policy& policy);
 
+// What serving one cache-line access from the fast tier instead of tier 1 saves, per direction:
+// the per-line form of the simulator's roofline, max(latency / memory parallelism, 64 B /
+// bandwidth), slow minus fast. The offline policies' unit of value.
+struct LineSaving {
+  double readNs = 0;
+  double writeNs = 0;
+};
+[[nodiscard]] LineSaving perLineSaving(const std::vector<TierInfo>& tiers, double memoryParallelism);
+
 // AutoTM-like static optimum (Hildebrand et al., "AutoTM: Automatic Tensor Movement in
 // Heterogeneous Memory Systems using Integer Linear Programming", ASPLOS'20), the static variant:
 // offline, over the whole trace, place in the fast tier the pages whose modelled stall saving per

@@ -40,13 +40,9 @@ class LookaheadOraclePolicy : public Policy {
     initial_->init(regions, totalPages, tiers, fullTrace);
     pages_ = totalPages;
     if (fullTrace == nullptr || tiers.size() < 2) return;  // offline only
-    auto lineCost = [&](const TierInfo& tier, bool write) {
-      const double latency = write ? tier.writeLatencyNs : tier.readLatencyNs;
-      const double bandwidth = write ? tier.writeBandwidthBytesPerNs : tier.readBandwidthBytesPerNs;
-      return std::max(latency / parallelism_, kCacheLineBytes / bandwidth);
-    };
-    const double readSaving = lineCost(tiers[1], false) - lineCost(tiers[0], false);
-    const double writeSaving = lineCost(tiers[1], true) - lineCost(tiers[0], true);
+    const LineSaving line = perLineSaving(tiers, parallelism_);
+    const double readSaving = line.readNs;
+    const double writeSaving = line.writeNs;
     // Per page, its accesses in time order (CSR): time and cumulative saving (per count unit).
     offset_.assign(totalPages + 1, 0);
     for (const auto& a : *fullTrace) ++offset_[a.page + 1];
