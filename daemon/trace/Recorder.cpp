@@ -1,9 +1,9 @@
 #include "trace/Recorder.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <ctime>
-#include <algorithm>
 #include <optional>
 #include <set>
 #include <string_view>

@@ -11,6 +11,7 @@
 #include "core/Log.h"
 #include "fault_trace.skel.h"
 #include "sys/bpf/LibbpfLog.h"
+#include "sys/bpf/RunStats.h"
 #include "sys/bpf/TgidBitmap.h"
 
 namespace tt::sys::bpf {
@@ -97,12 +98,7 @@ Result<size_t> FaultTrace::pollWait(const EventFn& fn, int timeoutMs) {
 }
 
 Result<std::pair<uint64_t, uint64_t>> FaultTrace::faultProgramRunTime() const {
-  bpf_prog_info info;
-  std::memset(&info, 0, sizeof info);
-  uint32_t len = sizeof info;
-  if (bpf_obj_get_info_by_fd(bpf_program__fd(skel_->progs.tt_page_fault_user), &info, &len) != 0)
-    return errnoError("bpf_obj_get_info_by_fd fault_trace page-fault program");
-  return std::pair<uint64_t, uint64_t>{info.run_time_ns, info.run_cnt};
+  return programRunTime(bpf_program__fd(skel_->progs.tt_page_fault_user), "fault_trace page-fault program");
 }
 
 Result<MigrationTotals> FaultTrace::migrationTotals() const {

@@ -10,6 +10,7 @@
 
 #include "perf_sample_agg.skel.h"
 #include "sys/bpf/LibbpfLog.h"
+#include "sys/bpf/RunStats.h"
 #include "sys/bpf/TgidBitmap.h"
 #include "tt_events.h"
 
@@ -71,11 +72,7 @@ Result<AggStats> PerfSampleAgg::stats() const {
 int PerfSampleAgg::programFd() const { return bpf_program__fd(skel_->progs.tt_count_sample); }
 
 Result<std::pair<uint64_t, uint64_t>> PerfSampleAgg::runTimeNsAndCount() const {
-  bpf_prog_info info;
-  std::memset(&info, 0, sizeof info);
-  uint32_t len = sizeof info;
-  if (bpf_obj_get_info_by_fd(programFd(), &info, &len) != 0) return errnoError("bpf_obj_get_info_by_fd perf_sample_agg");
-  return std::pair<uint64_t, uint64_t>{info.run_time_ns, info.run_cnt};
+  return programRunTime(programFd(), "perf_sample_agg");
 }
 
 Result<PerfSampleAgg::MapMemory> PerfSampleAgg::mapMemory() const {
@@ -99,12 +96,6 @@ Result<PerfSampleAgg::MapMemory> PerfSampleAgg::mapMemory() const {
     m.other += *v;
   }
   return m;
-}
-
-Result<int> enableBpfRunTimeStats() {
-  const int fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
-  if (fd < 0) return errnoError("bpf_enable_stats(BPF_STATS_RUN_TIME)");
-  return fd;
 }
 
 }  // namespace tt::sys::bpf

@@ -14,6 +14,7 @@
 
 #include "core/Result.h"
 #include "sys/bpf/ChunkCounts.h"
+#include "sys/bpf/RunStats.h"
 #include "sys/bpf/TgidBitmap.h"
 
 struct perf_sample_agg;
@@ -75,9 +76,5 @@ class PerfSampleAgg {
   ChunkCountMap chunks_;
 };
 
-
-// Turns on the kernel's BPF run-time statistics (BPF_STATS_RUN_TIME) while the returned fd is
-// open; -1 and an error when not permitted.
-[[nodiscard]] Result<int> enableBpfRunTimeStats();
 
 }  // namespace tt::sys::bpf

@@ -215,10 +215,8 @@ class DropBaseline {
   bool ok() const { return ok_; }
   // Run time (ns) and runs of the program (run time needs bpf_enable_stats).
   std::pair<uint64_t, uint64_t> runTime() const {
-    bpf_prog_info info{};
-    uint32_t len = sizeof info;
-    if (bpf_obj_get_info_by_fd(bpf_program__fd(skel_->progs.tt_drop_sample), &info, &len) != 0) return {0, 0};
-    return {info.run_time_ns, info.run_cnt};
+    auto rt = sys::bpf::programRunTime(bpf_program__fd(skel_->progs.tt_drop_sample), "sample_drop");
+    return rt ? *rt : std::pair<uint64_t, uint64_t>{0, 0};
   }
 
  private:
@@ -240,6 +238,28 @@ struct CostResult {
   uint64_t bpfNs = 0, bpfRuns = 0;  // BPF program run time and runs (all processes' samples)
   size_t evidence = 0;
 };
+
+// Starts `w` and collects from `source` (none: just waits) every `epochMs` until the workload is
+// done, then once more. Returns the collecting thread's CPU in collect() (ns); the workload's
+// elapsed seconds go to `workloadSec`, the evidence records collected to `evidence`.
+uint64_t collectWhileRunning(Source* source, Workload& w, int epochMs, double& workloadSec, size_t& evidence) {
+  std::vector<AccessEvidence> out;
+  uint64_t daemonNs = 0;
+  auto collectOnce = [&] {
+    const uint64_t c0 = sys::perf::threadCpuNs();
+    if (source) (void)source->collect(out);
+    daemonNs += sys::perf::threadCpuNs() - c0;
+    evidence += out.size();
+    out.clear();
+  };
+  w.start();
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(epochMs));
+    collectOnce();
+  } while (!w.finished(workloadSec));
+  collectOnce();
+  return daemonNs;
+}
 
 // One run of the workload with `path` collecting: the ring path every 10 ms (its 4 MiB per-CPU
 // rings must not fill), the in-kernel path once per 1 s epoch (not waking per batch of samples is
@@ -271,21 +291,8 @@ CostResult runOnce(Path path, Workload::Kind kind, uint64_t bytes, int rounds) {
     if (auto rt = source->agg()->runTimeNsAndCount()) bpf0 = *rt;
   }
   if (drop) bpf0 = drop->runTime();
-  w.start();
-  for (;;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(epochMs));
-    const uint64_t c0 = sys::perf::threadCpuNs();
-    if (source) (void)source->collect(out);
-    r.daemonNs += sys::perf::threadCpuNs() - c0;
-    r.evidence += out.size();
-    out.clear();
-    if (w.finished(r.workloadSec)) break;
-  }
+  r.daemonNs = collectWhileRunning(source.get(), w, epochMs, r.workloadSec, r.evidence);
   if (source) {
-    const uint64_t c0 = sys::perf::threadCpuNs();
-    (void)source->collect(out);
-    r.daemonNs += sys::perf::threadCpuNs() - c0;
-    r.evidence += out.size();
     r.samples = source->counters().samples - samples0;
     r.lost = source->counters().lost;
   }
@@ -424,26 +431,15 @@ FaultCostRun faultCostOnce(TraceMode mode, uint64_t bytes, int rounds) {
   }
   Workload w(Workload::Kind::Faults, bytes, rounds);
   FaultCostRun r;
-  std::vector<AccessEvidence> out;
   if (mode == TraceMode::Tracked) (void)source->addProcess(w.pid());
   std::pair<uint64_t, uint64_t> bpf0{0, 0}, bpf1{0, 0};
   if (source)
     if (auto rt = source->trace()->faultProgramRunTime()) bpf0 = *rt;
   const uint64_t events0 = source ? source->counters().samples : 0;
-  w.start();
   double seconds = 0;
-  for (;;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // the daemon's default epoch
-    const uint64_t c0 = sys::perf::threadCpuNs();
-    if (source) (void)source->collect(out);
-    r.daemonNs += sys::perf::threadCpuNs() - c0;
-    out.clear();
-    if (w.finished(seconds)) break;
-  }
+  size_t evidence = 0;
+  r.daemonNs = collectWhileRunning(source.get(), w, 1000, seconds, evidence);  // the daemon's default epoch
   if (source) {
-    const uint64_t c0 = sys::perf::threadCpuNs();
-    (void)source->collect(out);
-    r.daemonNs += sys::perf::threadCpuNs() - c0;
     r.events = source->counters().samples - events0;
     r.lost = source->counters().lost;
     if (auto rt = source->trace()->faultProgramRunTime()) bpf1 = *rt;

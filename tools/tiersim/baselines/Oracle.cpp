@@ -18,7 +18,6 @@
 // proven optimum: a lower step time than it reaches may exist. The horizon is a share of the step
 // (measured from the StepBegin marks, in trace time); before two steps began it does not move.
 #include <algorithm>
-#include <cmath>
 
 #include "Baselines.h"
 #include "CostModel.h"
@@ -41,8 +40,6 @@ class LookaheadOraclePolicy : public Policy {
     pages_ = totalPages;
     if (fullTrace == nullptr || tiers.size() < 2) return;  // offline only
     const LineSaving line = perLineSaving(tiers, parallelism_);
-    const double readSaving = line.readNs;
-    const double writeSaving = line.writeNs;
     // Per page, its accesses in time order (CSR): time and cumulative saving (per count unit).
     offset_.assign(totalPages + 1, 0);
     for (const auto& a : *fullTrace) ++offset_[a.page + 1];
@@ -53,7 +50,7 @@ class LookaheadOraclePolicy : public Policy {
     for (const auto& a : *fullTrace) {  // the trace is in time order, so each page's list is too
       const uint64_t i = fill[a.page]++;
       times_[i] = a.timeNs;
-      cumulative_[i] = static_cast<double>(a.count) * (a.write ? writeSaving : readSaving);
+      cumulative_[i] = static_cast<double>(a.count) * (a.write ? line.writeNs : line.readNs);
     }
     for (uint64_t p = 0; p < totalPages; ++p)
       for (uint64_t i = offset_[p] + 1; i < offset_[p + 1]; ++i) cumulative_[i] += cumulative_[i - 1];
