@@ -235,15 +235,21 @@ TEST(SourcesPrivileged, LiveConfigChangesTheRunningSamplePeriod) {
   EXPECT_LE(static_cast<double>(atPeriod8), 2.0 * expected) << "samples at period " << kPeriod;
 }
 
+// Software faults in kernel, starting at period 1 and free to adapt up to 65536 under a 3% budget.
+SamplingOptions adaptiveSoftwareOptions() {
+  SamplingOptions o = softwareFaultOptions(1, Aggregation::InKernel);
+  o.minPeriod = 1;
+  o.maxPeriod = 65536;
+  o.cpuBudgetPercent = 3.0;
+  return o;
+}
+
 // The budget covers the kernel's work per sample: open() calibrates it with the daemon's own
 // faults, derives the storm floor from it, and a storm over budget raises the period at the next
 // collect.
 TEST(SourcesPrivileged, CalibratedSamplingCostRaisesThePeriodOverBudget) {
   TT_REQUIRE_ROOT();
-  SamplingOptions o = softwareFaultOptions(1, Aggregation::InKernel);
-  o.minPeriod = 1;
-  o.maxPeriod = 65536;
-  o.cpuBudgetPercent = 3.0;
+  SamplingOptions o = adaptiveSoftwareOptions();
   o.calibrateSampleCost = true;
   SamplingSource source(o, sys::Fs("/sys"));
   source.open();
@@ -277,10 +283,7 @@ TEST(SourcesPrivileged, CalibratedSamplingCostRaisesThePeriodOverBudget) {
 // the next collect raises the period.
 TEST(SourcesPrivileged, StormOverBudgetRaisesThePeriodAtTheNextCollect) {
   TT_REQUIRE_ROOT();
-  SamplingOptions o = softwareFaultOptions(1, Aggregation::InKernel);
-  o.minPeriod = 1;
-  o.maxPeriod = 65536;
-  o.cpuBudgetPercent = 3.0;
+  SamplingOptions o = adaptiveSoftwareOptions();
   o.sampleCostNs = 2000;
   SamplingSource source(o, sys::Fs("/sys"));
   source.open();
