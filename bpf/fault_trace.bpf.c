@@ -88,13 +88,12 @@ int tt_page_fault_user(struct bpf_raw_tracepoint_args* ctx) {
   __u64 error = ctx->args[2];
   if (!(error & X86_PF_PROT)) {
     // First touch: one per page a process populates, so a storm when it allocates; counting in
-    // place costs a hash lookup instead of a ring record (and no record is lost to a full ring).
+    // place costs a store into this CPU's staging block instead of a ring record (and no record is
+    // lost to a full ring).
     if (!report_first_touch) return 0;
-    switch (tt_chunk_count(tgid, address)) {
-      case TT_CHUNK_SATURATED: add_stat(TT_FAULT_STAT_SATURATED, 1); break;
-      case TT_CHUNK_MAP_FULL: add_stat(TT_FAULT_STAT_CHUNKS_FULL, 1); break;
-      default: break;
-    }
+    struct tt_chunk_result r = tt_chunk_count(tgid, address);
+    if (r.saturated) add_stat(TT_FAULT_STAT_SATURATED, r.saturated);
+    if (r.dropped) add_stat(TT_FAULT_STAT_CHUNKS_FULL, r.dropped);
     return 0;
   }
   emit(tgid, (error & X86_PF_WRITE) ? TT_EV_FAULT_WRITE_PROTECT : TT_EV_FAULT_HINT, 0, address, error, 0);

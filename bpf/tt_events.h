@@ -34,12 +34,24 @@ struct tt_chunk_counts {
   tt_u8 count[TT_CHUNK_PAGES];
 };
 
+/* Per-CPU staging block (`chunk_stage` of tt_chunk_counts.h): the chunk this CPU counted in last.
+ * Events in the same chunk as the previous one are counted here, in per-CPU memory, without a hash
+ * lookup; the block is merged into `chunks` when the CPU moves on to another chunk, and the daemon
+ * collects what is left at its drain. */
+struct tt_chunk_stage {
+  struct tt_chunk_key key; /* tgid 0: empty */
+  tt_u64 dirty;            /* bit w set: count[8w .. 8w+7] may hold counts */
+  tt_u32 events;           /* events counted in this block since it was last merged */
+  tt_u32 pad;
+  tt_u8 count[TT_CHUNK_PAGES];
+};
+
 /* Indices of perf_sample_agg's per-CPU `stats` array. */
 enum tt_agg_stat {
   TT_AGG_SAMPLES = 0,    /* program runs (samples the event produced) */
   TT_AGG_TRACKED = 1,    /* samples of a tracked tgid */
   TT_AGG_NO_ADDR = 2,    /* tracked samples without a data address */
-  TT_AGG_MAP_FULL = 3,   /* samples dropped: their chunk could not be inserted */
+  TT_AGG_MAP_FULL = 3,   /* samples dropped: their chunk could not be inserted when merged */
   TT_AGG_NEW_CHUNKS = 4, /* chunks inserted */
   TT_AGG_SATURATED = 5,  /* samples not counted: their page's counter was already 255 */
   TT_AGG_NR_STATS = 6,

@@ -1,9 +1,12 @@
 #include "sys/bpf/ChunkCounts.h"
 
 #include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 
 #include "tt_events.h"
 
@@ -11,8 +14,73 @@ namespace tt::sys::bpf {
 
 static_assert(kChunkPages == TT_CHUNK_PAGES && kChunkBytes == TT_CHUNK_BYTES);
 static_assert(sizeof(tt_chunk_counts) == kChunkPages && sizeof(tt_chunk_key) == 16);
+static_assert(sizeof(tt_chunk_stage) % 8 == 0, "per-CPU values are laid out at 8-byte strides");
 
-Result<size_t> ChunkCountMap::drain(int fd, std::vector<ChunkCounts>& out) {
+MergeResult mergeStaged(const std::vector<ChunkCounts>& staged, std::vector<ChunkCounts>& out, size_t from) {
+  MergeResult result;
+  if (staged.empty()) return result;
+  // At most one staged block per CPU: index the drained blocks only when there are some.
+  std::map<std::pair<uint32_t, uint64_t>, size_t> index;
+  for (size_t i = from; i < out.size(); ++i) index.emplace(std::pair{out[i].tgid, out[i].base}, i);
+  for (const ChunkCounts& s : staged) {
+    auto [it, inserted] = index.emplace(std::pair{s.tgid, s.base}, out.size());
+    if (inserted) {
+      out.push_back(s);
+      ++result.appended;
+      continue;
+    }
+    auto& counts = out[it->second].counts;
+    for (uint32_t i = 0; i < kChunkPages; ++i) {
+      const uint32_t sum = uint32_t{counts[i]} + s.counts[i];
+      if (sum > kChunkCountMax) result.saturated += sum - kChunkCountMax;
+      counts[i] = static_cast<uint8_t>(std::min<uint32_t>(kChunkCountMax, sum));
+    }
+  }
+  return result;
+}
+
+Result<size_t> ChunkCountMap::drain(const ChunkMapFds& maps, std::vector<ChunkCounts>& out) {
+  // 1. Hand the programs the other staging half. From here on they no longer write the half of
+  //    `generation_`, so it can be read and zeroed below without racing them.
+  const uint32_t zero = 0;
+  const uint64_t next = generation_ + 1;
+  if (bpf_map_update_elem(maps.generation, &zero, &next, BPF_ANY) != 0)
+    return errnoError("bump drain generation of " + what_);
+  const auto idleHalf = static_cast<uint32_t>(generation_ & 1);
+  generation_ = next;
+  // 2. The hash: blocks merged by the programs since the last drain.
+  const size_t from = out.size();
+  auto drained = drainHash(maps.chunks, out);
+  if (!drained) return drained.error();
+  // 3. What the programs had staged in the idle half, merged in so each chunk stays one block.
+  staged_.clear();
+  if (auto collected = collectStage(maps.stage, idleHalf, staged_); !collected) return collected.error();
+  const MergeResult merged = mergeStaged(staged_, out, from);
+  saturated_ += merged.saturated;
+  return *drained + merged.appended;
+}
+
+Result<void> ChunkCountMap::collectStage(int fd, uint32_t half, std::vector<ChunkCounts>& staged) {
+  const int ncpu = libbpf_num_possible_cpus();
+  if (ncpu <= 0) return systemError(-ncpu, "libbpf_num_possible_cpus");
+  stage_.assign(size_t(ncpu) * sizeof(tt_chunk_stage), 0);
+  if (bpf_map_lookup_elem(fd, &half, stage_.data()) != 0) return errnoError("read staging blocks of " + what_);
+  for (int cpu = 0; cpu < ncpu; ++cpu) {
+    tt_chunk_stage s;
+    std::memcpy(&s, stage_.data() + size_t(cpu) * sizeof s, sizeof s);
+    if (s.key.tgid == 0 || s.dirty == 0) continue;
+    ChunkCounts& c = staged.emplace_back();
+    c.tgid = s.key.tgid;
+    c.base = s.key.chunk;
+    std::memcpy(c.counts.data(), s.count, kChunkPages);
+  }
+  // Zeroed before the next bump hands this half back to the programs.
+  std::fill(stage_.begin(), stage_.end(), uint8_t{0});
+  if (bpf_map_update_elem(fd, &half, stage_.data(), BPF_ANY) != 0) return errnoError("zero staging blocks of " + what_);
+  return {};
+}
+
+Result<size_t> ChunkCountMap::drainHash(int fd, std::vector<ChunkCounts>& out) {
   size_t total = 0;
   auto append = [&](uint32_t n) {
     for (uint32_t i = 0; i < n; ++i) {

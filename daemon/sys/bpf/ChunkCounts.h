@@ -1,5 +1,6 @@
 // User-space side of the per-chunk page counters BPF programs keep in kernel (bpf/tt_chunk_counts.h):
-// a hash of (tgid, 2 MiB-aligned chunk) -> 512 per-page u8 counters, read and emptied once per epoch.
+// a hash of (tgid, 2 MiB-aligned chunk) -> 512 per-page u8 counters behind one staging block per
+// CPU, read and emptied once per epoch.
 #pragma once
 
 #include <sys/types.h>
@@ -25,21 +26,49 @@ struct ChunkCounts {
   std::array<uint8_t, kChunkPages> counts{};
 };
 
-// Drains one `chunks` map (its fd is known once the program is loaded). Not thread-safe; one per map.
+// The maps behind one program's counters (bpf/tt_chunk_counts.h), known once it is loaded.
+struct ChunkMapFds {
+  int chunks = -1;      // hash (tgid, chunk) -> 512 counters
+  int stage = -1;       // per-CPU staging blocks, two halves by drain-generation parity
+  int generation = -1;  // the drain generation, written only here
+};
+
+// Adds staged blocks to the blocks drained in out[from..]: page by page, saturating at
+// kChunkCountMax, into the block of the same (tgid, base), or appended when none was drained, so
+// every (tgid, base) stays in one block.
+struct MergeResult {
+  size_t appended = 0;    // blocks appended to `out`
+  uint64_t saturated = 0;  // events the saturation discarded
+};
+MergeResult mergeStaged(const std::vector<ChunkCounts>& staged, std::vector<ChunkCounts>& out, size_t from);
+
+// Drains one program's counters. Not thread-safe; one per loaded program.
 class ChunkCountMap {
  public:
   // `what` names the map in errors ("perf_sample_agg chunks").
   explicit ChunkCountMap(std::string what) : what_(std::move(what)) {}
 
-  // Reads and removes every block of map `mapFd` (BPF_MAP_LOOKUP_AND_DELETE_BATCH; falls back to
-  // a key walk on kernels without batch ops). Appends to `out`; returns the number appended.
-  [[nodiscard]] Result<size_t> drain(int mapFd, std::vector<ChunkCounts>& out);
+  // Moves the programs to the other staging half (bumps the generation), reads and removes every
+  // block of `chunks` (BPF_MAP_LOOKUP_AND_DELETE_BATCH; a key walk on kernels without batch ops),
+  // then reads, merges and zeroes the staging half the programs left. Appends to `out` one block
+  // per (tgid, chunk); returns the number appended.
+  [[nodiscard]] Result<size_t> drain(const ChunkMapFds& maps, std::vector<ChunkCounts>& out);
+
+  // Events lost to saturation when drains merged staged blocks into drained ones (the programs
+  // count what they lose themselves), since construction.
+  [[nodiscard]] uint64_t saturated() const { return saturated_; }
 
  private:
+  [[nodiscard]] Result<size_t> drainHash(int fd, std::vector<ChunkCounts>& out);
+  [[nodiscard]] Result<void> collectStage(int fd, uint32_t half, std::vector<ChunkCounts>& staged);
+
   std::string what_;
+  uint64_t generation_ = 0;  // the value in the generation map (0 at load)
+  uint64_t saturated_ = 0;
   bool batchUnsupported_ = false;
   uint32_t batch_ = 256;  // blocks per batch call; grows when one hash bucket holds more
-  std::vector<uint8_t> keys_, values_;
+  std::vector<uint8_t> keys_, values_, stage_;
+  std::vector<ChunkCounts> staged_;
 };
 
 }  // namespace tt::sys::bpf

@@ -78,7 +78,9 @@ Result<void> FaultTrace::untrack(pid_t tgid) {
 }
 
 Result<size_t> FaultTrace::drainFirstTouches(std::vector<ChunkCounts>& out) {
-  return firstTouches_.drain(bpf_map__fd(skel_->maps.chunks), out);
+  return firstTouches_.drain({bpf_map__fd(skel_->maps.chunks), bpf_map__fd(skel_->maps.chunk_stage),
+                              bpf_map__fd(skel_->maps.chunk_generation)},
+                             out);
 }
 
 Result<size_t> FaultTrace::poll(const EventFn& fn) {
@@ -116,7 +118,7 @@ Result<MigrationTotals> FaultTrace::migrationTotals() const {
     else if (i == TT_FAULT_STAT_CHUNKS_FULL)
       totals.firstTouchChunksFull = sum;
     else if (i == TT_FAULT_STAT_SATURATED)
-      totals.firstTouchSaturated = sum;
+      totals.firstTouchSaturated = sum + firstTouches_.saturated();
     else if (i % 2 == 0)
       totals.succeeded[i / 2] = sum;
     else

@@ -52,7 +52,9 @@ Result<void> PerfSampleAgg::track(pid_t tgid) { return setBit(tgid, true); }
 Result<void> PerfSampleAgg::untrack(pid_t tgid) { return setBit(tgid, false); }
 
 Result<size_t> PerfSampleAgg::drain(std::vector<ChunkCounts>& out) {
-  return chunks_.drain(bpf_map__fd(skel_->maps.chunks), out);
+  return chunks_.drain({bpf_map__fd(skel_->maps.chunks), bpf_map__fd(skel_->maps.chunk_stage),
+                        bpf_map__fd(skel_->maps.chunk_generation)},
+                       out);
 }
 
 Result<AggStats> PerfSampleAgg::stats() const {
@@ -66,7 +68,7 @@ Result<AggStats> PerfSampleAgg::stats() const {
     for (uint64_t v : perCpu) sums[i] += v;
   }
   return AggStats{sums[TT_AGG_SAMPLES],  sums[TT_AGG_TRACKED],    sums[TT_AGG_NO_ADDR],
-                  sums[TT_AGG_MAP_FULL], sums[TT_AGG_NEW_CHUNKS], sums[TT_AGG_SATURATED]};
+                  sums[TT_AGG_MAP_FULL], sums[TT_AGG_NEW_CHUNKS], sums[TT_AGG_SATURATED] + chunks_.saturated()};
 }
 
 int PerfSampleAgg::programFd() const { return bpf_program__fd(skel_->progs.tt_count_sample); }
@@ -90,7 +92,8 @@ Result<PerfSampleAgg::MapMemory> PerfSampleAgg::mapMemory() const {
   auto chunks = memlock(skel_->maps.chunks);
   if (!chunks) return chunks.error();
   m.chunks = *chunks;
-  for (const bpf_map* map : {skel_->maps.tracked_bits, skel_->maps.zero_block, skel_->maps.stats}) {
+  for (const bpf_map* map : {skel_->maps.tracked_bits, skel_->maps.chunk_stage, skel_->maps.chunk_generation,
+                              skel_->maps.stats}) {
     auto v = memlock(map);
     if (!v) return v.error();
     m.other += *v;

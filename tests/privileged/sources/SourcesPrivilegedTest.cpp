@@ -181,7 +181,48 @@ TEST(SourcesPrivileged, InKernelBlocksCountFaultsPerPageAndSaturate) {
   auto after = source->agg()->stats();
   ASSERT_TRUE(after.ok());
   EXPECT_GE(after->saturated - before->saturated, 300U - sys::bpf::kChunkCountMax);
-  EXPECT_GE(after->newChunks - before->newChunks, 1U);
+}
+
+// Faults alternating between two chunks: every one moves the CPU's staging block to the other
+// chunk, so the counts reach the hash through the in-kernel merge (and its saturating add), not
+// only through the drain's staged half.
+TEST(SourcesPrivileged, InKernelStagingMergesAlternatingChunksExactly) {
+  TT_REQUIRE_ROOT();
+  auto source = softwareSource(Aggregation::InKernel);
+  ASSERT_EQ(source->aggregation(), Aggregation::InKernel) << source->status().detail;
+  test::PatternChild child(2 * sys::bpf::kChunkPages);
+  ASSERT_TRUE(source->addProcess(child.pid()).ok());
+  std::vector<AccessEvidence> evidence;
+  ASSERT_TRUE(source->collect(evidence).ok());
+  evidence.clear();
+  auto before = source->agg()->stats();
+  ASSERT_TRUE(before.ok());
+  constexpr uint32_t kHot = 300, kWarm = 7;
+  const uint64_t other = sys::bpf::kChunkPages;  // page index 2 MiB further: always another chunk
+  for (uint32_t i = 0; i < kHot; ++i) {
+    (void)child.refaultRange(0, 1, 1);
+    (void)child.refaultRange(other, other + 1, 1);
+    if (i < kWarm) {
+      (void)child.refaultRange(8, 16, 1);
+      (void)child.refaultRange(other + 8, other + 16, 1);
+    }
+  }
+  ASSERT_TRUE(source->collect(evidence).ok());
+  auto after = source->agg()->stats();
+  ASSERT_TRUE(after.ok());
+  std::map<uint64_t, uint64_t> weight;
+  for (const auto& e : evidence)
+    if (e.tgid == child.pid()) weight[(e.page - child.base()) / 4096] += e.weight;
+  EXPECT_EQ(weight[0], sys::bpf::kChunkCountMax);
+  EXPECT_EQ(weight[other], sys::bpf::kChunkCountMax);
+  for (uint64_t i = 8; i < 16; ++i) {
+    EXPECT_EQ(weight[i], kWarm) << "page " << i;
+    EXPECT_EQ(weight[other + i], kWarm) << "page " << other + i;
+  }
+  for (uint64_t i : {uint64_t{1}, uint64_t{7}, uint64_t{16}, other + 1, other + 16}) EXPECT_EQ(weight.count(i), 0U) << "untouched page " << i;
+  EXPECT_GE(after->newChunks - before->newChunks, 2U) << "both chunks reach the hash through merges";
+  EXPECT_EQ(after->saturated - before->saturated, 2 * (kHot - sys::bpf::kChunkCountMax));
+  EXPECT_EQ(after->mapFull - before->mapFull, 0U);
 }
 
 TEST(SourcesPrivileged, UserRingCountsFaultsPerPageWithoutCap) {

@@ -83,5 +83,49 @@ TEST(ChunkEvidence, WeightsAreSampleCountsTimesThePeriodSaturating) {
   EXPECT_EQ(scaledWeight(1, 0), 1U);  // a period of 0 is treated as 1
 }
 
+// The drain's last step: what the CPUs had staged is added to the blocks drained from the hash.
+TEST(StagedMerge, AddsIntoTheDrainedBlockOfTheSameChunkSaturating) {
+  std::vector<ChunkCounts> out;
+  out.push_back(chunk(9, 0));  // drained by an earlier map: not merged into (before `from`)
+  out.push_back(chunk(7, 2 * kChunkBytes));
+  out.back().counts[0] = 200;
+  out.back().counts[1] = 4;
+  std::vector<ChunkCounts> staged;
+  staged.push_back(chunk(7, 2 * kChunkBytes));
+  staged.back().counts[0] = 100;  // 300: saturates, 45 lost
+  staged.back().counts[2] = 5;
+  const auto r = sys::bpf::mergeStaged(staged, out, 1);
+  EXPECT_EQ(r.appended, 0U);
+  EXPECT_EQ(r.saturated, 300U - sys::bpf::kChunkCountMax);
+  ASSERT_EQ(out.size(), 2U);
+  EXPECT_EQ(out[1].counts[0], sys::bpf::kChunkCountMax);
+  EXPECT_EQ(out[1].counts[1], 4);
+  EXPECT_EQ(out[1].counts[2], 5);
+  EXPECT_EQ(out[0].counts[0], 0);
+}
+
+TEST(StagedMerge, AppendsChunksNotDrainedAndMergesTwoCpusStagingTheSameOne) {
+  std::vector<ChunkCounts> out;
+  out.push_back(chunk(7, 0));
+  out.back().counts[3] = 1;
+  std::vector<ChunkCounts> staged;
+  staged.push_back(chunk(7, kChunkBytes));  // same tgid, another chunk
+  staged.back().counts[4] = 2;
+  staged.push_back(chunk(8, 0));  // same chunk address, another process
+  staged.back().counts[3] = 6;
+  staged.push_back(chunk(7, kChunkBytes));  // the second CPU staging the first's chunk
+  staged.back().counts[4] = 3;
+  const auto r = sys::bpf::mergeStaged(staged, out, 0);
+  EXPECT_EQ(r.appended, 2U);
+  EXPECT_EQ(r.saturated, 0U);
+  ASSERT_EQ(out.size(), 3U);
+  EXPECT_EQ(out[0].counts[3], 1);  // tgid 8's counts did not land in tgid 7's block
+  EXPECT_EQ(out[1].tgid, 7U);
+  EXPECT_EQ(out[1].base, kChunkBytes);
+  EXPECT_EQ(out[1].counts[4], 5);
+  EXPECT_EQ(out[2].tgid, 8U);
+  EXPECT_EQ(out[2].counts[3], 6);
+}
+
 }  // namespace
 }  // namespace tt::sources
