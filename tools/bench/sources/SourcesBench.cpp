@@ -9,6 +9,9 @@
 //                            median per-pair ratio and spread of wall and rusage CPU time;
 //                            epoch 1000 ms as the daemon's default; `breakdown` adds the
 //                            software-faults-only and fault-trace-only sets
+//   sources_bench touch-rounds [CYCLES [MIB]]   first-touch slowdown of default sources (and of an
+//                            empty fault program, and with the child untracked) from short
+//                            rounds in one child, conditions rotating (median, bootstrap interval)
 //   sources_bench slowdown-periods [PAIRS]   software faults alone at fixed periods
 //   sources_bench period-latency   time of one sample-period change on every per-CPU event
 //   sources_bench fault-cost [N]   the fault tracer's cost per page fault, tracked and untracked
@@ -618,6 +621,25 @@ void printSpread(const char* what, const std::vector<double>& ratios) {
               pct(s.q1), pct(s.q3), pct(s.min), pct(s.max));
 }
 
+// 95% percentile-bootstrap interval of the median of `v` (2000 resamples, fixed seed: the same
+// input gives the same interval).
+std::pair<double, double> medianInterval(const std::vector<double>& v) {
+  std::vector<double> medians, sample(v.size());
+  uint64_t state = 0x9e3779b97f4a7c15ULL;
+  auto next = [&state] {  // splitmix64
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  for (int b = 0; b < 2000; ++b) {
+    for (double& x : sample) x = v[next() % v.size()];
+    medians.push_back(spreadOf(sample).median);
+  }
+  std::sort(medians.begin(), medians.end());
+  return {medians[50], medians[1949]};
+}
+
 // `pairs` untracked/tracked pairs, the order alternating (untracked first in even pairs), so
 // drifting load on the shared machine hits both sides alike. Untracked = no source open (the
 // sources' perf events are system-wide: with them open, an "untracked" run would pay the overflow
@@ -625,7 +647,7 @@ void printSpread(const char* what, const std::vector<double>& ratios) {
 // already running when the workload started, closed after it. Per pair: tracked / untracked.
 void slowdownWith(const char* name, const tensortier::v1::SourcesConfig& config, int pairs, int epochMs) {
   topology::Topology topo;
-  std::vector<double> touchWall, touchCpu, passWall, passCpu;
+  std::vector<double> touchWall, touchCpu, passWall, passCpu, wholeWall, wholeCpu;
   std::printf("\n%s: %d pairs, epoch %d ms; 256 MiB first touch (65536 faults) then %d memory-bound passes\n", name,
               pairs, epochMs, kStreamRounds);
   std::printf("%4s %5s %21s %21s %21s %21s %8s %8s %9s %9s %9s\n", "pair", "first", "touch wall s (u/t)",
@@ -649,6 +671,8 @@ void slowdownWith(const char* name, const tensortier::v1::SourcesConfig& config,
     touchCpu.push_back(t.touch.cpu / u.touch.cpu);
     passWall.push_back(t.passes.wall / u.passes.wall);
     passCpu.push_back(t.passes.cpu / u.passes.cpu);
+    wholeWall.push_back((t.touch.wall + t.passes.wall) / (u.touch.wall + u.passes.wall));
+    wholeCpu.push_back((t.touch.cpu + t.passes.cpu) / (u.touch.cpu + u.passes.cpu));
     std::printf("%4d %5s %10.3f/%-10.3f %10.3f/%-10.3f %10.3f/%-10.3f %10.3f/%-10.3f %8llu %8llu %9.0f %9.0f %9.0f%s\n", i,
                 i % 2 == 0 ? "untr" : "track", u.touch.wall, t.touch.wall, u.touch.cpu, t.touch.cpu, u.passes.wall,
                 t.passes.wall, u.passes.cpu, t.passes.cpu, static_cast<unsigned long long>(info.period),
@@ -660,6 +684,13 @@ void slowdownWith(const char* name, const tensortier::v1::SourcesConfig& config,
   printSpread("first touch, CPU", touchCpu);
   printSpread("passes, wall", passWall);
   printSpread("passes, CPU", passCpu);
+  printSpread("whole run, wall", wholeWall);
+  printSpread("whole run, CPU", wholeCpu);
+  for (auto [what, v] : {std::pair{"first touch, CPU", &touchCpu}, std::pair{"passes, CPU", &passCpu},
+                         std::pair{"whole run, wall", &wholeWall}, std::pair{"whole run, CPU", &wholeCpu}}) {
+    const auto [lo, hi] = medianInterval(*v);
+    std::printf("  %-22s median's 95%% bootstrap interval [%+6.2f%%, %+6.2f%%]\n", what, 100 * (lo - 1), 100 * (hi - 1));
+  }
 }
 
 // Software faults alone at fixed periods (no adaptation): how the first-touch slowdown falls with
@@ -707,6 +738,147 @@ void slowdown(int pairs, int epochMs, bool breakdown) {
   tensortier::v1::SourcesConfig ft = defaults;
   ft.mutable_software_faults()->set_enabled(false);
   slowdownWith("fault trace only", ft, pairs, epochMs);
+}
+
+// --- touch-rounds: the first-touch slowdown, resolved finer than `slowdown` can on this shared VM.
+// In `slowdown` the two sides of a pair are seconds apart and the first-touch phase is 0.1 s of
+// a 6 s run, so the host's load swings (steal time lands in a guest's CPU times too) give per-pair
+// spreads of +-10%. Here one child makes many short first-touch rounds on command and the parent
+// sets the condition up between rounds (nothing; an empty program on the fault tracepoint; the
+// default source set opened, with the child untracked or tracked), one round per condition per
+// cycle in rotating order, so drift cancels within a cycle, and a bootstrap interval of the median
+// says how well the run resolved it.
+
+// A child that, for every 'r' byte, maps `bytes`, first-touches every 4 KiB page (THP off; one
+// fault each), reports that loop's PhaseTimes (wall, and its own thread CPU: user + system, where
+// the faults' kernel work and every BPF program run on them land), and unmaps. Exits on 'q' or EOF.
+class RoundChild {
+ public:
+  explicit RoundChild(uint64_t bytes) {
+    int down[2], up[2];
+    if (::pipe(down) != 0 || ::pipe(up) != 0) std::abort();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::close(down[1]);
+      ::close(up[0]);
+      char cmd;
+      while (::read(down[0], &cmd, 1) == 1 && cmd == 'r') {
+        auto* p = static_cast<volatile char*>(
+            ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+        if (p == MAP_FAILED) ::_exit(1);
+        ::madvise(const_cast<char*>(p), bytes, MADV_NOHUGEPAGE);
+        const double t0 = nowSec(), c0 = threadCpuSec();
+        for (uint64_t off = 0; off < bytes; off += 4096) p[off] = 1;
+        const PhaseTimes t{nowSec() - t0, threadCpuSec() - c0};
+        ::munmap(const_cast<char*>(p), bytes);
+        if (::write(up[1], &t, sizeof t) != sizeof t) ::_exit(1);
+      }
+      ::_exit(0);
+    }
+    ::close(down[0]);
+    ::close(up[1]);
+    cmd_ = down[1];
+    times_ = up[0];
+  }
+  ~RoundChild() {
+    const char q = 'q';
+    (void)!::write(cmd_, &q, 1);
+    ::close(cmd_);
+    ::close(times_);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  RoundChild(const RoundChild&) = delete;
+  RoundChild& operator=(const RoundChild&) = delete;
+  pid_t pid() const { return pid_; }
+  bool round(PhaseTimes& t) {
+    const char r = 'r';
+    return ::write(cmd_, &r, 1) == 1 && ::read(times_, &t, sizeof t) == static_cast<ssize_t>(sizeof t);
+  }
+
+ private:
+  static double threadCpuSec() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+  }
+  pid_t pid_ = -1;
+  int cmd_ = -1, times_ = -1;
+};
+
+void touchRounds(int cycles, uint64_t mib) {
+  topology::Topology topo;
+  const tensortier::v1::SourcesConfig defaults;
+  const uint64_t bytes = mib << 20, pages = bytes / 4096;
+  sample_drop* noop = sample_drop__open_and_load();
+  if (noop == nullptr) {
+    std::fprintf(stderr, "cannot load the empty fault program (sample_drop)\n");
+    return;
+  }
+  RoundChild child(bytes);
+  enum Condition { kNone, kEmptyProgram, kUntracked, kTracked, kConditions };
+  const char* names[kConditions] = {"no program", "empty fault program", "default sources, child untracked",
+                                    "default sources, child tracked"};
+  std::vector<double> cpu[kConditions], wall[kConditions];
+  double cpuSum[kConditions] = {};
+  uint64_t evidence = 0;
+  std::string sources;
+  auto run = [&](int c, PhaseTimes& t) {
+    if (c == kNone) {
+      if (!child.round(t)) std::abort();
+    } else if (c == kEmptyProgram) {
+      bpf_link* link = bpf_program__attach_raw_tracepoint(noop->progs.tt_fault_noop, "page_fault_user");
+      if (link == nullptr) std::abort();
+      if (!child.round(t)) std::abort();
+      bpf_link__destroy(link);
+    } else {
+      auto set = SourceSet::open(defaults, topo);
+      if (sources.empty())
+        for (const auto& line : set->statusLines()) sources += "\n  " + line;
+      if (c == kTracked) (void)set->addProcess(child.pid());
+      std::vector<AccessEvidence> out;
+      (void)set->collect(out);  // drains the sources' own start-up events
+      out.clear();
+      if (!child.round(t)) std::abort();
+      (void)set->collect(out);  // the drain, as the daemon's epoch would
+      if (c == kTracked)
+        for (const auto& e : out) evidence += e.tgid == child.pid() ? 1 : 0;
+    }
+  };
+  std::printf("touch-rounds: %d cycles of %llu MiB first-touch rounds (%llu faults each) in one child, one round per "
+              "condition, conditions rotating (cycle i starts at condition i mod 4); per cycle each condition's "
+              "CPU and wall time over the same cycle's no-program round\n",
+              cycles, static_cast<unsigned long long>(mib), static_cast<unsigned long long>(pages));
+  for (int i = 0; i < 2; ++i) {  // warm-up: the child's first rounds also build its page tables
+    PhaseTimes w;
+    run(kNone, w);
+  }
+  for (int i = 0; i < cycles; ++i) {
+    PhaseTimes t[kConditions];
+    for (int k = 0; k < kConditions; ++k) {
+      const int c = (i + k) % kConditions;
+      run(c, t[c]);
+    }
+    for (int c = 0; c < kConditions; ++c) {
+      cpuSum[c] += t[c].cpu;
+      if (c == kNone) continue;
+      cpu[c].push_back(t[c].cpu / t[kNone].cpu);
+      wall[c].push_back(t[c].wall / t[kNone].wall);
+    }
+  }
+  sample_drop__destroy(noop);
+  std::printf("sources:%s\n", sources.c_str());
+  std::printf("evidence records of the child: %.3f per tracked fault\n",
+              static_cast<double>(evidence) / static_cast<double>(pages) / cycles);
+  for (int c = 0; c < kConditions; ++c) {
+    std::printf("%s: child CPU %.0f ns per fault (mean)\n", names[c],
+                cpuSum[c] / cycles / static_cast<double>(pages) * 1e9);
+    if (c == kNone) continue;
+    printSpread("CPU over no program", cpu[c]);
+    printSpread("wall over no program", wall[c]);
+    const auto [lo, hi] = medianInterval(cpu[c]);
+    std::printf("  median CPU, 95%% bootstrap interval [%+6.2f%%, %+6.2f%%]\n", 100 * (lo - 1), 100 * (hi - 1));
+  }
 }
 
 uint64_t rssBytes() {
@@ -818,6 +990,8 @@ int main(int argc, char** argv) {
     const bool breakdown = mode == "slowdown" && argc > 4 && std::string(argv[4]) == "breakdown";
     slowdown(pairs, epochMs, breakdown);
   }
+  if (mode == "touch-rounds")
+    touchRounds(argc > 2 ? std::max(2, std::atoi(argv[2])) : 100, argc > 3 ? std::max(1, std::atoi(argv[3])) : 64);
   if (mode == "period-latency") periodLatency();
   if (mode == "fault-cost") faultCost(argc > 2 ? std::max(1, std::atoi(argv[2])) : 7);
   if (mode == "slowdown-periods") slowdownPeriods(argc > 2 ? std::max(1, std::atoi(argv[2])) : 9, 1000);

@@ -12,3 +12,11 @@ SEC("perf_event")
 int tt_drop_sample(struct bpf_perf_event_data* ctx) {
   return 0;
 }
+
+// Baseline of `sources_bench touch-rounds`: an empty program on the fault tracer's raw tracepoint,
+// so a run with it measures what enabling the tracepoint and entering a BPF program on every user
+// fault costs, apart from the tracer's own filter and counting.
+SEC("raw_tracepoint/page_fault_user")
+int tt_fault_noop(void* ctx) {
+  return 0;
+}
