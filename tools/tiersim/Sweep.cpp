@@ -41,6 +41,14 @@ const std::vector<PolicyEntry>& policyRegistry() {
                  [](const PolicyContext& c) { return makeAutoTmStaticPolicy(c.memoryParallelism); }});
     r.push_back({"oracle-lookahead", true, false, false, 0,
                  [](const PolicyContext& c) { return makeLookaheadOraclePolicy(c.memoryParallelism, 1.0, 0.5); }});
+    r.push_back({"oracle-prefetch", true, false, false, 0, [](const PolicyContext& c) {
+                   PrefetchOracleParams p;
+                   p.memoryParallelism = c.memoryParallelism;
+                   p.computeOverlap = c.computeOverlap;
+                   p.migrationOverlap = c.migrationOverlap;
+                   p.windowNs = c.windowNs;
+                   return makePrefetchOraclePolicy(p);
+                 }});
 #ifdef TT_TIERSIM_HAVE_TENSORTIER
     r.push_back({"tensortier", false, false, false, 0, [](const PolicyContext&) {
                    // The daemon's defaults: a default-constructed PolicyConfig.
@@ -97,6 +105,16 @@ Result<SimConfig> makeSimConfig(const SweepOptions& options, const Trace& trace,
   return config;
 }
 
+PolicyContext makePolicyContext(const Trace& trace, const SimConfig& config) {
+  PolicyContext context;
+  context.scaleDivisor = trace.scaleDivisor;
+  context.memoryParallelism = config.memoryParallelism;
+  context.computeOverlap = config.computeOverlap;
+  context.migrationOverlap = config.migrationOverlap;
+  context.windowNs = config.windowNs;
+  return context;
+}
+
 Result<SweepResult> runSweep(const SweepOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   SweepResult sweep;
@@ -150,8 +168,7 @@ Result<SweepResult> runSweep(const SweepOptions& options) {
           results[j] = config.error();
           continue;
         }
-        PolicyContext context{trace->scaleDivisor, config->memoryParallelism};
-        auto policy = jobs[j].policy->make(context);
+        auto policy = jobs[j].policy->make(makePolicyContext(*trace, *config));
         results[j] = simulate(*trace, *policy, *config, jobs[j].policy->offline);
       }
     };

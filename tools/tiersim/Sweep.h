@@ -17,6 +17,11 @@ namespace tt::tiersim {
 struct PolicyContext {
   uint32_t scaleDivisor = 1;
   double memoryParallelism = 64;
+  // The rest of the cost model, for offline yardsticks that plan against it (oracle-prefetch);
+  // online policies must not use them (a real system does not know its cost model).
+  double computeOverlap = 0;
+  double migrationOverlap = 0.5;
+  uint64_t windowNs = 20'000;
 };
 
 struct PolicyEntry {
@@ -30,7 +35,8 @@ struct PolicyEntry {
   std::function<std::unique_ptr<Policy>(const PolicyContext&)> make;
 };
 
-// all-dram, first-touch, tpp, hemem, memtis, autotm-static and, when tools/tiersim/policies builds
+// all-dram, first-touch, tpp, hemem, memtis, autotm-static, the oracles (oracle-lookahead,
+// oracle-prefetch: yardsticks) and, when tools/tiersim/policies builds
 // tt_tiersim_tensortier, tensortier.
 [[nodiscard]] const std::vector<PolicyEntry>& policyRegistry();
 [[nodiscard]] const PolicyEntry* findPolicy(const std::string& name);
@@ -56,6 +62,9 @@ struct SweepOptions {
 // The simulator configuration of one run (what `tiersim run` and the sweep share).
 [[nodiscard]] Result<SimConfig> makeSimConfig(const SweepOptions& options, const Trace& trace,
                                               double fastFraction, const PolicyEntry& policy);
+
+// What a policy of `trace` run under `config` is built with.
+[[nodiscard]] PolicyContext makePolicyContext(const Trace& trace, const SimConfig& config);
 
 struct SweepCell {
   std::string model;

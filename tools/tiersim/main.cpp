@@ -217,7 +217,7 @@ int main(int argc, char** argv) {
       std::cerr << "tiersim: " << config.error().message() << "\n";
       return 1;
     }
-    auto policy = entry->make(PolicyContext{trace.scaleDivisor, config->memoryParallelism});
+    auto policy = entry->make(makePolicyContext(trace, *config));
     auto result = simulate(trace, *policy, *config, entry->offline);
     if (!result) {
       std::cerr << "tiersim: " << result.error().message() << "\n";

@@ -300,7 +300,7 @@ TEST(TiersimAllDram, IsTheBoundForEveryPolicy) {
   for (const auto& entry : policyRegistry()) {
     auto config = makeSimConfig(sweep, *trace, 0.2, entry);
     ASSERT_TRUE(config.ok());
-    auto policy = entry.make(PolicyContext{trace->scaleDivisor, config->memoryParallelism});
+    auto policy = entry.make(makePolicyContext(*trace, *config));
     auto result = simulate(*trace, *policy, *config, entry.offline);
     ASSERT_TRUE(result.ok()) << entry.name;
     if (entry.name == "all-dram") {

@@ -30,7 +30,7 @@ SimResult runNamed(const Trace& trace, const std::string& name, uint64_t seed) {
   EXPECT_NE(entry, nullptr) << name;
   auto config = makeSimConfig(options, trace, 0.2, *entry);
   EXPECT_TRUE(config.ok());
-  auto policy = entry->make(PolicyContext{trace.scaleDivisor, config->memoryParallelism});
+  auto policy = entry->make(makePolicyContext(trace, *config));
   auto result = simulate(trace, *policy, *config, entry->offline);
   EXPECT_TRUE(result.ok());
   return result.ok() ? *result : SimResult{};

@@ -28,6 +28,13 @@ class DemotionRoom {
     }
   }
   // The tier to demote one page to, or 0 when every slower tier is full.
+  // The tier take() would return, without taking it.
+  [[nodiscard]] TierId peek() const {
+    for (size_t i = 0; i < free_.size(); ++i) {
+      if (free_[i] > 0) return static_cast<TierId>(i + 1);
+    }
+    return 0;
+  }
   [[nodiscard]] TierId take() {
     for (size_t i = 0; i < free_.size(); ++i) {
       if (free_[i] > 0) {
@@ -119,5 +126,18 @@ struct LineSaving {
 // optimum; a heuristic, not a proven optimum. See Oracle.cpp.
 [[nodiscard]] std::unique_ptr<Policy> makeLookaheadOraclePolicy(double memoryParallelism, double horizonSteps,
                                                                 double copyWeight);
+
+// Prefetching oracle (a yardstick, not a peer): offline, knows the trace and the cost model, and
+// schedules copies into windows whose memory bandwidth is idle (Sentinel-like, HPCA'21): promotes
+// the slow page needed soonest by a memory-bound window, demoting the fast page needed latest, when
+// the saving beats what the copies add to the window they land in. See OraclePrefetch.cpp.
+struct PrefetchOracleParams {
+  double memoryParallelism = 64;
+  double computeOverlap = 0;      // SimConfig::computeOverlap
+  double migrationOverlap = 0.5;  // SimConfig::migrationOverlap
+  uint64_t windowNs = 20'000;     // SimConfig::windowNs
+  double horizonSteps = 1.0;      // how far ahead it looks, in steps
+};
+[[nodiscard]] std::unique_ptr<Policy> makePrefetchOraclePolicy(const PrefetchOracleParams& params);
 
 }  // namespace tt::tiersim
