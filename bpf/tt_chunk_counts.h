@@ -13,14 +13,21 @@
  * chunk now pays it once instead of n times. Scattered events pay one merge each: a lookup, as
  * before, plus a few instructions per dirty 8-page word.
  *
- * The staging blocks are double-buffered by drain generation (`chunk_generation`, written only by
- * the daemon): programs count in chunk_stage[generation & 1]; the daemon's drain
- * (daemon/sys/bpf/ChunkCounts.h) bumps the generation, so programs move to the other half, reads and
- * empties `chunks` (BPF_MAP_LOOKUP_AND_DELETE_BATCH), then reads the now idle half of every CPU,
- * merges it into what it drained, and zeroes it before the next bump hands it back. A program that
- * read the old generation just before the bump and is still running when the daemon reads the half
- * (it runs with preemption off, for well under a microsecond; the daemon reads after a syscall that
- * walks the whole hash) would lose or double an event or two: rare and harmless for heat.
+ * Both the staging blocks and the hash are double-buffered by drain generation (`chunk_generation`,
+ * written only by the daemon): programs count in chunk_stage[generation & 1] and merge into
+ * chunks0 or chunks1 by the same parity. The daemon's drain (daemon/sys/bpf/ChunkCounts.h) bumps
+ * the generation and then waits for an RCU grace period (an update of `chunk_grace`, a map-in-map:
+ * the kernel answers it with synchronize_rcu() so that user space knows no program still runs with
+ * what it saw before; the kernel's own selftests use it the same way). Every program that could
+ * have read the old generation has then finished, even one stalled by an interrupt or a preempted
+ * vCPU, so the old half, staging blocks and hash alike, has no writer left: the daemon empties the
+ * hash, reads the staging blocks, merges them in and zeroes them before the next bump hands the
+ * half back.
+ *
+ * What is still not exact: two CPUs merging into the same chunk's block at the same instant (a
+ * merge is a few hundred nanoseconds) may lose one of the two updates of a word, i.e. up to one
+ * CPU's counts for 8 pages. Counts are a statistical estimate of heat; an atomic compare-and-swap
+ * per word would make every merge pay a locked instruction per dirty word to close that window.
  *
  * Include once per program, after bpf_helpers.h and tt_events.h. */
 #ifndef TT_CHUNK_COUNTS_H
@@ -28,15 +35,33 @@
 
 /* Not preallocated: its memory follows the chunks counted in one epoch (the daemon empties it
  * every epoch), not the size of the tracked memory. max_entries (chunks) is set by the daemon
- * before load; when full, a staged block of a new chunk is dropped (counted in `dropped`) until the
- * next drain. */
-struct {
+ * before load; when full, a CPU whose staged chunk cannot be inserted keeps it staged (the drain
+ * collects it) and drops events in other chunks (counted in `dropped`) until the next drain. One
+ * hash per drain-generation parity. */
+struct tt_chunk_hash {
   __uint(type, BPF_MAP_TYPE_HASH);
   __uint(map_flags, BPF_F_NO_PREALLOC);
   __type(key, struct tt_chunk_key);
   __type(value, struct tt_chunk_counts);
   __uint(max_entries, 16384);
-} chunks SEC(".maps");
+};
+struct tt_chunk_hash chunks0 SEC(".maps");
+struct tt_chunk_hash chunks1 SEC(".maps");
+
+/* Never touched by the programs: the daemon's drain updates it to wait for a grace period. */
+struct tt_chunk_grace_inner {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __type(key, __u32);
+  __type(value, __u32);
+  __uint(max_entries, 1);
+};
+struct tt_chunk_grace_inner chunk_grace_inner SEC(".maps");
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+  __type(key, __u32);
+  __uint(max_entries, 1);
+  __array(values, struct tt_chunk_grace_inner);
+} chunk_grace SEC(".maps");
 
 /* Two staging blocks per CPU, one per drain-generation parity. */
 struct {
@@ -58,7 +83,7 @@ struct {
 struct tt_chunk_result {
   __u32 saturated;  /* events not counted: their page's counter was at 255, staged or merged */
   __u32 new_chunks; /* chunks a merge inserted into `chunks` */
-  __u32 dropped;    /* events lost: a merge found `chunks` full (or out of memory) */
+  __u32 dropped;    /* 1: not counted, its chunk could not be staged (the staged one could not be merged) */
 };
 
 /* Index of the lowest set bit of a non-zero word: de Bruijn multiplication (BPF has no ctz). */
@@ -86,24 +111,24 @@ static __always_inline __u64 tt_add_u8x8_saturating(__u64 a, __u64 b, __u32* los
   return sum | (overflowed * 0xff);
 }
 
-/* Merges a staging block into its chunk's hash block (inserting it when the chunk is new) and
- * empties it. Only words marked dirty are read and cleared. */
-static __always_inline void tt_chunk_merge(struct tt_chunk_stage* s, struct tt_chunk_result* r) {
+/* Merges a staging block into its chunk's block in `hash` (inserting it when the chunk is new) and
+ * empties it. Only words marked dirty are read and cleared. Returns 0 when the chunk could not be
+ * inserted (hash full, no memory): the block then stays staged as it is. */
+static __always_inline int tt_chunk_merge(void* hash, struct tt_chunk_stage* s, struct tt_chunk_result* r) {
   __u64 dirty = s->dirty;
   int merge = 1;
-  struct tt_chunk_counts* block = bpf_map_lookup_elem(&chunks, &s->key);
+  struct tt_chunk_counts* block = bpf_map_lookup_elem(hash, &s->key);
   if (!block) {
     /* BPF_NOEXIST: when another CPU inserted the chunk first the update fails (-EEXIST) and the
-     * lookup below finds that CPU's block, so no counts are overwritten. */
-    if (bpf_map_update_elem(&chunks, &s->key, s->count, BPF_NOEXIST) == 0) {
+     * lookup below finds that CPU's block, so no counts are overwritten. The insert copies all 512
+     * counters: words not marked dirty are zero (the daemon zeroes the half, merges clear what
+     * they read). */
+    if (bpf_map_update_elem(hash, &s->key, s->count, BPF_NOEXIST) == 0) {
       r->new_chunks = 1;
       merge = 0;
     } else {
-      block = bpf_map_lookup_elem(&chunks, &s->key);
-      if (!block) {
-        r->dropped = s->events;
-        merge = 0;
-      }
+      block = bpf_map_lookup_elem(hash, &s->key);
+      if (!block) return 0;
     }
   }
   __u64* dst = block ? (__u64*)block->count : 0;
@@ -111,14 +136,13 @@ static __always_inline void tt_chunk_merge(struct tt_chunk_stage* s, struct tt_c
   for (int i = 0; i < 64 && dirty; i++) {
     __u32 w = tt_debruijn_index[((dirty & -dirty) * TT_DEBRUIJN64) >> 58] & 63;
     dirty &= dirty - 1;
-    /* Non-atomic, saturating add. Counts are a statistical estimate of heat: two CPUs merging into
-     * the same block at the same instant may lose an update, which is rare and harmless, while an
-     * atomic read-modify-write per word costs a locked instruction each. */
+    /* Non-atomic, saturating add: see the header comment for what a collision loses. */
     if (merge && dst) dst[w] = tt_add_u8x8_saturating(dst[w], src[w], &r->saturated);
     src[w] = 0;
   }
   s->dirty = 0;
   s->events = 0;
+  return 1;
 }
 
 /* Counts one event of `tgid` at virtual address `addr`. */
@@ -132,7 +156,10 @@ static __always_inline struct tt_chunk_result tt_chunk_count(__u32 tgid, __u64 a
   if (!s) return r;
   __u64 chunk = addr & ~(TT_CHUNK_BYTES - 1);
   if (s->key.chunk != chunk || s->key.tgid != tgid) {
-    if (s->key.tgid != 0) tt_chunk_merge(s, &r);
+    if (s->key.tgid != 0 && !tt_chunk_merge(half ? (void*)&chunks1 : (void*)&chunks0, s, &r)) {
+      r.dropped = 1;
+      return r;
+    }
     s->key.tgid = tgid;
     s->key.pad = 0;
     s->key.chunk = chunk;

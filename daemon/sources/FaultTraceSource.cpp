@@ -1,6 +1,7 @@
 #include "sources/FaultTraceSource.h"
 
 #include <algorithm>
+#include <optional>
 #include <tuple>
 
 namespace tt::sources {
@@ -84,7 +85,10 @@ Result<void> FaultTraceSource::collect(std::vector<AccessEvidence>& out) {
   // First touches (and, on x86, NUMA hinting faults: both not present) arrive as per-page counts.
   blocks_.clear();
   auto drained = trace_->drainFirstTouches(blocks_);
-  if (!drained) return drained.error();
+  // Blocks drained before an error are gone from the kernel: turn them into evidence anyway and
+  // report the error after the rest of the epoch's work.
+  std::optional<Error> drainError;
+  if (!drained) drainError = drained.error();
   const size_t before = out.size();
   const uint64_t events = appendNotPresentFaults(blocks_, seen_, out);
   auto n = trace_->poll([&](const tt_event& e) {
@@ -105,6 +109,7 @@ Result<void> FaultTraceSource::collect(std::vector<AccessEvidence>& out) {
   counters_.evidence += pending_.flush(out);
   if (auto totals = trace_->migrationTotals())
     counters_.lost = totals->dropped + totals->firstTouchChunksFull;
+  if (drainError) return *drainError;
   return {};
 }
 

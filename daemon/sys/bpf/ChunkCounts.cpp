@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <map>
 
@@ -14,47 +15,59 @@ namespace tt::sys::bpf {
 
 static_assert(kChunkPages == TT_CHUNK_PAGES && kChunkBytes == TT_CHUNK_BYTES);
 static_assert(sizeof(tt_chunk_counts) == kChunkPages && sizeof(tt_chunk_key) == 16);
-static_assert(sizeof(tt_chunk_stage) % 8 == 0, "per-CPU values are laid out at 8-byte strides");
+// Per-CPU values are laid out at 8-byte strides; the BPF side reads count[] as u64 words.
+static_assert(sizeof(tt_chunk_stage) == 544 && offsetof(tt_chunk_stage, count) == 32);
 
 MergeResult mergeStaged(const std::vector<ChunkCounts>& staged, std::vector<ChunkCounts>& out, size_t from) {
   MergeResult result;
   if (staged.empty()) return result;
-  // At most one staged block per CPU: index the drained blocks only when there are some.
-  std::map<std::pair<uint32_t, uint64_t>, size_t> index;
-  for (size_t i = from; i < out.size(); ++i) index.emplace(std::pair{out[i].tgid, out[i].base}, i);
-  for (const ChunkCounts& s : staged) {
-    auto [it, inserted] = index.emplace(std::pair{s.tgid, s.base}, out.size());
-    if (inserted) {
-      out.push_back(s);
-      ++result.appended;
-      continue;
-    }
-    auto& counts = out[it->second].counts;
+  auto add = [&result](std::array<uint8_t, kChunkPages>& counts, const std::array<uint8_t, kChunkPages>& more) {
     for (uint32_t i = 0; i < kChunkPages; ++i) {
-      const uint32_t sum = uint32_t{counts[i]} + s.counts[i];
+      const uint32_t sum = uint32_t{counts[i]} + more[i];
       if (sum > kChunkCountMax) result.saturated += sum - kChunkCountMax;
       counts[i] = static_cast<uint8_t>(std::min<uint32_t>(kChunkCountMax, sum));
     }
+  };
+  // At most one staged block per CPU against up to a whole epoch of drained blocks: index the
+  // staged side (folding CPUs that staged the same chunk), then walk the drained blocks once.
+  std::map<std::pair<uint32_t, uint64_t>, ChunkCounts> pending;
+  for (const ChunkCounts& s : staged) {
+    auto [it, inserted] = pending.emplace(std::pair{s.tgid, s.base}, s);
+    if (!inserted) add(it->second.counts, s.counts);
+  }
+  for (size_t i = from; i < out.size() && !pending.empty(); ++i) {
+    auto it = pending.find(std::pair{out[i].tgid, out[i].base});
+    if (it == pending.end()) continue;
+    add(out[i].counts, it->second.counts);
+    pending.erase(it);
+  }
+  for (auto& [key, block] : pending) {
+    out.push_back(block);
+    ++result.appended;
   }
   return result;
 }
 
 Result<size_t> ChunkCountMap::drain(const ChunkMapFds& maps, std::vector<ChunkCounts>& out) {
-  // 1. Hand the programs the other staging half. From here on they no longer write the half of
-  //    `generation_`, so it can be read and zeroed below without racing them.
+  // 1. Hand the programs the other half.
   const uint32_t zero = 0;
   const uint64_t next = generation_ + 1;
   if (bpf_map_update_elem(maps.generation, &zero, &next, BPF_ANY) != 0)
     return errnoError("bump drain generation of " + what_);
-  const auto idleHalf = static_cast<uint32_t>(generation_ & 1);
+  const auto idle = static_cast<uint32_t>(generation_ & 1);
   generation_ = next;
-  // 2. The hash: blocks merged by the programs since the last drain.
+  // 2. Wait until no program that read the old generation is still running: the kernel answers
+  //    an update of a map-in-map with synchronize_rcu(), and BPF programs run under RCU.
+  const int inner = maps.graceInner;
+  if (bpf_map_update_elem(maps.grace, &zero, &inner, BPF_ANY) != 0)
+    return errnoError("wait for a grace period after bumping " + what_);
+  // 3. The idle half's hash: blocks merged by the programs during the last generation.
   const size_t from = out.size();
-  auto drained = drainHash(maps.chunks, out);
+  auto drained = drainHash(maps.chunks[idle], out);
   if (!drained) return drained.error();
-  // 3. What the programs had staged in the idle half, merged in so each chunk stays one block.
+  // 4. What the programs had staged in the idle half, merged in so each chunk stays one block.
   staged_.clear();
-  if (auto collected = collectStage(maps.stage, idleHalf, staged_); !collected) return collected.error();
+  if (auto collected = collectStage(maps.stage, idle, staged_); !collected) return collected.error();
   const MergeResult merged = mergeStaged(staged_, out, from);
   saturated_ += merged.saturated;
   return *drained + merged.appended;

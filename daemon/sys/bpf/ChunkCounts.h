@@ -28,9 +28,11 @@ struct ChunkCounts {
 
 // The maps behind one program's counters (bpf/tt_chunk_counts.h), known once it is loaded.
 struct ChunkMapFds {
-  int chunks = -1;      // hash (tgid, chunk) -> 512 counters
-  int stage = -1;       // per-CPU staging blocks, two halves by drain-generation parity
-  int generation = -1;  // the drain generation, written only here
+  std::array<int, 2> chunks{-1, -1};  // hash (tgid, chunk) -> 512 counters, one per generation parity
+  int stage = -1;                     // per-CPU staging blocks, two halves by generation parity
+  int generation = -1;                // the drain generation, written only here
+  int grace = -1;                     // map-in-map whose update waits for an RCU grace period
+  int graceInner = -1;                // the inner map that update installs
 };
 
 // Adds staged blocks to the blocks drained in out[from..]: page by page, saturating at
@@ -48,10 +50,11 @@ class ChunkCountMap {
   // `what` names the map in errors ("perf_sample_agg chunks").
   explicit ChunkCountMap(std::string what) : what_(std::move(what)) {}
 
-  // Moves the programs to the other staging half (bumps the generation), reads and removes every
-  // block of `chunks` (BPF_MAP_LOOKUP_AND_DELETE_BATCH; a key walk on kernels without batch ops),
-  // then reads, merges and zeroes the staging half the programs left. Appends to `out` one block
-  // per (tgid, chunk); returns the number appended.
+  // Moves the programs to the other half (bumps the generation), waits for a grace period so no
+  // program still writes the half they left, then reads and removes every block of that half's
+  // hash (BPF_MAP_LOOKUP_AND_DELETE_BATCH; a key walk on kernels without batch ops) and reads,
+  // merges and zeroes its staging blocks. Appends to `out` one block per (tgid, chunk); returns
+  // the number appended.
   [[nodiscard]] Result<size_t> drain(const ChunkMapFds& maps, std::vector<ChunkCounts>& out);
 
   // Events lost to saturation when drains merged staged blocks into drained ones (the programs

@@ -42,7 +42,8 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::start(const Options& options) {
   self->pidMax_ = pidMax;
   if (bpf_map__set_max_entries(skel->maps.events, ring) != 0 ||
       bpf_map__set_max_entries(skel->maps.tracked_bits, tgidBitmapWords(pidMax)) != 0 ||
-      bpf_map__set_max_entries(skel->maps.chunks, options.maxChunks) != 0)
+      bpf_map__set_max_entries(skel->maps.chunks0, options.maxChunks) != 0 ||
+      bpf_map__set_max_entries(skel->maps.chunks1, options.maxChunks) != 0)
     return errnoError("size fault_trace maps");
   // remove_migration_pte exists since 6.0; without it the CO-RE relocation of its ctx would fail
   // the whole load, so the program is left out where the kernel lacks the type.
@@ -78,8 +79,11 @@ Result<void> FaultTrace::untrack(pid_t tgid) {
 }
 
 Result<size_t> FaultTrace::drainFirstTouches(std::vector<ChunkCounts>& out) {
-  return firstTouches_.drain({bpf_map__fd(skel_->maps.chunks), bpf_map__fd(skel_->maps.chunk_stage),
-                              bpf_map__fd(skel_->maps.chunk_generation)},
+  return firstTouches_.drain({{bpf_map__fd(skel_->maps.chunks0), bpf_map__fd(skel_->maps.chunks1)},
+                              bpf_map__fd(skel_->maps.chunk_stage),
+                              bpf_map__fd(skel_->maps.chunk_generation),
+                              bpf_map__fd(skel_->maps.chunk_grace),
+                              bpf_map__fd(skel_->maps.chunk_grace_inner)},
                              out);
 }
 

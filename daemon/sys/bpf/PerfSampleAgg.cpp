@@ -22,7 +22,8 @@ Result<std::unique_ptr<PerfSampleAgg>> PerfSampleAgg::load(uint32_t pidMax, uint
   if (skel == nullptr) return errnoError("open BPF object perf_sample_agg");
   std::unique_ptr<PerfSampleAgg> self(new PerfSampleAgg(skel, pidMax));
   if (bpf_map__set_max_entries(skel->maps.tracked_bits, tgidBitmapWords(pidMax)) != 0 ||
-      bpf_map__set_max_entries(skel->maps.chunks, maxChunks) != 0)
+      bpf_map__set_max_entries(skel->maps.chunks0, maxChunks) != 0 ||
+      bpf_map__set_max_entries(skel->maps.chunks1, maxChunks) != 0)
     return errnoError("size perf_sample_agg maps");
   if (int err = perf_sample_agg__load(skel); err != 0) return systemError(-err, "load BPF perf_sample_agg");
   return self;
@@ -52,8 +53,11 @@ Result<void> PerfSampleAgg::track(pid_t tgid) { return setBit(tgid, true); }
 Result<void> PerfSampleAgg::untrack(pid_t tgid) { return setBit(tgid, false); }
 
 Result<size_t> PerfSampleAgg::drain(std::vector<ChunkCounts>& out) {
-  return chunks_.drain({bpf_map__fd(skel_->maps.chunks), bpf_map__fd(skel_->maps.chunk_stage),
-                        bpf_map__fd(skel_->maps.chunk_generation)},
+  return chunks_.drain({{bpf_map__fd(skel_->maps.chunks0), bpf_map__fd(skel_->maps.chunks1)},
+                        bpf_map__fd(skel_->maps.chunk_stage),
+                        bpf_map__fd(skel_->maps.chunk_generation),
+                        bpf_map__fd(skel_->maps.chunk_grace),
+                        bpf_map__fd(skel_->maps.chunk_grace_inner)},
                        out);
 }
 
@@ -89,10 +93,13 @@ Result<PerfSampleAgg::MapMemory> PerfSampleAgg::mapMemory() const {
     return logicError(path + " has no memlock line");
   };
   MapMemory m;
-  auto chunks = memlock(skel_->maps.chunks);
-  if (!chunks) return chunks.error();
-  m.chunks = *chunks;
+  for (const bpf_map* map : {skel_->maps.chunks0, skel_->maps.chunks1}) {
+    auto v = memlock(map);
+    if (!v) return v.error();
+    m.chunks += *v;
+  }
   for (const bpf_map* map : {skel_->maps.tracked_bits, skel_->maps.chunk_stage, skel_->maps.chunk_generation,
+                              skel_->maps.chunk_grace, skel_->maps.chunk_grace_inner, skel_->maps.rodata,
                               skel_->maps.stats}) {
     auto v = memlock(map);
     if (!v) return v.error();

@@ -26,9 +26,9 @@ struct AggStats {
   uint64_t samples = 0;    // program runs
   uint64_t tracked = 0;    // of tracked tgids
   uint64_t noAddress = 0;
-  uint64_t mapFull = 0;    // samples dropped because their chunk could not be inserted
-  uint64_t newChunks = 0;  // chunks inserted into the kernel hash (a chunk only one CPU counted in
-                           // an epoch stays in its staging block and is never inserted)
+  uint64_t mapFull = 0;    // samples dropped: the CPU's staged chunk could not be inserted (map full)
+  uint64_t newChunks = 0;  // chunks inserted into the kernel hash (a chunk still staged at the drain
+                           // is collected from its staging block and never inserted)
   uint64_t saturated = 0;  // samples not counted: their page's counter was at kChunkCountMax
 };
 
@@ -62,8 +62,8 @@ class PerfSampleAgg {
   // and element header each, not the slab size class they are allocated from); older kernels
   // report an estimate from max_entries.
   struct MapMemory {
-    uint64_t chunks = 0;  // the count-block hash
-    uint64_t other = 0;   // tgid bitmap, staging blocks, drain generation, stats
+    uint64_t chunks = 0;  // the two count-block hashes (one per drain-generation parity)
+    uint64_t other = 0;   // tgid bitmap, staging blocks, generation, grace maps, .rodata, stats
     [[nodiscard]] uint64_t total() const { return chunks + other; }
   };
   [[nodiscard]] Result<MapMemory> mapMemory() const;

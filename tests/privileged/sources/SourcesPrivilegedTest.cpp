@@ -225,6 +225,48 @@ TEST(SourcesPrivileged, InKernelStagingMergesAlternatingChunksExactly) {
   EXPECT_EQ(after->mapFull - before->mapFull, 0U);
 }
 
+// A count map too small for the epoch: each CPU keeps counting the chunk it has staged and drops
+// events in other chunks once its staged chunk cannot be inserted. Every fault of the child is
+// either in the evidence or counted as dropped, and what the map held is delivered.
+TEST(SourcesPrivileged, InKernelFullMapDropsOnlyWhatItCannotStageAndCountsIt) {
+  TT_REQUIRE_ROOT();
+  SamplingOptions o = softwareFaultOptions(1, Aggregation::InKernel);
+  o.mapEntries = 64;  // the configuration's lower bound
+  SamplingSource source(o, sys::Fs("/sys"));
+  source.open();
+  ASSERT_EQ(source.aggregation(), Aggregation::InKernel) << source.status().detail;
+  constexpr uint64_t kChunks = 96;  // one page in each of 96 chunks: more than the map holds
+  test::PatternChild child(kChunks * sys::bpf::kChunkPages);
+  ASSERT_TRUE(source.addProcess(child.pid()).ok());
+  std::vector<AccessEvidence> evidence;
+  ASSERT_TRUE(source.collect(evidence).ok());
+  evidence.clear();
+  auto before = source.agg()->stats();
+  ASSERT_TRUE(before.ok());
+  const auto touched = child.touch(sys::bpf::kChunkPages, 0);
+  ASSERT_EQ(touched.size(), kChunks);
+  ASSERT_TRUE(source.collect(evidence).ok());
+  auto after = source.agg()->stats();
+  ASSERT_TRUE(after.ok());
+  uint64_t counted = 0;
+  for (const auto& e : evidence)
+    if (e.tgid == child.pid() && touched.count(e.page)) counted += e.weight;
+  const uint64_t dropped = after->mapFull - before->mapFull;
+  EXPECT_GT(dropped, 0U);
+  EXPECT_GE(counted, 64U) << "the blocks the map held, plus the staged ones";
+  EXPECT_LE(counted, kChunks);
+  // Other faults of the child (its stack, the command pipe) can be dropped too: at least.
+  EXPECT_GE(counted + dropped, kChunks);
+  // The next epoch has room again.
+  evidence.clear();
+  const auto again = child.touch(sys::bpf::kChunkPages, 1);
+  ASSERT_TRUE(source.collect(evidence).ok());
+  uint64_t second = 0;
+  for (const auto& e : evidence)
+    if (e.tgid == child.pid() && again.count(e.page)) second += e.weight;
+  EXPECT_GE(second, 64U);
+}
+
 TEST(SourcesPrivileged, UserRingCountsFaultsPerPageWithoutCap) {
   TT_REQUIRE_ROOT();
   auto source = softwareSource(Aggregation::UserRing);

@@ -94,14 +94,18 @@ TEST(StagedMerge, AddsIntoTheDrainedBlockOfTheSameChunkSaturating) {
   staged.push_back(chunk(7, 2 * kChunkBytes));
   staged.back().counts[0] = 100;  // 300: saturates, 45 lost
   staged.back().counts[2] = 5;
+  staged.push_back(chunk(9, 0));  // the same chunk as out[0], but out[0] is not this drain's
+  staged.back().counts[0] = 6;
   const auto r = sys::bpf::mergeStaged(staged, out, 1);
-  EXPECT_EQ(r.appended, 0U);
+  EXPECT_EQ(r.appended, 1U);
   EXPECT_EQ(r.saturated, 300U - sys::bpf::kChunkCountMax);
-  ASSERT_EQ(out.size(), 2U);
+  ASSERT_EQ(out.size(), 3U);
   EXPECT_EQ(out[1].counts[0], sys::bpf::kChunkCountMax);
   EXPECT_EQ(out[1].counts[1], 4);
   EXPECT_EQ(out[1].counts[2], 5);
-  EXPECT_EQ(out[0].counts[0], 0);
+  EXPECT_EQ(out[0].counts[0], 0);  // untouched
+  EXPECT_EQ(out[2].tgid, 9U);      // appended as this drain's own block
+  EXPECT_EQ(out[2].counts[0], 6);
 }
 
 TEST(StagedMerge, AppendsChunksNotDrainedAndMergesTwoCpusStagingTheSameOne) {
