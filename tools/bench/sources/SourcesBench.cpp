@@ -186,6 +186,58 @@ std::unique_ptr<SamplingSource> softwareSource(Aggregation a, uint32_t ringPages
   return s;
 }
 
+struct Spread {
+  double median = 0, q1 = 0, q3 = 0, min = 0, max = 0;
+};
+
+Spread spreadOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto q = [&](double f) {  // linear interpolation between order statistics
+    const double pos = f * static_cast<double>(v.size() - 1);
+    const size_t i = static_cast<size_t>(pos);
+    const double frac = pos - static_cast<double>(i);
+    return i + 1 < v.size() ? v[i] * (1 - frac) + v[i + 1] * frac : v[i];
+  };
+  return {q(0.5), q(0.25), q(0.75), v.front(), v.back()};
+}
+
+void printSpread(const char* what, const std::vector<double>& ratios) {
+  const Spread s = spreadOf(ratios);
+  auto pct = [](double r) { return 100 * (r - 1); };
+  std::printf("  %-22s median %+6.2f%%  IQR [%+6.2f%%, %+6.2f%%]  min/max [%+6.2f%%, %+6.2f%%]\n", what, pct(s.median),
+              pct(s.q1), pct(s.q3), pct(s.min), pct(s.max));
+}
+
+// 95% percentile-bootstrap interval of `statistic` over `n` paired observations (2000 resamples
+// of their indices, fixed seed: the same input gives the same interval).
+template <typename Statistic>
+std::pair<double, double> bootstrapInterval(size_t n, Statistic statistic) {
+  std::vector<double> values;
+  std::vector<size_t> idx(n);
+  uint64_t state = 0x9e3779b97f4a7c15ULL;
+  auto next = [&state] {  // splitmix64
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  for (int b = 0; b < 2000; ++b) {
+    for (size_t& i : idx) i = next() % n;
+    values.push_back(statistic(idx));
+  }
+  std::sort(values.begin(), values.end());
+  return {values[50], values[1949]};
+}
+
+// The same for the median of `v`.
+std::pair<double, double> medianInterval(const std::vector<double>& v) {
+  return bootstrapInterval(v.size(), [&v](const std::vector<size_t>& idx) {
+    std::vector<double> sample;
+    for (size_t i : idx) sample.push_back(v[i]);
+    return spreadOf(sample).median;
+  });
+}
+
 // The cost baseline: the same software page-fault event on every online CPU with sample_drop
 // attached, so every sample is prepared and handed to a BPF program that returns 0 (no ring).
 class DropBaseline {
@@ -318,10 +370,15 @@ double median(std::vector<double> v) {
 int gCostRepeats = 7;  // `sources_bench cost N` changes it
 
 void costFor(const char* title, Workload::Kind kind, uint64_t bytes, int rounds) {
-  // Paths alternate run by run so drifting load on the shared machine hits all of them; medians.
+  // One run of each path per cycle, the order rotating cycle by cycle, so drifting load on the
+  // shared machine hits all of them alike; medians per path, and per-cycle (paired) differences.
   std::vector<CostResult> runs[4];
+  const Path order[4] = {Path::None, Path::Drop, Path::Ring, Path::Kernel};
   for (int i = 0; i < gCostRepeats; ++i)
-    for (Path p : {Path::None, Path::Drop, Path::Ring, Path::Kernel}) runs[static_cast<int>(p)].push_back(runOnce(p, kind, bytes, rounds));
+    for (int k = 0; k < 4; ++k) {
+      const Path p = order[(i + k) % 4];
+      runs[static_cast<int>(p)].push_back(runOnce(p, kind, bytes, rounds));
+    }
   auto med = [&](Path p, auto field) {
     std::vector<double> v;
     for (const auto& r : runs[static_cast<int>(p)]) v.push_back(static_cast<double>(field(r)));
@@ -371,6 +428,39 @@ void costFor(const char* title, Workload::Kind kind, uint64_t bytes, int rounds)
   std::printf("same from the minima of the %d runs: user ring %.0f ns, in-kernel %.0f ns, ratio %.2fx\n", gCostRepeats,
               minExtra(Path::Ring), minExtra(Path::Kernel),
               minExtra(Path::Kernel) > 0 ? minExtra(Path::Ring) / minExtra(Path::Kernel) : 0.0);
+  // Paired: each cycle's extra CPU per sample over the same cycle's baseline run, so slow drift of
+  // the machine's load cancels within a cycle; the ratio of the two medians with a bootstrap
+  // interval over cycles.
+  std::vector<double> ringExtra, kernExtra;
+  for (int i = 0; i < gCostRepeats; ++i) {
+    auto cycleExtra = [&](Path p) {
+      const CostResult& r = runs[static_cast<int>(p)][static_cast<size_t>(i)];
+      const CostResult& b = runs[static_cast<int>(Path::Drop)][static_cast<size_t>(i)];
+      return r.samples > 0 ? ((r.childCpuSec - b.childCpuSec) * 1e9 + static_cast<double>(r.daemonNs)) /
+                                 static_cast<double>(r.samples)
+                           : 0.0;
+    };
+    ringExtra.push_back(cycleExtra(Path::Ring));
+    kernExtra.push_back(cycleExtra(Path::Kernel));
+  }
+  const auto [ringLo, ringHi] = medianInterval(ringExtra);
+  const auto [kernLo, kernHi] = medianInterval(kernExtra);
+  const auto [ratioLo, ratioHi] = bootstrapInterval(gCostRepeats, [&](const std::vector<size_t>& idx) {
+    std::vector<double> r, k;
+    for (size_t j : idx) {
+      r.push_back(ringExtra[j]);
+      k.push_back(kernExtra[j]);
+    }
+    const double km = spreadOf(k).median;
+    return km > 0 ? spreadOf(r).median / km : 1e9;
+  });
+  const double ringMed = spreadOf(ringExtra).median, kernMed = spreadOf(kernExtra).median;
+  const std::string upper = ratioHi >= 1e9 ? std::string("unbounded (a resample's in-kernel median <= 0)")
+                                            : std::to_string(ratioHi).substr(0, std::to_string(ratioHi).find('.') + 3) + "x";
+  std::printf("paired per cycle (extra over the same cycle's baseline run): user ring median %.0f ns [%.0f, %.0f], "
+              "in-kernel %.0f ns [%.0f, %.0f]; ratio of the medians %.2fx, 95%% bootstrap interval [%.2fx, %s]\n",
+              ringMed, ringLo, ringHi, kernMed, kernLo, kernHi, kernMed > 0 ? ringMed / kernMed : 0.0, ratioLo,
+              upper.c_str());
   // With run-time stats the in-kernel path's kernel side is also measured directly: its program's
   // run time per run minus the empty program's (both include the stats' clock reads).
   auto perRun = [&](Path p) {
@@ -387,8 +477,8 @@ void costFor(const char* title, Workload::Kind kind, uint64_t bytes, int rounds)
 
 void costAll() {
   std::printf("software page-fault event, period 1, system-wide per CPU; user ring collects every 10 ms, in-kernel every "
-              "1 s; baseline = the same events with an empty BPF program (samples dropped, no ring); %d runs per path, "
-              "alternating, medians\n", gCostRepeats);
+              "1 s; baseline = the same events with an empty BPF program (samples dropped, no ring); %d cycles of one "
+              "run per path, the order rotating; medians per path and paired per cycle\n", gCostRepeats);
   costFor("hot set: 256 pages re-faulted 2560 times (MADV_DONTNEED between passes) = 655360 faults",
           Workload::Kind::HotFaults, 1ULL << 20, 2560);
   costFor("distinct pages: 40 fresh 64 MiB slices of one range, mmap/touch/munmap = 655360 faults",
@@ -597,47 +687,6 @@ StreamTimes streamRun(SourceSet* set, int epochMs, TrackedInfo* info) {
     (void)set->removeProcess(w.pid());
   }
   return t;
-}
-
-struct Spread {
-  double median = 0, q1 = 0, q3 = 0, min = 0, max = 0;
-};
-
-Spread spreadOf(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  auto q = [&](double f) {  // linear interpolation between order statistics
-    const double pos = f * static_cast<double>(v.size() - 1);
-    const size_t i = static_cast<size_t>(pos);
-    const double frac = pos - static_cast<double>(i);
-    return i + 1 < v.size() ? v[i] * (1 - frac) + v[i + 1] * frac : v[i];
-  };
-  return {q(0.5), q(0.25), q(0.75), v.front(), v.back()};
-}
-
-void printSpread(const char* what, const std::vector<double>& ratios) {
-  const Spread s = spreadOf(ratios);
-  auto pct = [](double r) { return 100 * (r - 1); };
-  std::printf("  %-22s median %+6.2f%%  IQR [%+6.2f%%, %+6.2f%%]  min/max [%+6.2f%%, %+6.2f%%]\n", what, pct(s.median),
-              pct(s.q1), pct(s.q3), pct(s.min), pct(s.max));
-}
-
-// 95% percentile-bootstrap interval of the median of `v` (2000 resamples, fixed seed: the same
-// input gives the same interval).
-std::pair<double, double> medianInterval(const std::vector<double>& v) {
-  std::vector<double> medians, sample(v.size());
-  uint64_t state = 0x9e3779b97f4a7c15ULL;
-  auto next = [&state] {  // splitmix64
-    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  };
-  for (int b = 0; b < 2000; ++b) {
-    for (double& x : sample) x = v[next() % v.size()];
-    medians.push_back(spreadOf(sample).median);
-  }
-  std::sort(medians.begin(), medians.end());
-  return {medians[50], medians[1949]};
 }
 
 // `pairs` untracked/tracked pairs, the order alternating (untracked first in even pairs), so
