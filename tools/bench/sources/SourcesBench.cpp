@@ -9,9 +9,11 @@
 //                            median per-pair ratio and spread of wall and rusage CPU time;
 //                            epoch 1000 ms as the daemon's default; `breakdown` adds the
 //                            software-faults-only and fault-trace-only sets
-//   sources_bench touch-rounds [CYCLES [MIB]]   first-touch slowdown of default sources (and of an
-//                            empty fault program, and with the child untracked) from short
-//                            rounds in one child, conditions rotating (median, bootstrap interval)
+//   sources_bench touch-rounds [CYCLES [MIB [PASSES]]]   first-touch slowdown of default sources
+//                            (and of an empty fault program, and with the child untracked) from
+//                            short rounds in one child, conditions rotating (median, bootstrap
+//                            interval); PASSES > 0 adds memory-bound passes to every round and
+//                            reports the whole round too (100: `slowdown`'s workload in small)
 //   sources_bench slowdown-periods [PAIRS]   software faults alone at fixed periods
 //   sources_bench period-latency   time of one sample-period change on every per-CPU event
 //   sources_bench fault-cost [N]   the fault tracer's cost per page fault, tracked and untracked
@@ -798,12 +800,18 @@ void slowdown(int pairs, int epochMs, bool breakdown) {
 // cycle in rotating order, so drift cancels within a cycle, and a bootstrap interval of the median
 // says how well the run resolved it.
 
+struct RoundTimes {
+  PhaseTimes touch, whole;
+};
+
 // A child that, for every 'r' byte, maps `bytes`, first-touches every 4 KiB page (THP off; one
 // fault each), reports that loop's PhaseTimes (wall, and its own thread CPU: user + system, where
 // the faults' kernel work and every BPF program run on them land), and unmaps. Exits on 'q' or EOF.
 class RoundChild {
  public:
-  explicit RoundChild(uint64_t bytes) {
+  // After the touch loop, `passes` memory-bound passes over the buffer (one word per cache line,
+  // as `slowdown`'s workload); the round's PhaseTimes then also cover them (`whole`).
+  RoundChild(uint64_t bytes, int passes) {
     int down[2], up[2];
     if (::pipe(down) != 0 || ::pipe(up) != 0) std::abort();
     pid_ = ::fork();
@@ -819,7 +827,16 @@ class RoundChild {
         ::madvise(const_cast<char*>(p), bytes, MADV_NOHUGEPAGE);
         const double t0 = nowSec(), c0 = threadCpuSec();
         for (uint64_t off = 0; off < bytes; off += 4096) p[off] = 1;
-        const PhaseTimes t{nowSec() - t0, threadCpuSec() - c0};
+        RoundTimes t;
+        t.touch = {nowSec() - t0, threadCpuSec() - c0};
+        auto* words = reinterpret_cast<volatile uint64_t*>(p);
+        uint64_t sum = 0;
+        for (int r = 0; r < passes; ++r)
+          for (uint64_t i = 0; i < bytes / 8; i += 8) {
+            sum += words[i];
+            words[i] = sum;
+          }
+        t.whole = {nowSec() - t0, threadCpuSec() - c0};
         ::munmap(const_cast<char*>(p), bytes);
         if (::write(up[1], &t, sizeof t) != sizeof t) ::_exit(1);
       }
@@ -840,7 +857,7 @@ class RoundChild {
   RoundChild(const RoundChild&) = delete;
   RoundChild& operator=(const RoundChild&) = delete;
   pid_t pid() const { return pid_; }
-  bool round(PhaseTimes& t) {
+  bool round(RoundTimes& t) {
     const char r = 'r';
     return ::write(cmd_, &r, 1) == 1 && ::read(times_, &t, sizeof t) == static_cast<ssize_t>(sizeof t);
   }
@@ -855,7 +872,7 @@ class RoundChild {
   int cmd_ = -1, times_ = -1;
 };
 
-void touchRounds(int cycles, uint64_t mib) {
+void touchRounds(int cycles, uint64_t mib, int passes) {
   topology::Topology topo;
   const tensortier::v1::SourcesConfig defaults;
   const uint64_t bytes = mib << 20, pages = bytes / 4096;
@@ -864,15 +881,15 @@ void touchRounds(int cycles, uint64_t mib) {
     std::fprintf(stderr, "cannot load the empty fault program (sample_drop)\n");
     return;
   }
-  RoundChild child(bytes);
+  RoundChild child(bytes, passes);
   enum Condition { kNone, kEmptyProgram, kUntracked, kTracked, kConditions };
   const char* names[kConditions] = {"no program", "empty fault program", "default sources, child untracked",
                                     "default sources, child tracked"};
-  std::vector<double> cpu[kConditions], wall[kConditions];
+  std::vector<double> cpu[kConditions], wall[kConditions], wholeCpu[kConditions];
   double cpuSum[kConditions] = {};
   uint64_t evidence = 0;
   std::string sources;
-  auto run = [&](int c, PhaseTimes& t) {
+  auto run = [&](int c, RoundTimes& t) {
     if (c == kNone) {
       if (!child.round(t)) std::abort();
     } else if (c == kEmptyProgram) {
@@ -894,25 +911,26 @@ void touchRounds(int cycles, uint64_t mib) {
         for (const auto& e : out) evidence += e.tgid == child.pid() ? 1 : 0;
     }
   };
-  std::printf("touch-rounds: %d cycles of %llu MiB first-touch rounds (%llu faults each) in one child, one round per "
-              "condition, conditions rotating (cycle i starts at condition i mod 4); per cycle each condition's "
-              "CPU and wall time over the same cycle's no-program round\n",
-              cycles, static_cast<unsigned long long>(mib), static_cast<unsigned long long>(pages));
+  std::printf("touch-rounds: %d cycles of %llu MiB first-touch rounds (%llu faults each, then %d memory-bound passes) "
+              "in one child, one round per condition, conditions rotating (cycle i starts at condition i mod 4); per "
+              "cycle each condition's CPU and wall time over the same cycle's no-program round\n",
+              cycles, static_cast<unsigned long long>(mib), static_cast<unsigned long long>(pages), passes);
   for (int i = 0; i < 2; ++i) {  // warm-up: the child's first rounds also build its page tables
-    PhaseTimes w;
+    RoundTimes w;
     run(kNone, w);
   }
   for (int i = 0; i < cycles; ++i) {
-    PhaseTimes t[kConditions];
+    RoundTimes t[kConditions];
     for (int k = 0; k < kConditions; ++k) {
       const int c = (i + k) % kConditions;
       run(c, t[c]);
     }
     for (int c = 0; c < kConditions; ++c) {
-      cpuSum[c] += t[c].cpu;
+      cpuSum[c] += t[c].touch.cpu;
       if (c == kNone) continue;
-      cpu[c].push_back(t[c].cpu / t[kNone].cpu);
-      wall[c].push_back(t[c].wall / t[kNone].wall);
+      cpu[c].push_back(t[c].touch.cpu / t[kNone].touch.cpu);
+      wall[c].push_back(t[c].touch.wall / t[kNone].touch.wall);
+      wholeCpu[c].push_back(t[c].whole.cpu / t[kNone].whole.cpu);
     }
   }
   sample_drop__destroy(noop);
@@ -927,6 +945,12 @@ void touchRounds(int cycles, uint64_t mib) {
     printSpread("wall over no program", wall[c]);
     const auto [lo, hi] = medianInterval(cpu[c]);
     std::printf("  median CPU, 95%% bootstrap interval [%+6.2f%%, %+6.2f%%]\n", 100 * (lo - 1), 100 * (hi - 1));
+    if (passes > 0) {
+      printSpread("whole round, CPU", wholeCpu[c]);
+      const auto [wlo, whi] = medianInterval(wholeCpu[c]);
+      std::printf("  whole round median CPU, 95%% bootstrap interval [%+6.2f%%, %+6.2f%%]\n", 100 * (wlo - 1),
+                  100 * (whi - 1));
+    }
   }
 }
 
@@ -1040,7 +1064,8 @@ int main(int argc, char** argv) {
     slowdown(pairs, epochMs, breakdown);
   }
   if (mode == "touch-rounds")
-    touchRounds(argc > 2 ? std::max(2, std::atoi(argv[2])) : 100, argc > 3 ? std::max(1, std::atoi(argv[3])) : 64);
+    touchRounds(argc > 2 ? std::max(2, std::atoi(argv[2])) : 100, argc > 3 ? std::max(1, std::atoi(argv[3])) : 64,
+                argc > 4 ? std::max(0, std::atoi(argv[4])) : 0);
   if (mode == "period-latency") periodLatency();
   if (mode == "fault-cost") faultCost(argc > 2 ? std::max(1, std::atoi(argv[2])) : 7);
   if (mode == "slowdown-periods") slowdownPeriods(argc > 2 ? std::max(1, std::atoi(argv[2])) : 9, 1000);
