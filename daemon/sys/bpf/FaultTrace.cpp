@@ -49,6 +49,7 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::start(const Options& options) {
   // the whole load, so the program is left out where the kernel lacks the type.
   self->pageMigrationEvents_ = kernelHasBtfStruct("trace_event_raw_migration_pte");
   if (!self->pageMigrationEvents_) bpf_program__set_autoload(skel->progs.tt_remove_migration_pte, false);
+  bpf_program__set_autoattach(skel->progs.tt_page_fault_user, false);  // attached by track()
   if (int err = fault_trace__load(skel); err != 0) return systemError(-err, "load BPF fault_trace");
   if (int err = fault_trace__attach(skel); err != 0) return systemError(-err, "attach BPF fault_trace tracepoints");
   self->ring_ = ring_buffer__new(bpf_map__fd(skel->maps.events), &FaultTrace::onEvent, self.get(), nullptr);
@@ -57,6 +58,7 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::start(const Options& options) {
 }
 
 FaultTrace::~FaultTrace() {
+  if (faultLink_ != nullptr) bpf_link__destroy(faultLink_);
   if (ring_ != nullptr) ring_buffer__free(ring_);
   if (skel_ != nullptr) fault_trace__destroy(skel_);
 }
@@ -71,11 +73,28 @@ int FaultTrace::onEvent(void* ctx, void* data, size_t size) {
 }
 
 Result<void> FaultTrace::track(pid_t tgid) {
-  return setTgidBit(bpf_map__fd(skel_->maps.tracked_bits), pidMax_, tgid, true, "fault_trace");
+  if (auto set = setTgidBit(bpf_map__fd(skel_->maps.tracked_bits), pidMax_, tgid, true, "fault_trace"); !set)
+    return set.error();
+  tracked_.insert(tgid);
+  if (faultLink_ != nullptr) return {};
+  faultLink_ = bpf_program__attach(skel_->progs.tt_page_fault_user);
+  if (faultLink_ == nullptr) {
+    const int err = errno;
+    tracked_.erase(tgid);
+    (void)setTgidBit(bpf_map__fd(skel_->maps.tracked_bits), pidMax_, tgid, false, "fault_trace");
+    return systemError(err, "attach fault_trace to page_fault_user");
+  }
+  return {};
 }
 
 Result<void> FaultTrace::untrack(pid_t tgid) {
-  return setTgidBit(bpf_map__fd(skel_->maps.tracked_bits), pidMax_, tgid, false, "fault_trace");
+  auto cleared = setTgidBit(bpf_map__fd(skel_->maps.tracked_bits), pidMax_, tgid, false, "fault_trace");
+  tracked_.erase(tgid);
+  if (tracked_.empty() && faultLink_ != nullptr) {
+    bpf_link__destroy(faultLink_);
+    faultLink_ = nullptr;
+  }
+  return cleared;
 }
 
 Result<size_t> FaultTrace::drainFirstTouches(std::vector<ChunkCounts>& out) {

@@ -85,6 +85,41 @@ TEST(SourcesPrivileged, FaultTraceReportsTouchedPagesOfTrackedProcessesOnly) {
   exercise(source);
 }
 
+// The page-fault program runs on every user fault of every process while attached, so it is
+// attached only while something is tracked, and counting works again after a re-attach.
+TEST(SourcesPrivileged, FaultProgramIsAttachedOnlyWhileAProcessIsTracked) {
+  TT_REQUIRE_ROOT();
+  auto trace = sys::bpf::FaultTrace::start(sys::bpf::FaultTrace::Options{});
+  ASSERT_TRUE(trace.ok()) << trace.error().message();
+  auto& t = **trace;
+  EXPECT_FALSE(t.faultProgramAttached());
+  test::PatternChild a(8), b(8);
+  ASSERT_TRUE(t.track(a.pid()).ok());
+  EXPECT_TRUE(t.faultProgramAttached());
+  ASSERT_TRUE(t.track(b.pid()).ok());
+  ASSERT_TRUE(t.untrack(a.pid()).ok());
+  EXPECT_TRUE(t.faultProgramAttached()) << "b is still tracked";
+  ASSERT_TRUE(t.untrack(b.pid()).ok());
+  EXPECT_FALSE(t.faultProgramAttached());
+  std::vector<sys::bpf::ChunkCounts> blocks;
+  ASSERT_TRUE(t.drainFirstTouches(blocks).ok());
+  blocks.clear();
+  (void)a.touch(1, 0);  // nothing tracked, nothing attached: not counted
+  ASSERT_TRUE(t.track(b.pid()).ok());
+  EXPECT_TRUE(t.faultProgramAttached());
+  const auto touched = b.touch(1, 0);
+  ASSERT_TRUE(t.drainFirstTouches(blocks).ok());
+  uint64_t ofA = 0, ofB = 0;
+  for (const auto& block : blocks)
+    for (uint32_t i = 0; i < sys::bpf::kChunkPages; ++i) {
+      if (block.counts[i] == 0) continue;
+      if (block.tgid == static_cast<uint32_t>(a.pid())) ++ofA;
+      if (block.tgid == static_cast<uint32_t>(b.pid()) && touched.count(block.base + uint64_t{i} * 4096)) ++ofB;
+    }
+  EXPECT_EQ(ofA, 0U);
+  EXPECT_EQ(ofB, touched.size());
+}
+
 // Where the fault trace counts every fault of tracked processes, software-fault sampling (a sample
 // of the same faults) is not opened unless asked for; where the fault trace does not run, it is.
 TEST(SourcesPrivileged, SoftwareFaultSamplingIsTheFallbackForTheFaultTrace) {

@@ -527,6 +527,9 @@ FaultCostRun faultCostOnce(TraceMode mode, uint64_t bytes, int rounds) {
   Workload w(Workload::Kind::Faults, bytes, rounds);
   FaultCostRun r;
   if (mode == TraceMode::Tracked) (void)source->addProcess(w.pid());
+  // Untracked: another process (this one) is tracked, so the page-fault program is attached and
+  // the child pays its filter, as every process does while the daemon tracks anything.
+  if (mode == TraceMode::Untracked) (void)source->addProcess(::getpid());
   std::pair<uint64_t, uint64_t> bpf0{0, 0}, bpf1{0, 0};
   if (source)
     if (auto rt = source->trace()->faultProgramRunTime()) bpf0 = *rt;
@@ -901,7 +904,9 @@ void touchRounds(int cycles, uint64_t mib, int passes) {
       auto set = SourceSet::open(defaults, topo);
       if (sources.empty())
         for (const auto& line : set->statusLines()) sources += "\n  " + line;
-      if (c == kTracked) (void)set->addProcess(child.pid());
+      // Untracked: this process is tracked instead, so the page-fault program is attached (it is
+      // only while something is tracked) and the child pays its filter, as any other process.
+      (void)set->addProcess(c == kTracked ? child.pid() : ::getpid());
       std::vector<AccessEvidence> out;
       (void)set->collect(out);  // drains the sources' own start-up events
       out.clear();
