@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "Simulator.h"
+#include "Sweep.h"
 #include "TestTraces.h"
 #include "baselines/Baselines.h"
 
@@ -115,13 +116,11 @@ SimConfig burstConfig(bool unboundedFast = false) {
   return c;
 }
 
+// Built as the sweep builds it (the registry entry, with the run's context).
 std::unique_ptr<Policy> prefetchOracle(const SimConfig& c) {
-  PrefetchOracleParams p;
-  p.memoryParallelism = c.memoryParallelism;
-  p.computeOverlap = c.computeOverlap;
-  p.migrationOverlap = c.migrationOverlap;
-  p.windowNs = c.windowNs;
-  return makePrefetchOraclePolicy(p);
+  const auto* entry = findPolicy("oracle-prefetch");
+  if (entry == nullptr) return nullptr;
+  return entry->make(makePolicyContext(Trace{}, c));
 }
 
 SimResult run(Policy& policy, const Trace& trace, const SimConfig& config) {
@@ -133,6 +132,7 @@ SimResult run(Policy& policy, const Trace& trace, const SimConfig& config) {
 TEST(TiersimOraclePrefetch, MovesTheNextBurstsPagesInDuringAnIdleComputePhase) {
   const Trace trace = burstTrace(1);
   auto oracle = prefetchOracle(burstConfig());
+  ASSERT_NE(oracle, nullptr);
   auto fixed = makeAutoTmStaticPolicy(64);
   auto bound = makeAllDramPolicy();
   const SimResult moving = run(*oracle, trace, burstConfig());
@@ -150,6 +150,7 @@ TEST(TiersimOraclePrefetch, MovesTheNextBurstsPagesInDuringAnIdleComputePhase) {
 TEST(TiersimOraclePrefetch, DoesNotMoveWhenTheComputePhasesLeaveNoSpareBandwidth) {
   const Trace trace = burstTrace(64);
   auto oracle = prefetchOracle(burstConfig());
+  ASSERT_NE(oracle, nullptr);
   auto fixed = makeAutoTmStaticPolicy(64);
   const SimResult moving = run(*oracle, trace, burstConfig());
   const SimResult staying = run(*fixed, trace, burstConfig());
@@ -167,6 +168,7 @@ TEST(TiersimOraclePrefetch, KeepsTheStaticPlacementInTheDefaultModel) {
   c.computeOverlap = 0;
   c.migrationOverlap = 0.5;
   auto oracle = prefetchOracle(c);
+  ASSERT_NE(oracle, nullptr);
   auto fixed = makeAutoTmStaticPolicy(64);
   const SimResult moving = run(*oracle, trace, c);
   const SimResult staying = run(*fixed, trace, c);

@@ -120,6 +120,38 @@ struct LineSaving {
 // byte is highest, for the whole run, never migrate. See AutoTm.cpp for what exactly is optimised.
 [[nodiscard]] std::unique_ptr<Policy> makeAutoTmStaticPolicy(double memoryParallelism);
 
+// What the offline oracles share: they start from the static optimum's placement (first touch as
+// AutoTm.cpp plans it) and learn the step length in trace time from the spacing of the trace's own
+// StepBegin marks as the replay reaches them.
+class StaticStartOracle : public Policy {
+ public:
+  explicit StaticStartOracle(double memoryParallelism) : initial_(makeAutoTmStaticPolicy(memoryParallelism)) {}
+  [[nodiscard]] TierId firstTouchTier(PageId page, const std::vector<TierInfo>& tiers) const override {
+    return initial_->firstTouchTier(page, tiers);
+  }
+  void onSample(const SimAccess&) override {}
+  void onMark(const IterationMark& mark) override {
+    if (mark.type == MarkType::StepBegin) ++stepsBegun_;
+  }
+
+ protected:
+  // Call once per epoch; stepTraceNs_ stays 0 until two steps began.
+  void learnStepLength(uint64_t traceNowNs) {
+    if (stepsBegun_ == lastSteps_) return;
+    lastSteps_ = stepsBegun_;
+    if (stepsBegun_ == 1) firstStepTraceNs_ = traceNowNs;
+    if (stepsBegun_ >= 2)
+      stepTraceNs_ = static_cast<double>(traceNowNs - firstStepTraceNs_) / static_cast<double>(stepsBegun_ - 1);
+  }
+
+  std::unique_ptr<Policy> initial_;  // the static optimum: where pages start
+  double stepTraceNs_ = 0;
+
+ private:
+  uint64_t stepsBegun_ = 0, lastSteps_ = 0;
+  uint64_t firstStepTraceNs_ = 0;
+};
+
 // Look-ahead oracle (not a peer: a yardstick): offline, migrating, valuing each page by the stall
 // its accesses in the next `horizonSteps` steps would save, moving a page when that beats
 // `copyWeight` x its copy time. What migration with perfect knowledge adds over the static

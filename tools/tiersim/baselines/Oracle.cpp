@@ -25,13 +25,13 @@
 namespace tt::tiersim {
 namespace {
 
-class LookaheadOraclePolicy : public Policy {
+class LookaheadOraclePolicy : public StaticStartOracle {
  public:
   LookaheadOraclePolicy(double memoryParallelism, double horizonSteps, double copyWeight)
-      : parallelism_(std::max(1.0, memoryParallelism)),
+      : StaticStartOracle(memoryParallelism),
+        parallelism_(std::max(1.0, memoryParallelism)),
         horizonSteps_(horizonSteps),
-        copyWeight_(copyWeight),
-        initial_(makeAutoTmStaticPolicy(memoryParallelism)) {}
+        copyWeight_(copyWeight) {}
   [[nodiscard]] std::string name() const override { return "oracle-lookahead"; }
 
   void init(const std::vector<TraceRegion>& regions, uint64_t totalPages, const std::vector<TierInfo>& tiers,
@@ -59,22 +59,10 @@ class LookaheadOraclePolicy : public Policy {
     value_.assign(totalPages, 0.0);
   }
 
-  [[nodiscard]] TierId firstTouchTier(PageId page, const std::vector<TierInfo>& tiers) const override {
-    return initial_->firstTouchTier(page, tiers);
-  }
-  void onSample(const SimAccess&) override {}
-  void onMark(const IterationMark& mark) override {
-    if (mark.type == MarkType::StepBegin) ++stepsBegun_;
-  }
 
   void onEpoch(const EpochContext& c, std::vector<PageMove>& moves) override {
     if (offset_.empty()) return;
-    // Step length in trace time, from the trace's own step marks' spacing as the replay reaches them.
-    if (stepsBegun_ != lastSteps_) {
-      lastSteps_ = stepsBegun_;
-      if (stepsBegun_ == 1) firstStepTraceNs_ = c.traceNowNs;
-      if (stepsBegun_ >= 2) stepTraceNs_ = static_cast<double>(c.traceNowNs - firstStepTraceNs_) / static_cast<double>(stepsBegun_ - 1);
-    }
+    learnStepLength(c.traceNowNs);
     if (stepTraceNs_ <= 0) return;
     const double sinceNs = lastPlanNs_ > 0 ? static_cast<double>(c.nowNs - lastPlanNs_) : 0;
     if (lastPlanNs_ > 0 && sinceNs < kReplanNs) return;
@@ -145,11 +133,7 @@ class LookaheadOraclePolicy : public Policy {
   std::vector<double> cumulative_;
   std::vector<double> value_;
   std::vector<PageId> slow_, fast_;
-  uint64_t stepsBegun_ = 0, lastSteps_ = 0;
-  uint64_t firstStepTraceNs_ = 0;
-  double stepTraceNs_ = 0;
   uint64_t lastPlanNs_ = 0;
-  std::unique_ptr<Policy> initial_;  // the static optimum: where pages start
 };
 
 }  // namespace

@@ -59,12 +59,10 @@ TierSpec specOf(const TierInfo& tier) {
                   tier.writeBandwidthBytesPerNs};
 }
 
-class PrefetchOraclePolicy : public Policy {
+class PrefetchOraclePolicy : public StaticStartOracle {
  public:
   explicit PrefetchOraclePolicy(const PrefetchOracleParams& params)
-      : params_(params),
-        window_(std::max<uint64_t>(1, params.windowNs)),
-        initial_(makeAutoTmStaticPolicy(params.memoryParallelism)) {}
+      : StaticStartOracle(params.memoryParallelism), params_(params), window_(std::max<uint64_t>(1, params.windowNs)) {}
   [[nodiscard]] std::string name() const override { return "oracle-prefetch"; }
 
   void init(const std::vector<TraceRegion>& regions, uint64_t totalPages, const std::vector<TierInfo>& tiers,
@@ -77,26 +75,13 @@ class PrefetchOraclePolicy : public Policy {
     line_ = perLineSaving(tiers, params_.memoryParallelism);
   }
 
-  [[nodiscard]] TierId firstTouchTier(PageId page, const std::vector<TierInfo>& tiers) const override {
-    return initial_->firstTouchTier(page, tiers);
-  }
-  void onSample(const SimAccess&) override {}
-  void onMark(const IterationMark& mark) override {
-    if (mark.type == MarkType::StepBegin) ++stepsBegun_;
-  }
 
   void onEpoch(const EpochContext& c, std::vector<PageMove>& moves) override {
     if (trace_ == nullptr) return;
     if (!profiled_) profile(c.linesPerCount);
     const double engineNs = static_cast<double>(c.nowNs - std::min(c.nowNs, lastEpochNs_));
     lastEpochNs_ = c.nowNs;
-    if (stepsBegun_ != lastSteps_) {  // the step length in trace time, as oracle-lookahead learns it
-      lastSteps_ = stepsBegun_;
-      if (stepsBegun_ == 1) firstStepTraceNs_ = c.traceNowNs;
-      if (stepsBegun_ >= 2) {
-        stepTraceNs_ = static_cast<double>(c.traceNowNs - firstStepTraceNs_) / static_cast<double>(stepsBegun_ - 1);
-      }
-    }
+    learnStepLength(c.traceNowNs);
     if (stepTraceNs_ <= 0) return;
     now_ = c.traceNowNs;
     until_ = now_ + static_cast<uint64_t>(params_.horizonSteps * stepTraceNs_);
@@ -379,7 +364,6 @@ class PrefetchOraclePolicy : public Policy {
 
   PrefetchOracleParams params_;
   uint64_t window_;
-  std::unique_ptr<Policy> initial_;  // the static optimum: where pages start
   const std::vector<SimAccess>* trace_ = nullptr;
   uint64_t pages_ = 0;
   std::vector<TierSpec> specs_;
@@ -399,9 +383,6 @@ class PrefetchOraclePolicy : public Policy {
   uint64_t lastEpochNs_ = 0;
   bool planned_ = false;
   uint64_t lastPlanTraceNs_ = 0;
-  uint64_t stepsBegun_ = 0, lastSteps_ = 0;
-  uint64_t firstStepTraceNs_ = 0;
-  double stepTraceNs_ = 0;
 };
 
 }  // namespace
