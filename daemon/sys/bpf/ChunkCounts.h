@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <bpf/libbpf.h>
+
 #include "core/Result.h"
 
 namespace tt::sys::bpf {
@@ -34,6 +36,17 @@ struct ChunkMapFds {
   int grace = -1;                     // map-in-map whose update waits for an RCU grace period
   int graceInner = -1;                // the inner map that update installs
 };
+
+// The maps of a program that includes bpf/tt_chunk_counts.h, from its libbpf skeleton (every such
+// skeleton names them alike). A template so this header needs no skeleton.
+template <typename Skeleton>
+[[nodiscard]] ChunkMapFds chunkMapFdsOf(const Skeleton& skel) {
+  return {{bpf_map__fd(skel.maps.chunks0), bpf_map__fd(skel.maps.chunks1)},
+          bpf_map__fd(skel.maps.chunk_stage),
+          bpf_map__fd(skel.maps.chunk_generation),
+          bpf_map__fd(skel.maps.chunk_grace),
+          bpf_map__fd(skel.maps.chunk_grace_inner)};
+}
 
 // Adds staged blocks to the blocks drained in out[from..]: page by page, saturating at
 // kChunkCountMax, into the block of the same (tgid, base), or appended when none was drained, so

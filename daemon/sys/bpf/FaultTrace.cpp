@@ -98,12 +98,7 @@ Result<void> FaultTrace::untrack(pid_t tgid) {
 }
 
 Result<size_t> FaultTrace::drainFirstTouches(std::vector<ChunkCounts>& out) {
-  return firstTouches_.drain({{bpf_map__fd(skel_->maps.chunks0), bpf_map__fd(skel_->maps.chunks1)},
-                              bpf_map__fd(skel_->maps.chunk_stage),
-                              bpf_map__fd(skel_->maps.chunk_generation),
-                              bpf_map__fd(skel_->maps.chunk_grace),
-                              bpf_map__fd(skel_->maps.chunk_grace_inner)},
-                             out);
+  return firstTouches_.drain(chunkMapFdsOf(*skel_), out);
 }
 
 Result<size_t> FaultTrace::poll(const EventFn& fn) {

@@ -53,12 +53,7 @@ Result<void> PerfSampleAgg::track(pid_t tgid) { return setBit(tgid, true); }
 Result<void> PerfSampleAgg::untrack(pid_t tgid) { return setBit(tgid, false); }
 
 Result<size_t> PerfSampleAgg::drain(std::vector<ChunkCounts>& out) {
-  return chunks_.drain({{bpf_map__fd(skel_->maps.chunks0), bpf_map__fd(skel_->maps.chunks1)},
-                        bpf_map__fd(skel_->maps.chunk_stage),
-                        bpf_map__fd(skel_->maps.chunk_generation),
-                        bpf_map__fd(skel_->maps.chunk_grace),
-                        bpf_map__fd(skel_->maps.chunk_grace_inner)},
-                       out);
+  return chunks_.drain(chunkMapFdsOf(*skel_), out);
 }
 
 Result<AggStats> PerfSampleAgg::stats() const {
