@@ -29,9 +29,12 @@
  * CPU's counts for 8 pages. Counts are a statistical estimate of heat; an atomic compare-and-swap
  * per word would make every merge pay a locked instruction per dirty word to close that window.
  *
- * Include once per program, after bpf_helpers.h and tt_events.h. */
+ * Include once per program, after bpf_helpers.h and tt_events.h. The word helpers (SWAR add, bit
+ * scan) are in tt_counter_words.h, shared with the unit tests. */
 #ifndef TT_CHUNK_COUNTS_H
 #define TT_CHUNK_COUNTS_H
+
+#include "tt_counter_words.h"
 
 /* Not preallocated: its memory follows the chunks counted in one epoch (the daemon empties it
  * every epoch), not the size of the tracked memory. max_entries (chunks) is set by the daemon
@@ -86,31 +89,6 @@ struct tt_chunk_result {
   __u32 dropped;    /* 1: not counted, its chunk could not be staged (the staged one could not be merged) */
 };
 
-/* Index of the lowest set bit of a non-zero word: de Bruijn multiplication (BPF has no ctz). */
-#define TT_DEBRUIJN64 0x03f79d71b4cb0a89ULL
-static const __u8 tt_debruijn_index[64] = {
-    0,  1,  48, 2,  57, 49, 28, 3,  61, 58, 50, 42, 38, 29, 17, 4,  62, 55, 59, 36, 53, 51,
-    43, 22, 45, 39, 33, 30, 24, 18, 12, 5,  63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21,
-    44, 32, 23, 11, 46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9,  13, 8,  7,  6,
-};
-
-/* Eight u8 counters added lane by lane, each saturating at 255 (no carry between lanes). Adds the
- * events the saturation discarded to *lost. */
-static __always_inline __u64 tt_add_u8x8_saturating(__u64 a, __u64 b, __u32* lost) {
-  const __u64 high = 0x8080808080808080ULL;
-  const __u64 ones = 0x0101010101010101ULL;
-  __u64 sum = ((a & ~high) + (b & ~high)) ^ ((a ^ b) & high);
-  __u64 carry = ((a & b) | ((a | b) & ~sum)) & high; /* carry out of each lane's bit 7 */
-  if (!carry) return sum;
-  __u64 overflowed = carry >> 7; /* 1 in each lane whose a + b passed 255 */
-  /* Such a lane holds a + b - 256, so it lost a + b - 255 = lane + 1 events. Horizontal byte sum
-   * in 16-bit lanes first: eight lanes of up to 255 do not fit one byte. */
-  __u64 wrapped = sum & (overflowed * 0xff);
-  __u64 pairs = (wrapped & 0x00ff00ff00ff00ffULL) + ((wrapped >> 8) & 0x00ff00ff00ff00ffULL);
-  *lost += (__u32)((pairs * 0x0001000100010001ULL) >> 48) + (__u32)((overflowed * ones) >> 56);
-  return sum | (overflowed * 0xff);
-}
-
 /* Merges a staging block into its chunk's block in `hash` (inserting it when the chunk is new) and
  * empties it. Only words marked dirty are read and cleared. Returns 0 when the chunk could not be
  * inserted (hash full, no memory): the block then stays staged as it is. */
@@ -134,7 +112,7 @@ static __always_inline int tt_chunk_merge(void* hash, struct tt_chunk_stage* s, 
   __u64* dst = block ? (__u64*)block->count : 0;
   __u64* src = (__u64*)s->count;
   for (int i = 0; i < 64 && dirty; i++) {
-    __u32 w = tt_debruijn_index[((dirty & -dirty) * TT_DEBRUIJN64) >> 58] & 63;
+    __u32 w = tt_lowest_bit(dirty);
     dirty &= dirty - 1;
     /* Non-atomic, saturating add: see the header comment for what a collision loses. */
     if (merge && dst) dst[w] = tt_add_u8x8_saturating(dst[w], src[w], &r->saturated);
