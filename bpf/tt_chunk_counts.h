@@ -24,10 +24,10 @@
  * hash, reads the staging blocks, merges them in and zeroes them before the next bump hands the
  * half back.
  *
- * What is still not exact: two CPUs merging into the same chunk's block at the same instant (a
- * merge is a few hundred nanoseconds) may lose one of the two updates of a word, i.e. up to one
- * CPU's counts for 8 pages. Counts are a statistical estimate of heat; an atomic compare-and-swap
- * per word would make every merge pay a locked instruction per dirty word to close that window.
+ * Two CPUs may merge into the same chunk's block at the same time (threads streaming one tensor):
+ * each dirty word is added with a compare-and-swap, a locked instruction per dirty word of a merge
+ * (a merge comes once per run of events in one chunk), retried a few times; a word still
+ * contended after that is dropped and counted.
  *
  * Include once per program, after bpf_helpers.h and tt_events.h. The word helpers (SWAR add, bit
  * scan) are in tt_counter_words.h, shared with the unit tests. */
@@ -86,7 +86,8 @@ struct {
 struct tt_chunk_result {
   __u32 saturated;  /* events not counted: their page's counter was at 255, staged or merged */
   __u32 new_chunks; /* chunks a merge inserted into `chunks` */
-  __u32 dropped;    /* 1: not counted, its chunk could not be staged (the staged one could not be merged) */
+  __u32 dropped;    /* events lost: the current one when its chunk could not be staged (the staged
+                     * one could not be merged), or a word whose merge stayed contended */
 };
 
 /* Merges a staging block into its chunk's block in `hash` (inserting it when the chunk is new) and
@@ -114,8 +115,22 @@ static __always_inline int tt_chunk_merge(void* hash, struct tt_chunk_stage* s, 
   for (int i = 0; i < 64 && dirty; i++) {
     __u32 w = tt_lowest_bit(dirty);
     dirty &= dirty - 1;
-    /* Non-atomic, saturating add: see the header comment for what a collision loses. */
-    if (merge && dst) dst[w] = tt_add_u8x8_saturating(dst[w], src[w], &r->saturated);
+    if (merge && dst) {
+      __u64 old = dst[w];
+      int added = 0;
+      for (int attempt = 0; attempt < 4 && !added; attempt++) {
+        __u32 lost = 0;
+        __u64 sum = tt_add_u8x8_saturating(old, src[w], &lost);
+        __u64 seen = __sync_val_compare_and_swap(&dst[w], old, sum);
+        if (seen == old) {
+          r->saturated += lost;
+          added = 1;
+        } else {
+          old = seen; /* another CPU merged into this word in between: add to what it left */
+        }
+      }
+      if (!added) r->dropped += tt_u8x8_sum(src[w]);
+    }
     src[w] = 0;
   }
   s->dirty = 0;

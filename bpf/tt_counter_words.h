@@ -40,4 +40,10 @@ TT_WORDS_INLINE tt_u64 tt_add_u8x8_saturating(tt_u64 a, tt_u64 b, tt_u32* lost) 
   return sum | (overflowed * 0xff);
 }
 
+/* Sum of the eight u8 counters of a word. */
+TT_WORDS_INLINE tt_u32 tt_u8x8_sum(tt_u64 w) {
+  tt_u64 pairs = (w & 0x00ff00ff00ff00ffULL) + ((w >> 8) & 0x00ff00ff00ff00ffULL);
+  return (tt_u32)((pairs * 0x0001000100010001ULL) >> 48);
+}
+
 #endif

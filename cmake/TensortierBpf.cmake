@@ -23,6 +23,8 @@ add_custom_command(
 add_custom_target(tt_vmlinux_h DEPENDS "${TT_BPF_GEN_DIR}/vmlinux.h")
 
 # tt_bpf_skeleton(<name>) -> INTERFACE target tt_bpf_<name> whose include path holds <name>.skel.h
+# -mcpu=v3: BPF atomics (compare-and-swap, kernel 5.12+) for the chunk counters' merges; the
+# programs need 6.1 anyway (perf_event programs with a non-preallocated hash).
 function(tt_bpf_skeleton name)
   set(src "${CMAKE_CURRENT_SOURCE_DIR}/${name}.bpf.c")
   set(obj "${TT_BPF_GEN_DIR}/${name}.bpf.o")
@@ -30,7 +32,7 @@ function(tt_bpf_skeleton name)
   file(GLOB headers CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/*.h")
   add_custom_command(
     OUTPUT "${obj}"
-    COMMAND "${BPF_CLANG}" -g -O2 -target bpf -D__TARGET_ARCH_x86 -Wall -Werror
+    COMMAND "${BPF_CLANG}" -g -O2 -target bpf -mcpu=v3 -D__TARGET_ARCH_x86 -Wall -Werror
             -I "${TT_BPF_GEN_DIR}" -I "${CMAKE_CURRENT_SOURCE_DIR}" -c "${src}" -o "${obj}"
     DEPENDS "${src}" ${headers} tt_vmlinux_h "${TT_BPF_GEN_DIR}/vmlinux.h"
     COMMENT "BPF CO-RE object ${name}.bpf.o"

@@ -76,4 +76,16 @@ TEST(CounterWords, SaturatingAddOfRandomWordsAccumulatesLost) {
   EXPECT_GT(lost, 0U);
 }
 
+TEST(CounterWords, SumOfTheEightLanes) {
+  EXPECT_EQ(tt_u8x8_sum(0), 0U);
+  EXPECT_EQ(tt_u8x8_sum(~uint64_t{0}), 8U * 255U);  // the most a word holds: more than a byte
+  std::mt19937_64 rng(13);
+  for (int n = 0; n < 100000; ++n) {
+    const uint64_t w = rng();
+    uint32_t expected = 0;
+    for (int lane = 0; lane < 8; ++lane) expected += static_cast<uint32_t>((w >> (8 * lane)) & 0xff);
+    ASSERT_EQ(tt_u8x8_sum(w), expected) << std::hex << w;
+  }
+}
+
 }  // namespace
