@@ -78,11 +78,7 @@ Trace burstTrace(uint32_t zLines) {
   trace.regions.push_back(TraceRegion{3, kZ, 2 * kZPerPhase, RegionKind::Activation, "z"});
   for (int s = 0; s < kSteps; ++s) {
     const uint64_t start = static_cast<uint64_t>(s) * kStepNs;
-    IterationMark begin;
-    begin.type = MarkType::StepBegin;
-    begin.step = static_cast<uint64_t>(s);
-    begin.timestampNs = start;
-    trace.marks.push_back(begin);
+    trace.marks.push_back(test::stepMark(MarkType::StepBegin, static_cast<uint64_t>(s), start));
     uint64_t t = start;
     for (int half = 0; half < 2; ++half) {
       const PageId z = kZ + static_cast<PageId>(half) * kZPerPhase;
@@ -95,11 +91,7 @@ Trace burstTrace(uint32_t zLines) {
       }
       t += kBurstNs;
     }
-    IterationMark end;
-    end.type = MarkType::StepEnd;
-    end.step = static_cast<uint64_t>(s);
-    end.timestampNs = start + kStepNs;
-    trace.marks.push_back(end);
+    trace.marks.push_back(test::stepMark(MarkType::StepEnd, static_cast<uint64_t>(s), start + kStepNs));
   }
   return trace;
 }

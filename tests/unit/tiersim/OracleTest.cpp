@@ -22,11 +22,7 @@ Trace twoPhaseTrace(int touches) {
   trace.regions.push_back(TraceRegion{2, 10, 10, RegionKind::Weight, "second"});
   for (int s = 0; s < kSteps; ++s) {
     const uint64_t start = static_cast<uint64_t>(s) * kStepNs;
-    IterationMark begin;
-    begin.type = MarkType::StepBegin;
-    begin.step = static_cast<uint64_t>(s);
-    begin.timestampNs = start;
-    trace.marks.push_back(begin);
+    trace.marks.push_back(test::stepMark(MarkType::StepBegin, static_cast<uint64_t>(s), start));
     for (int phase = 0; phase < 2; ++phase) {
       const uint64_t phaseStart = start + static_cast<uint64_t>(phase) * kStepNs / 2;
       const uint64_t gap = kStepNs / 2 / static_cast<uint64_t>(touches * 10 + 1);
@@ -34,11 +30,7 @@ Trace twoPhaseTrace(int touches) {
       for (int k = 0; k < touches; ++k)
         for (PageId p = 0; p < 10; ++p, t += gap) trace.accesses.push_back(SimAccess{t, p + 10 * static_cast<PageId>(phase), 64, false});
     }
-    IterationMark end;
-    end.type = MarkType::StepEnd;
-    end.step = static_cast<uint64_t>(s);
-    end.timestampNs = start + kStepNs - 1;
-    trace.marks.push_back(end);
+    trace.marks.push_back(test::stepMark(MarkType::StepEnd, static_cast<uint64_t>(s), start + kStepNs - 1));
   }
   return trace;
 }

@@ -10,6 +10,15 @@
 
 namespace tt::tiersim::test {
 
+// A step mark of the trace's own (trace-time) clock.
+inline IterationMark stepMark(MarkType type, uint64_t step, uint64_t timestampNs) {
+  IterationMark mark;
+  mark.type = type;
+  mark.step = step;
+  mark.timestampNs = timestampNs;
+  return mark;
+}
+
 // One step [0, computeNs) over `pages` pages of one region, with the given accesses.
 inline Trace oneStepTrace(uint64_t pages, uint64_t computeNs, std::vector<SimAccess> accesses) {
   Trace trace;
