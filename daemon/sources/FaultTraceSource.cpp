@@ -62,7 +62,8 @@ void FaultTraceSource::open() {
   }
   trace_ = std::move(*t);
   status_ = {true, std::string("eBPF exceptions/page_fault_user") +
-                       (options_.reportFirstTouch ? " (first touches counted per page in kernel)" : " (no first touches)") +
+                       (options_.reportFirstTouch ? " (first touches counted per page in kernel" : " (no first touches") +
+                       "; attached while a process is tracked)" +
                        " + migrate/mm_migrate_pages" +
                        (trace_->pageMigrationEvents() ? " + migrate/remove_migration_pte"
                                                       : " (no remove_migration_pte on this kernel: batch counts only)") +
