@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "core/Log.h"
+#include "sources/FaultTraceSource.h"
 
 namespace tt::service {
 
@@ -14,11 +15,30 @@ bool isFast(const topology::Topology& topology, int node) {
 }
 }  // namespace
 
+Result<void> SourceSetEvidence::collect(std::vector<AccessEvidence>& out) {
+  auto collected = set_->collect(out);
+  moves_.clear();
+  set_->takeKernelMoves(moves_);
+  if (!moves_.empty()) {
+    const auto* trace = dynamic_cast<const sources::FaultTraceSource*>(set_->find("fault-trace"));
+    kernelMoves_.add(moves_, trace && trace->trace() && trace->trace()->pageMigrationEvents());
+  }
+  return collected;
+}
+
 std::vector<SourceReport> SourceSetEvidence::status() const {
   std::vector<SourceReport> out;
   for (const auto& s : set_->sources()) {
     const auto c = s->counters();
-    out.push_back({std::string(s->name()), s->status().available, s->status().detail, c.samples, c.costPercent});
+    SourceReport& r = out.emplace_back();
+    r.name = std::string(s->name());
+    r.active = s->status().available;
+    r.detail = s->status().detail;
+    r.samples = c.samples;
+    r.cpuPercent = c.costPercent;
+    r.lost = c.lost;
+    r.throttled = c.throttled;
+    if (r.name == "fault-trace") r.kernelMoves = kernelMoves_;
   }
   return out;
 }

@@ -35,13 +35,17 @@ class SourceSetEvidence final : public EvidenceSource {
   void setRanges(pid_t tgid, const std::vector<std::pair<uint64_t, uint64_t>>& ranges) override {
     set_->setRanges(tgid, ranges);
   }
-  Result<void> collect(std::vector<AccessEvidence>& out) override { return set_->collect(out); }
+  // Also takes the kernel's own page moves the sources saw and adds them to the totals status()
+  // reports, so the sources' buffers of them are emptied every epoch.
+  Result<void> collect(std::vector<AccessEvidence>& out) override;
   std::vector<SourceReport> status() const override;
   Result<void> applyConfig(const tensortier::v1::SourcesConfig& config) override;
   void shutdown() override { set_->shutdown(); }
 
  private:
   std::unique_ptr<sources::SourceSet> set_;
+  std::vector<sources::KernelMove> moves_;  // reused buffer
+  sources::KernelMoveTotals kernelMoves_;
 };
 
 // Where pages are, for the planner: move_pages(2) status queries, fast/slow by the topology.

@@ -71,6 +71,12 @@ void AdminService::status(pb::DaemonMessage& reply) {
     o->set_active(src.active);
     o->set_detail(src.detail);
     o->set_samples(src.samples);
+    o->set_lost(src.lost);
+    o->set_throttled(src.throttled);
+    o->set_kernel_promoted_pages(src.kernelMoves.promoted);
+    o->set_kernel_demoted_pages(src.kernelMoves.demoted);
+    o->set_kernel_syscall_pages(src.kernelMoves.syscall);
+    o->set_kernel_other_pages(src.kernelMoves.other);
   }
   s->set_epochs(st.epochs);
   s->set_epoch_ms(ctx_.epochMs ? ctx_.epochMs() : 0);

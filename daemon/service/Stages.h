@@ -17,6 +17,7 @@
 
 #include "core/Result.h"
 #include "core/Types.h"
+#include "sources/Source.h"
 #include "tensortier/v1/config.pb.h"
 
 namespace tt::service {
@@ -27,6 +28,10 @@ struct SourceReport {
   std::string detail;  // what it runs with, or why it is off
   uint64_t samples = 0;
   double cpuPercent = 0;  // estimated sampling cost in the last epoch (kernel + daemon), percent of one CPU
+  uint64_t lost = 0;       // records or counts the kernel dropped (full ring or count map)
+  uint64_t throttled = 0;  // PERF_RECORD_THROTTLE seen (sampling sources, user-ring path)
+  // Pages the kernel itself moved for tracked processes (the fault-trace source), by reason.
+  sources::KernelMoveTotals kernelMoves;
 };
 
 // Sources of access evidence for registered processes.

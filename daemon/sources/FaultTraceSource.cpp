@@ -98,9 +98,12 @@ Result<void> FaultTraceSource::collect(std::vector<AccessEvidence>& out) {
       case TT_EV_FAULT_HINT: pending_.add(tgid, e.addr, AccessKind::Hint, 1); break;
       case TT_EV_FAULT_WRITE_PROTECT: pending_.add(tgid, e.addr, AccessKind::Store, 1); break;
       case TT_EV_MIGRATE_PAGE:
-        moves_.push_back(KernelMove{tgid, e.addr & ~(kBasePageSize - 1), uint64_t{1} << e.detail, why(e.mig_class)});
+        if (moves_.size() < kMaxPendingMoves)
+          moves_.push_back(KernelMove{tgid, e.addr & ~(kBasePageSize - 1), uint64_t{1} << e.detail, why(e.mig_class)});
         break;
-      case TT_EV_MIGRATE_BATCH: moves_.push_back(KernelMove{tgid, 0, e.detail, why(e.mig_class)}); break;
+      case TT_EV_MIGRATE_BATCH:
+        if (moves_.size() < kMaxPendingMoves) moves_.push_back(KernelMove{tgid, 0, e.detail, why(e.mig_class)});
+        break;
       default: break;
     }
   });

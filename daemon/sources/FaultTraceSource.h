@@ -58,6 +58,9 @@ class FaultTraceSource final : public Source {
   SourceStatus status_;
   SourceCounters counters_;
   EvidenceAggregator pending_;
+  // Kernel page moves until the next takeKernelMoves(); capped, in case nobody takes them, so a
+  // kernel promoting a tracked process's pages all day cannot grow it without bound.
+  static constexpr size_t kMaxPendingMoves = 1 << 16;
   std::vector<KernelMove> moves_;
   std::vector<sys::bpf::ChunkCounts> blocks_;  // reused drain buffer
   FaultedPages seen_;

@@ -54,6 +54,15 @@ struct KernelMove {
   enum class Why : uint8_t { Promotion, Demotion, Syscall, Other } why = Why::Other;
 };
 
+// Pages the kernel itself moved for tracked processes, by reason: with kernel tiering left on
+// ("cooperate"), its promotions and demotions are moves the daemon observes rather than makes.
+// Where the kernel reports each page (remove_migration_pte) its batches describe the same pages,
+// so batch counts are added only where it does not.
+struct KernelMoveTotals {
+  uint64_t promoted = 0, demoted = 0, syscall = 0, other = 0;  // pages
+  void add(const std::vector<KernelMove>& moves, bool perPageEvents);
+};
+
 class Source {
  public:
   virtual ~Source() = default;

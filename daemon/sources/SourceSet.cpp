@@ -14,6 +14,19 @@
 
 namespace tt::sources {
 
+void KernelMoveTotals::add(const std::vector<KernelMove>& moves, bool perPageEvents) {
+  for (const KernelMove& m : moves) {
+    if ((m.page != 0) != perPageEvents) continue;  // one view of each move, not both
+    switch (m.why) {
+      case KernelMove::Why::Promotion: promoted += m.pages; break;
+      case KernelMove::Why::Demotion: demoted += m.pages; break;
+      case KernelMove::Why::Syscall: syscall += m.pages; break;
+      case KernelMove::Why::Other: other += m.pages; break;
+    }
+  }
+}
+
+
 namespace pb = tensortier::v1;
 
 namespace {

@@ -156,7 +156,11 @@ void printStatus(const pb::StatusReply& s, bool asJson) {
                        {"cpus", std::vector<int>(n.cpus().begin(), n.cpus().end())}});
     for (const auto& src : s.sources())
       sources.push_back({{"name", src.name()}, {"active", src.active()}, {"detail", src.detail()},
-                         {"samples", src.samples()}});
+                         {"samples", src.samples()}, {"lost", src.lost()}, {"throttled", src.throttled()},
+                         {"kernel_promoted_pages", src.kernel_promoted_pages()},
+                         {"kernel_demoted_pages", src.kernel_demoted_pages()},
+                         {"kernel_syscall_pages", src.kernel_syscall_pages()},
+                         {"kernel_other_pages", src.kernel_other_pages()}});
     json j = {{"daemon_version", s.daemon_version()},
               {"uptime_ms", s.uptime_ms()},
               {"nodes", nodes},
@@ -201,10 +205,19 @@ void printStatus(const pb::StatusReply& s, bool asJson) {
                     ? bytes(static_cast<uint64_t>(s.migration_bandwidth_bytes_per_sec())) + "/s (measured)"
                     : std::string("the configured initial bandwidth (not measured yet)"))
             << "\n\n";
-  Table sources({"SOURCE", "STATE", "SAMPLES", "DETAIL"});
+  Table sources({"SOURCE", "STATE", "SAMPLES", "LOST", "DETAIL"});
   for (const auto& src : s.sources())
-    sources.add({src.name(), src.active() ? "on" : "off", std::to_string(src.samples()), src.detail()});
+    sources.add({src.name(), src.active() ? "on" : "off", std::to_string(src.samples()), std::to_string(src.lost()),
+                 src.detail()});
   std::cout << sources.str();
+  for (const auto& src : s.sources()) {
+    const uint64_t moved = src.kernel_promoted_pages() + src.kernel_demoted_pages() + src.kernel_syscall_pages() +
+                           src.kernel_other_pages();
+    if (moved == 0) continue;
+    std::cout << "kernel moved pages of tracked processes (" << src.name() << "): " << src.kernel_promoted_pages()
+              << " promoted, " << src.kernel_demoted_pages() << " demoted, " << src.kernel_syscall_pages()
+              << " by the processes' own move_pages/mbind, " << src.kernel_other_pages() << " other\n";
+  }
   if (!s.feature_weights().empty()) {
     std::cout << "\nheat feature weights (adapted online):";
     for (const auto& w : s.feature_weights()) std::cout << ' ' << w.name() << ' ' << std::setprecision(3) << w.weight();

@@ -2,20 +2,70 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <vector>
+
+#include "fakes/sources/FakeSource.h"
+#include "sources/SourceSet.h"
 
 namespace {
 
 using tt::service::SourceReport;
 
+SourceReport report(const char* name, bool active) {
+  SourceReport r;
+  r.name = name;
+  r.active = active;
+  return r;
+}
+
 TEST(AccessesPerPagePass, CacheLineUnitsOnlyWhenPmuSamplingIsActive) {
   // PMU samples stand for cache-line accesses: a pass over a 4 KiB page is 64 of them.
-  const std::vector<SourceReport> withPmu{{"pmu", true, "", 0, 0}, {"soft-dirty", true, "", 0, 0}};
+  const std::vector<SourceReport> withPmu{report("pmu", true), report("soft-dirty", true)};
   EXPECT_EQ(tt::service::accessesPerPagePass(withPmu), 64.0);
   // Configured but not opened (no PMU on the machine): the evidence is page-granular.
-  const std::vector<SourceReport> pmuOff{{"pmu", false, "no PMU", 0, 0}, {"fault-trace", true, "", 0, 0}};
+  const std::vector<SourceReport> pmuOff{report("pmu", false), report("fault-trace", true)};
   EXPECT_EQ(tt::service::accessesPerPagePass(pmuOff), 1.0);
   EXPECT_EQ(tt::service::accessesPerPagePass({}), 1.0);
+}
+
+// With kernel tiering left on, the kernel's own moves of tracked pages are counted per reason, and
+// the sources' buffers of them are emptied every epoch (they were never taken before: a leak).
+TEST(SourceSetEvidence, CountsTheKernelsMovesOnceAndEmptiesTheSourcesBuffers) {
+  auto trace = std::make_unique<tt::fakes::FakeSource>("fault-trace", true);
+  auto* fake = trace.get();
+  std::vector<std::unique_ptr<tt::sources::Source>> v;
+  v.push_back(std::move(trace));
+  tt::service::SourceSetEvidence evidence(std::make_unique<tt::sources::SourceSet>(std::move(v)));
+  using Why = tt::sources::KernelMove::Why;
+  fake->moves = {{7, 0, 5, Why::Promotion}, {7, 0, 2, Why::Demotion}, {8, 0, 1, Why::Syscall}, {7, 0, 4, Why::Other}};
+  std::vector<tt::AccessEvidence> out;
+  ASSERT_TRUE(evidence.collect(out).ok());
+  EXPECT_TRUE(fake->moves.empty()) << "taken every epoch";
+  ASSERT_TRUE(evidence.collect(out).ok());  // nothing new: nothing counted twice
+  const auto reports = evidence.status();
+  ASSERT_EQ(reports.size(), 1U);
+  EXPECT_EQ(reports[0].kernelMoves.promoted, 5U);
+  EXPECT_EQ(reports[0].kernelMoves.demoted, 2U);
+  EXPECT_EQ(reports[0].kernelMoves.syscall, 1U);
+  EXPECT_EQ(reports[0].kernelMoves.other, 4U);
+}
+
+// The fault trace reports a migration both per page (remove_migration_pte, where the kernel has it)
+// and per batch (mm_migrate_pages): one view of each move is counted, never both.
+TEST(KernelMoveTotals, CountsPagesOrBatchesNeverBoth) {
+  using tt::sources::KernelMove;
+  const std::vector<KernelMove> moves{{7, 0x1000, 1, KernelMove::Why::Promotion},
+                                      {7, 0x2000, 1, KernelMove::Why::Promotion},
+                                      {7, 0, 2, KernelMove::Why::Promotion},  // the batch of the two
+                                      {7, 0x3000, 512, KernelMove::Why::Demotion}};
+  tt::sources::KernelMoveTotals perPage, batches;
+  perPage.add(moves, true);
+  batches.add(moves, false);
+  EXPECT_EQ(perPage.promoted, 2U);
+  EXPECT_EQ(perPage.demoted, 512U);  // a huge page's move counts its base pages
+  EXPECT_EQ(batches.promoted, 2U);
+  EXPECT_EQ(batches.demoted, 0U);
 }
 
 }  // namespace

@@ -190,7 +190,13 @@ TEST_F(EpochLoopTest, CountersBecomeMetricsAndRates) {
     executor.current.promotedPages = 8;
     executor.current.failedPages["busy"] = 3;
   }
-  source.reports = {{"software-faults", true, "ok", 40, 1.0}};
+  tt::service::SourceReport report;
+  report.name = "software-faults";
+  report.active = true;
+  report.detail = "ok";
+  report.samples = 40;
+  report.cpuPercent = 1.0;
+  source.reports = {report};
   loop.runOnce(3 * kSecond);  // two seconds later
   const auto st = loop.stats();
   EXPECT_DOUBLE_EQ(st.promoteBytesPerSec, 8.0 * kPage / 2.0);
