@@ -25,8 +25,11 @@ enum class AccessKind : uint8_t {
   Access,  // an access of unknown direction (DAMON, accessed bits)
 };
 
-// Which memory tier served a sampled access, when the PMU says (data_src); Unknown otherwise.
-enum class ServedBy : uint8_t { Unknown, FastTier, SlowTier, Cache };
+// Which memory served a sampled access, when the PMU says (data_src); Unknown otherwise. FastTier is
+// local DRAM; RemoteRam is DRAM of another node (another socket's, or a CPU-less node that the PMU
+// reports as RAM rather than PMEM or CXL): data_src does not name the node, so whether that is the
+// slow tier depends on the machine's topology; SlowTier is PMEM or CXL memory.
+enum class ServedBy : uint8_t { Unknown, FastTier, SlowTier, Cache, RemoteRam };
 
 struct AccessEvidence {
   pid_t tgid = 0;

@@ -107,7 +107,7 @@ ServedBy servedByFromDataSrc(uint64_t dataSrc) {
   switch (lvlNum) {
     case kLvlNumPmem:
     case kLvlNumCxl: return ServedBy::SlowTier;
-    case kLvlNumRam: return ServedBy::FastTier;
+    case kLvlNumRam: return ((dataSrc >> kRemoteShift) & 1) != 0 ? ServedBy::RemoteRam : ServedBy::FastTier;
     case kLvlNumL1:
     case kLvlNumL2:
     case kLvlNumL3:
@@ -117,7 +117,8 @@ ServedBy servedByFromDataSrc(uint64_t dataSrc) {
     default: break;
   }
   // Legacy mem_lvl bits (older drivers set only these).
-  if (lvl & (kLvlLocRam | kLvlRemRam1 | kLvlRemRam2)) return ServedBy::FastTier;
+  if (lvl & (kLvlRemRam1 | kLvlRemRam2)) return ServedBy::RemoteRam;
+  if (lvl & kLvlLocRam) return ServedBy::FastTier;
   if (lvl & (kLvlL1 | kLvlLfb | kLvlL2 | kLvlL3 | kLvlRemCce1 | kLvlRemCce2)) return ServedBy::Cache;
   return ServedBy::Unknown;
 }

@@ -39,8 +39,9 @@ struct PerfRecord {
 // user stack, read) are rejected.
 [[nodiscard]] Result<PerfRecord> decodeRecord(std::span<const uint8_t> record, uint64_t sampleType);
 
-// Which memory tier served the access, from perf_mem_data_src: caches, local/remote DRAM (fast),
-// PMEM and CXL (slow). Unknown when the PMU left the level unset (N/A).
+// Which memory served the access, from perf_mem_data_src: caches, local DRAM (fast), another
+// node's DRAM (remote: the mem_remote bit with RAM, or the legacy REM_RAM levels), PMEM and CXL
+// (slow). Unknown when the PMU left the level unset (N/A).
 [[nodiscard]] ServedBy servedByFromDataSrc(uint64_t dataSrc);
 // Load/store from mem_op; nullopt-like: Access when neither bit is set.
 [[nodiscard]] AccessKind accessKindFromDataSrc(uint64_t dataSrc);

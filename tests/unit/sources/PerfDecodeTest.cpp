@@ -144,7 +144,7 @@ TEST(PerfDecode, IbsStreamFromFixture) {
   EXPECT_EQ(recs[0].sample.pid, 777U);
   EXPECT_EQ(recs[0].sample.addr, 0x555500000040U);
   EXPECT_EQ(recs[0].sample.physAddr, 0x1234567040U);
-  EXPECT_EQ(servedByFromDataSrc(recs[0].sample.dataSrc), ServedBy::FastTier);  // legacy REM_RAM1
+  EXPECT_EQ(servedByFromDataSrc(recs[0].sample.dataSrc), ServedBy::RemoteRam);  // legacy REM_RAM1
   EXPECT_EQ(servedByFromDataSrc(recs[1].sample.dataSrc), ServedBy::Cache);
   EXPECT_EQ(accessKindFromDataSrc(recs[2].sample.dataSrc), AccessKind::Store);
   EXPECT_EQ(recs[3].sample.addr, 0U);
@@ -212,8 +212,11 @@ INSTANTIATE_TEST_SUITE_P(
     Levels, DataSrcTier,
     ::testing::Values(DataSrcCase{make(kOpLoad, kLvlHit, kLvlNumPmem, false), ServedBy::SlowTier},
                       DataSrcCase{make(kOpLoad, kLvlHit, kLvlNumCxl, false), ServedBy::SlowTier},
-                      DataSrcCase{make(kOpLoad, kLvlHit, kLvlNumRam, true), ServedBy::FastTier},
-                      DataSrcCase{make(kOpLoad, kLvlHit | kLvlRemRam2, 0, false), ServedBy::FastTier},
+                      DataSrcCase{make(kOpLoad, kLvlHit, kLvlNumRam, false), ServedBy::FastTier},
+                      DataSrcCase{make(kOpLoad, kLvlHit, kLvlNumRam, true), ServedBy::RemoteRam},
+                      DataSrcCase{make(kOpLoad, kLvlHit | kLvlLocRam, 0, false), ServedBy::FastTier},
+                      DataSrcCase{make(kOpLoad, kLvlHit | kLvlRemRam2, 0, false), ServedBy::RemoteRam},
+                      DataSrcCase{make(kOpLoad, kLvlHit | kLvlRemRam1, 0, false), ServedBy::RemoteRam},
                       DataSrcCase{make(kOpLoad, kLvlHit | kLvlLfb, kLvlNumLfb, false), ServedBy::Cache},
                       DataSrcCase{make(kOpLoad, kLvlHit, kLvlNumAnyCache, false), ServedBy::Cache},
                       DataSrcCase{make(kOpLoad, kLvlHit | kLvlRemCce1, 0, false), ServedBy::Cache},

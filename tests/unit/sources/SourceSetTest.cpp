@@ -29,6 +29,24 @@ AccessEvidence ev(pid_t tgid, uint64_t page, AccessKind kind = AccessKind::Load,
   return e;
 }
 
+// A page's record keeps the slowest memory any of its samples was served by: slow tier, then
+// another node's DRAM, then local DRAM, then a cache, whatever the order the samples came in.
+TEST(EvidenceAggregator, KeepsTheSlowestMemoryThatServedAPage) {
+  auto merged = [](std::initializer_list<ServedBy> seen) {
+    EvidenceAggregator agg;
+    for (ServedBy s : seen) agg.add(1, 0x1000, AccessKind::Load, 1, s, 0);
+    std::vector<AccessEvidence> out;
+    (void)agg.flush(out);
+    return out.at(0).servedBy;
+  };
+  EXPECT_EQ(merged({ServedBy::Cache, ServedBy::FastTier}), ServedBy::FastTier);
+  EXPECT_EQ(merged({ServedBy::FastTier, ServedBy::Cache}), ServedBy::FastTier);
+  EXPECT_EQ(merged({ServedBy::RemoteRam, ServedBy::FastTier, ServedBy::Unknown}), ServedBy::RemoteRam);
+  EXPECT_EQ(merged({ServedBy::FastTier, ServedBy::RemoteRam}), ServedBy::RemoteRam);
+  EXPECT_EQ(merged({ServedBy::RemoteRam, ServedBy::SlowTier, ServedBy::Cache}), ServedBy::SlowTier);
+  EXPECT_EQ(merged({ServedBy::Unknown}), ServedBy::Unknown);
+}
+
 TEST(EvidenceAggregator, MergesPerTgidPageAndKind) {
   EvidenceAggregator agg;
   agg.add(1, 0x1234, AccessKind::Load, 1, ServedBy::FastTier, 100);
