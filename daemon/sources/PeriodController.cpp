@@ -48,6 +48,7 @@ uint64_t PeriodController::update(const EpochCost& epoch) {
   } else {
     period_ = clamp(current);  // limits may have moved under it
   }
+  if (epoch.throttled) period_ = clamp(std::max(static_cast<double>(period_), 2 * current));
   return period_;
 }
 

@@ -47,6 +47,10 @@ struct EpochCost {
   uint64_t events = 0;       // events counted during the epoch (all processes)
   uint64_t overflows = 0;    // samples the kernel took during the epoch (all processes)
   uint64_t daemonCpuNs = 0;  // the daemon's CPU time spent on the source during the epoch
+  // The kernel throttled the events during the epoch (PERF_RECORD_THROTTLE: more samples per second
+  // than kernel.perf_event_max_sample_rate allows). Samples were lost to it, and the overflow
+  // count understates what the period asked for, so the period is at least doubled.
+  bool throttled = false;
 };
 
 class PeriodController {

@@ -343,6 +343,8 @@ Result<void> SamplingSource::collect(std::vector<AccessEvidence>& out) {
   // runs in the faulting thread), and run-time stats are normally off.
   EpochCost epoch;
   takeCounts(epoch.events, epoch.overflows);
+  epoch.throttled = counters_.throttled != throttledAtLastEpoch_;
+  throttledAtLastEpoch_ = counters_.throttled;
   epoch.daemonCpuNs = sys::perf::threadCpuNs() - cpu0;
   const uint64_t now = sys::perf::monotonicNs();
   epoch.wallNs = now - lastWallNs_;

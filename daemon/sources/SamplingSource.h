@@ -120,6 +120,7 @@ class SamplingSource final : public Source {
   std::unordered_set<pid_t> tracked_;
   EvidenceAggregator pending_;
   std::vector<sys::bpf::ChunkCounts> chunks_;
+  uint64_t throttledAtLastEpoch_ = 0;  // counters_.throttled at the previous collect
   uint64_t lastAggSamples_ = 0;  // tracked samples with an address the BPF program has seen
   uint64_t period_ = 1;
   uint64_t lastWallNs_ = 0;

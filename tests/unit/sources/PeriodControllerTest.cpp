@@ -122,6 +122,25 @@ TEST(PeriodController, StormFloorBoundsASingleThreadsSamplingShareBeforeAnyEpoch
   EXPECT_EQ(c.lowestPeriod(), 27U);
 }
 
+// The kernel throttling the events means it dropped samples the period asked for, which the
+// overflow count does not show: an epoch that was throttled at least doubles the period, even
+// when the estimated cost is under the budget, and a quiet epoch after it lets it fall again.
+TEST(PeriodController, AThrottledEpochAtLeastDoublesThePeriod) {
+  const PeriodLimits l = limits();
+  PeriodController c(64, l);
+  const SimLoad quiet{1000};
+  EpochCost e = epochAt(c.period(), quiet);
+  ASSERT_LE(truePercent(c.period(), quiet, l.sampleCostNs), l.budgetPercent / 4) << "the cost alone would lower it";
+  e.throttled = true;
+  EXPECT_GE(c.update(e), 128U);
+  const uint64_t raised = c.period();
+  EXPECT_LT(c.update(epochAt(c.period(), quiet)), raised);
+  PeriodController capped(l.maxPeriod, l);
+  EpochCost t = epochAt(capped.period(), quiet);
+  t.throttled = true;
+  EXPECT_EQ(capped.update(t), l.maxPeriod) << "never past max_period";
+}
+
 TEST(PeriodController, FallsBackWhenTheLoadDropsWithoutOvershooting) {
   const PeriodLimits l = limits();
   PeriodController c(1, l);
