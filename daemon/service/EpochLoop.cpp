@@ -180,6 +180,12 @@ void EpochLoop::runOnce(uint64_t nowNs) {
   lastNowNs_ = nowNs;
   applyEvents(nowNs);
 
+  // Reused from epoch to epoch, but not kept at the size of one exceptional epoch (a first-touch
+  // storm of 1 GiB is 6 MiB of records): a buffer four times larger than last epoch's need goes.
+  if (evidence_.capacity() > 4096 && evidence_.capacity() > 4 * evidence_.size()) {
+    evidence_.clear();
+    evidence_.shrink_to_fit();
+  }
   evidence_.clear();
   if (stages_.source) {
     if (auto r = stages_.source->collect(evidence_); !r) {
