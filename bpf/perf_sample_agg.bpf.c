@@ -36,7 +36,8 @@ int tt_count_sample(struct bpf_perf_event_data* ctx) {
     add(TT_AGG_NO_ADDR, 1);
     return 0;
   }
-  struct tt_chunk_result r = tt_chunk_count(tgid, addr);
+  /* The attach cookie says what this event samples (PEBS loads, stores; 5.15+). */
+  struct tt_chunk_result r = tt_chunk_count(tgid, (__u32)bpf_get_attach_cookie(ctx), addr);
   if (r.saturated) add(TT_AGG_SATURATED, r.saturated);
   if (r.new_chunks) add(TT_AGG_NEW_CHUNKS, r.new_chunks);
   if (r.dropped) add(TT_AGG_MAP_FULL, r.dropped);

@@ -138,8 +138,8 @@ static __always_inline int tt_chunk_merge(void* hash, struct tt_chunk_stage* s, 
   return 1;
 }
 
-/* Counts one event of `tgid` at virtual address `addr`. */
-static __always_inline struct tt_chunk_result tt_chunk_count(__u32 tgid, __u64 addr) {
+/* Counts one event of `tgid` of kind `kind` (enum tt_sample_kind) at virtual address `addr`. */
+static __always_inline struct tt_chunk_result tt_chunk_count(__u32 tgid, __u32 kind, __u64 addr) {
   struct tt_chunk_result r = {0, 0, 0};
   __u32 zero = 0;
   __u64* generation = bpf_map_lookup_elem(&chunk_generation, &zero);
@@ -148,13 +148,13 @@ static __always_inline struct tt_chunk_result tt_chunk_count(__u32 tgid, __u64 a
   struct tt_chunk_stage* s = bpf_map_lookup_elem(&chunk_stage, &half);
   if (!s) return r;
   __u64 chunk = addr & ~(TT_CHUNK_BYTES - 1);
-  if (s->key.chunk != chunk || s->key.tgid != tgid) {
+  if (s->key.chunk != chunk || s->key.tgid != tgid || s->key.kind != kind) {
     if (s->key.tgid != 0 && !tt_chunk_merge(half ? (void*)&chunks1 : (void*)&chunks0, s, &r)) {
       r.dropped = 1;
       return r;
     }
     s->key.tgid = tgid;
-    s->key.pad = 0;
+    s->key.kind = kind;
     s->key.chunk = chunk;
   }
   __u32 page = (addr >> TT_PAGE_SHIFT) & (TT_CHUNK_PAGES - 1);

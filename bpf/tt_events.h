@@ -25,8 +25,17 @@ typedef uint8_t tt_u8;
 /* Key of the in-kernel count blocks (`chunks` of tt_chunk_counts.h). */
 struct tt_chunk_key {
   tt_u32 tgid;
-  tt_u32 pad;   /* always 0: hash keys compare every byte */
+  tt_u32 kind;  /* enum tt_sample_kind of the counted events (0 where the program has one kind) */
   tt_u64 chunk; /* virtual address of the chunk's first page (2 MiB aligned) */
+};
+
+/* What the events a sampling program counts are, from its attach cookie (perf_sample_agg: one per
+ * perf event, so PEBS loads and stores are counted apart). */
+enum tt_sample_kind {
+  TT_KIND_DEFAULT = 0, /* the source's default kind */
+  TT_KIND_LOAD = 1,
+  TT_KIND_STORE = 2,
+  TT_KIND_ACCESS = 3,  /* either (IBS ops without their data_src) */
 };
 
 /* Value: events of page i of the chunk in count[i], saturating at 255. */

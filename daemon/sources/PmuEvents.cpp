@@ -48,6 +48,7 @@ Result<PmuPlan> planPmuEvents(const PmuPlanInput& in) {
     // IBS periods are in units of 16 ops, at least 0x10.
     a.sample_period = std::max<uint64_t>(0x10, in.period & ~0xfULL);
     plan.events.push_back(a);
+    plan.kinds.push_back(AccessKind::Access);
     plan.description = "AMD IBS Op (ibs_op type " + std::to_string(*in.ibsOpType) + ")";
     return plan;
   }
@@ -58,6 +59,7 @@ Result<PmuPlan> planPmuEvents(const PmuPlanInput& in) {
     finish(*a, in);
     a->precise_ip = 2;
     plan.events.push_back(*a);
+    plan.kinds.push_back(AccessKind::Load);
     chosen = name;
     break;
   }
@@ -69,6 +71,7 @@ Result<PmuPlan> planPmuEvents(const PmuPlanInput& in) {
       finish(*a, in);
       a->precise_ip = 2;
       plan.events.push_back(*a);
+      plan.kinds.push_back(AccessKind::Store);
       chosen += ", " + name;
       break;
     }

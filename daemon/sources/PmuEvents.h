@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/Result.h"
+#include "core/Types.h"
 
 namespace tt::sources {
 
@@ -27,6 +28,7 @@ struct PmuPlanInput {
 
 struct PmuPlan {
   std::vector<perf_event_attr> events;
+  std::vector<AccessKind> kinds;  // parallel to events: what each samples (IBS ops: either)
   std::string description;  // "Intel PEBS on skx: skx::MEM_TRANS_RETIRED:LOAD_LATENCY:ldlat=64, ..."
 };
 

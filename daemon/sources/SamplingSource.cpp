@@ -7,6 +7,7 @@
 
 #include "core/Log.h"
 #include "sources/PerfDecode.h"
+#include "tt_events.h"
 
 namespace tt::sources {
 
@@ -25,25 +26,52 @@ uint32_t scaledWeight(uint64_t count, uint64_t period) {
   return count > UINT32_MAX / p ? UINT32_MAX : static_cast<uint32_t>(count * p);
 }
 
+uint32_t sampleKindCode(AccessKind kind) {
+  switch (kind) {
+    case AccessKind::Load: return TT_KIND_LOAD;
+    case AccessKind::Store: return TT_KIND_STORE;
+    case AccessKind::Access: return TT_KIND_ACCESS;
+    default: return TT_KIND_DEFAULT;
+  }
+}
+
+AccessKind sampleKindOf(uint32_t code, AccessKind defaultKind) {
+  switch (code) {
+    case TT_KIND_LOAD: return AccessKind::Load;
+    case TT_KIND_STORE: return AccessKind::Store;
+    case TT_KIND_ACCESS: return AccessKind::Access;
+    default: return defaultKind;
+  }
+}
+
 size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind, uint64_t period,
                            std::vector<AccessEvidence>& out) {
-  std::sort(chunks.begin(), chunks.end(),
-            [](const auto& a, const auto& b) { return std::tie(a.tgid, a.base) < std::tie(b.tgid, b.base); });
+  std::sort(chunks.begin(), chunks.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.tgid, a.base, a.kind) < std::tie(b.tgid, b.base, b.kind);
+  });
   const size_t before = out.size();
   // Exact reservation: growing by doubling would hold up to twice the epoch's evidence.
   size_t pages = 0;
   for (const auto& c : chunks)
     pages += static_cast<size_t>(std::count_if(c.counts.begin(), c.counts.end(), [](uint8_t n) { return n != 0; }));
   out.reserve(before + pages);
-  for (const auto& c : chunks) {
-    for (uint32_t i = 0; i < sys::bpf::kChunkPages; ++i) {
-      if (c.counts[i] == 0) continue;
-      AccessEvidence& e = out.emplace_back();
-      e.tgid = static_cast<pid_t>(c.tgid);
-      e.page = c.base + uint64_t{i} * kBasePageSize;
-      e.weight = scaledWeight(c.counts[i], period);
-      e.kind = kind;
-    }
+  // Blocks of one chunk with different kinds (PEBS loads and stores) are walked page by page
+  // together, so the records stay sorted by page.
+  for (size_t first = 0; first < chunks.size();) {
+    size_t last = first + 1;
+    while (last < chunks.size() && chunks[last].tgid == chunks[first].tgid && chunks[last].base == chunks[first].base)
+      ++last;
+    for (uint32_t i = 0; i < sys::bpf::kChunkPages; ++i)
+      for (size_t b = first; b < last; ++b) {
+        const auto& c = chunks[b];
+        if (c.counts[i] == 0) continue;
+        AccessEvidence& e = out.emplace_back();
+        e.tgid = static_cast<pid_t>(c.tgid);
+        e.page = c.base + uint64_t{i} * kBasePageSize;
+        e.weight = scaledWeight(c.counts[i], period);
+        e.kind = sampleKindOf(c.kind, kind);
+      }
+    first = last;
   }
   return out.size() - before;
 }
@@ -165,14 +193,17 @@ Result<void> SamplingSource::openEvents(uint32_t ringPages) {
   eventSampleType_.clear();
   auto cpus = sys::perf::onlineCpus(sysfs_);
   if (!cpus) return cpus.error();
-  for (const auto& attr : options_.events) {
+  eventKind_.clear();
+  for (size_t k = 0; k < options_.events.size(); ++k) {
+    const AccessKind kind = k < options_.eventKinds.size() ? options_.eventKinds[k] : options_.defaultKind;
     for (int cpu : *cpus) {
-      perf_event_attr a = attr;
+      perf_event_attr a = options_.events[k];
       a.disabled = 1;
       auto ev = sys::perf::PerfEvent::open(a, -1, cpu, ringPages);
       if (!ev) return ev.error();
       events_.push_back(std::move(*ev));
       eventSampleType_.push_back(a.sample_type);
+      eventKind_.push_back(kind);
     }
   }
   return {};
@@ -195,8 +226,8 @@ void SamplingSource::open() {
       return;
     } else {
       agg_ = std::move(*agg);
-      for (const auto& ev : events_) {
-        if (auto a = agg_->attach(ev->fd()); !a) {
+      for (size_t i = 0; i < events_.size(); ++i) {
+        if (auto a = agg_->attach(events_[i]->fd(), sampleKindCode(eventKind_[i])); !a) {
           fallbackWhy = "BPF attach failed (" + a.error().message() + "), ";
           agg_.reset();
           break;

@@ -51,6 +51,10 @@ struct SamplingOptions {
   uint32_t mapEntries = 16384;  // in-kernel count blocks (2 MiB chunks) per epoch at most
   // Evidence kind when the sample has no data_src (software events): Fault.
   AccessKind defaultKind = AccessKind::Fault;
+  // What each of `events` samples (parallel to it; missing entries: defaultKind). The user-ring
+  // path reads the kind from a sample's data_src where it has one; the in-kernel path, which sees
+  // no data_src, counts each event's samples as its kind here (PEBS loads and stores apart).
+  std::vector<AccessKind> eventKinds;
 };
 
 // The software page-fault event every `period` faults, sampling TID|ADDR (user-space faults only).
@@ -59,10 +63,15 @@ struct SamplingOptions {
 // caller widens the period bounds and sets the budget where they should adapt.
 [[nodiscard]] SamplingOptions softwareFaultOptions(uint64_t period, Aggregation aggregation);
 
-// Expands drained count blocks into one evidence record per sampled page (weight = the page's
-// sample count x `period`, the accesses it stands for, saturating; `kind` for all), appended to
-// `out` sorted by (tgid, page) like EvidenceAggregator::flush. Reorders `chunks`. Returns the
-// number of records appended.
+// enum tt_sample_kind code of an evidence kind (the in-kernel path's attach cookie), and back;
+// TT_KIND_DEFAULT maps back to `defaultKind`.
+[[nodiscard]] uint32_t sampleKindCode(AccessKind kind);
+[[nodiscard]] AccessKind sampleKindOf(uint32_t code, AccessKind defaultKind);
+
+// Expands drained count blocks into one evidence record per sampled page and kind (weight = the
+// page's sample count x `period`, the accesses it stands for, saturating; the kind is the block's,
+// `kind` for blocks of the default kind), appended to `out` sorted by (tgid, page, kind) like
+// EvidenceAggregator::flush. Reorders `chunks`. Returns the number of records appended.
 size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind, uint64_t period,
                            std::vector<AccessEvidence>& out);
 // count x period as an evidence weight (AccessEvidence::weight), saturating at UINT32_MAX.
@@ -116,6 +125,7 @@ class SamplingSource final : public Source {
   Aggregation aggregation_ = Aggregation::UserRing;
   std::vector<std::unique_ptr<sys::perf::PerfEvent>> events_;
   std::vector<uint64_t> eventSampleType_;  // parallel to events_
+  std::vector<AccessKind> eventKind_;       // parallel to events_
   std::unique_ptr<sys::bpf::PerfSampleAgg> agg_;
   std::unordered_set<pid_t> tracked_;
   EvidenceAggregator pending_;

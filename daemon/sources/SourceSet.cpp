@@ -66,6 +66,7 @@ std::unique_ptr<Source> openPmu(const pb::SourcesConfig& c, const sys::Fs& sysfs
   SamplingOptions o;
   o.name = "pmu";
   o.events = plan->events;
+  o.eventKinds = plan->kinds;
   o.eventDescription = plan->description;
   o.aggregation = aggregationOf(c);
   o.ringPages = p.ring_pages();

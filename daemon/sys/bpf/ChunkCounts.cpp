@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstring>
 #include <map>
+#include <tuple>
 
 #include "tt_events.h"
 
@@ -30,13 +31,13 @@ MergeResult mergeStaged(const std::vector<ChunkCounts>& staged, std::vector<Chun
   };
   // At most one staged block per CPU against up to a whole epoch of drained blocks: index the
   // staged side (folding CPUs that staged the same chunk), then walk the drained blocks once.
-  std::map<std::pair<uint32_t, uint64_t>, ChunkCounts> pending;
+  std::map<std::tuple<uint32_t, uint32_t, uint64_t>, ChunkCounts> pending;
   for (const ChunkCounts& s : staged) {
-    auto [it, inserted] = pending.emplace(std::pair{s.tgid, s.base}, s);
+    auto [it, inserted] = pending.emplace(std::tuple{s.tgid, s.kind, s.base}, s);
     if (!inserted) add(it->second.counts, s.counts);
   }
   for (size_t i = from; i < out.size() && !pending.empty(); ++i) {
-    auto it = pending.find(std::pair{out[i].tgid, out[i].base});
+    auto it = pending.find(std::tuple{out[i].tgid, out[i].kind, out[i].base});
     if (it == pending.end()) continue;
     add(out[i].counts, it->second.counts);
     pending.erase(it);
@@ -84,6 +85,7 @@ Result<void> ChunkCountMap::collectStage(int fd, uint32_t half, std::vector<Chun
     if (s.key.tgid == 0 || s.dirty == 0) continue;
     ChunkCounts& c = staged.emplace_back();
     c.tgid = s.key.tgid;
+    c.kind = s.key.kind;
     c.base = s.key.chunk;
     std::memcpy(c.counts.data(), s.count, kChunkPages);
   }
@@ -101,6 +103,7 @@ Result<size_t> ChunkCountMap::drainHash(int fd, std::vector<ChunkCounts>& out) {
       std::memcpy(&k, keys_.data() + i * sizeof k, sizeof k);
       ChunkCounts& c = out.emplace_back();
       c.tgid = k.tgid;
+      c.kind = k.kind;
       c.base = k.chunk;
       std::memcpy(c.counts.data(), values_.data() + size_t{i} * kChunkPages, kChunkPages);
     }
@@ -139,6 +142,7 @@ Result<size_t> ChunkCountMap::drainHash(int fd, std::vector<ChunkCounts>& out) {
     if (bpf_map_lookup_elem(fd, &next, values_.data()) == 0) {
       ChunkCounts& c = out.emplace_back();
       c.tgid = next.tgid;
+      c.kind = next.kind;
       c.base = next.chunk;
       std::memcpy(c.counts.data(), values_.data(), kChunkPages);
       ++total;

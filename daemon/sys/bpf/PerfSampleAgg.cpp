@@ -37,8 +37,9 @@ PerfSampleAgg::~PerfSampleAgg() {
   perf_sample_agg__destroy(skel_);
 }
 
-Result<void> PerfSampleAgg::attach(int perfEventFd) {
-  bpf_link* link = bpf_program__attach_perf_event(skel_->progs.tt_count_sample, perfEventFd);
+Result<void> PerfSampleAgg::attach(int perfEventFd, uint32_t kind) {
+  LIBBPF_OPTS(bpf_perf_event_opts, opts, .bpf_cookie = kind);
+  bpf_link* link = bpf_program__attach_perf_event_opts(skel_->progs.tt_count_sample, perfEventFd, &opts);
   if (link == nullptr) return errnoError("attach perf_sample_agg to perf fd " + std::to_string(perfEventFd));
   links_.push_back(link);
   return {};

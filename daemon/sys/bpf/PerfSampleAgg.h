@@ -40,10 +40,9 @@ class PerfSampleAgg {
   ~PerfSampleAgg();
   PerfSampleAgg(const PerfSampleAgg&) = delete;
   PerfSampleAgg& operator=(const PerfSampleAgg&) = delete;
-
-  // Attaches the program to one perf event fd (one per CPU). The fd must outlive this object's
-  // links or be closed after it (closing the fd detaches).
-  [[nodiscard]] Result<void> attach(int perfEventFd);
+  // Attaches the program to one sampling event; `kind` (enum tt_sample_kind, the BPF attach cookie)
+  // is what that event's samples are counted as (PEBS loads and stores apart).
+  [[nodiscard]] Result<void> attach(int perfEventFd, uint32_t kind);
 
   [[nodiscard]] Result<void> track(pid_t tgid);
   [[nodiscard]] Result<void> untrack(pid_t tgid);

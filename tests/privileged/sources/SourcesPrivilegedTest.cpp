@@ -302,6 +302,31 @@ TEST(SourcesPrivileged, InKernelFullMapDropsOnlyWhatItCannotStageAndCountsIt) {
   EXPECT_GE(second, 64U);
 }
 
+// Each event's samples are counted as that event's kind, through the BPF attach cookie: a
+// software fault event declared as sampling stores yields Store evidence on the in-kernel path.
+TEST(SourcesPrivileged, InKernelSamplesCarryTheirEventsKind) {
+  TT_REQUIRE_ROOT();
+  SamplingOptions o = softwareFaultOptions(1, Aggregation::InKernel);
+  o.eventKinds = {AccessKind::Store};
+  SamplingSource source(o, sys::Fs("/sys"));
+  source.open();
+  ASSERT_EQ(source.aggregation(), Aggregation::InKernel) << source.status().detail;
+  test::PatternChild child(32);
+  ASSERT_TRUE(source.addProcess(child.pid()).ok());
+  std::vector<AccessEvidence> evidence;
+  ASSERT_TRUE(source.collect(evidence).ok());
+  evidence.clear();
+  const auto touched = child.touch(1, 0);
+  ASSERT_TRUE(source.collect(evidence).ok());
+  size_t stores = 0, others = 0;
+  for (const auto& e : evidence) {
+    if (e.tgid != child.pid() || !touched.count(e.page)) continue;
+    (e.kind == AccessKind::Store ? stores : others) += 1;
+  }
+  EXPECT_EQ(stores, touched.size());
+  EXPECT_EQ(others, 0U);
+}
+
 TEST(SourcesPrivileged, UserRingCountsFaultsPerPageWithoutCap) {
   TT_REQUIRE_ROOT();
   auto source = softwareSource(Aggregation::UserRing);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "sources/SamplingSource.h"
+#include "tt_events.h"
 
 namespace tt::sources {
 namespace {
@@ -81,6 +82,37 @@ TEST(ChunkEvidence, WeightsAreSampleCountsTimesThePeriodSaturating) {
   EXPECT_EQ(out[1].weight, 255U * 4096);
   EXPECT_EQ(scaledWeight(255, uint64_t{1} << 40), UINT32_MAX);
   EXPECT_EQ(scaledWeight(1, 0), 1U);  // a period of 0 is treated as 1
+}
+
+// The in-kernel path counts each event's samples as the event's kind (PEBS loads and stores apart,
+// from the BPF attach cookie): blocks of one chunk with different kinds give one record per page
+// and kind, still sorted by page; the default kind maps to the source's.
+TEST(ChunkEvidence, BlocksOfDifferentKindsStaySortedByPage) {
+  std::vector<ChunkCounts> chunks;
+  chunks.push_back(chunk(7, kChunkBytes));
+  chunks.back().kind = TT_KIND_STORE;
+  chunks.back().counts[5] = 2;
+  chunks.back().counts[1] = 1;
+  chunks.push_back(chunk(7, kChunkBytes));
+  chunks.back().kind = TT_KIND_LOAD;
+  chunks.back().counts[1] = 3;
+  chunks.push_back(chunk(7, 0));  // TT_KIND_DEFAULT
+  chunks.back().counts[0] = 1;
+  std::vector<AccessEvidence> out;
+  EXPECT_EQ(appendChunkEvidence(chunks, AccessKind::Fault, 1, out), 4U);
+  ASSERT_EQ(out.size(), 4U);
+  EXPECT_EQ(out[0].page, 0U);
+  EXPECT_EQ(out[0].kind, AccessKind::Fault);
+  EXPECT_EQ(out[1].page, kChunkBytes + 4096);
+  EXPECT_EQ(out[1].kind, AccessKind::Load);
+  EXPECT_EQ(out[1].weight, 3U);
+  EXPECT_EQ(out[2].page, kChunkBytes + 4096);
+  EXPECT_EQ(out[2].kind, AccessKind::Store);
+  EXPECT_EQ(out[3].page, kChunkBytes + 5 * 4096);
+  EXPECT_EQ(out[3].kind, AccessKind::Store);
+  for (AccessKind k : {AccessKind::Load, AccessKind::Store, AccessKind::Access})
+    EXPECT_EQ(sampleKindOf(sampleKindCode(k), AccessKind::Fault), k);
+  EXPECT_EQ(sampleKindOf(sampleKindCode(AccessKind::Fault), AccessKind::Hint), AccessKind::Hint);
 }
 
 // The drain's last step: what the CPUs had staged is added to the blocks drained from the hash.

@@ -87,14 +87,18 @@ TEST(PmuPlan, IntelPlanHasPebsLoadsAndStores) {
     auto plan = planPmuEvents(in);
     if (!plan) return "error: " + plan.error().message();
     std::string s = plan->description;
-    for (const auto& a : plan->events)
+    if (plan->kinds.size() != plan->events.size()) return std::string("kinds not parallel to events");
+    for (size_t i = 0; i < plan->events.size(); ++i) {
+      const auto& a = plan->events[i];
       s += "|" + std::to_string(a.precise_ip) + ":" + std::to_string(a.sample_period) + ":" +
-           std::to_string(a.sample_type) + ":" + std::to_string(a.config1);
+           std::to_string(a.sample_type) + ":" + std::to_string(a.config1) + ":" +
+           (plan->kinds[i] == AccessKind::Load ? "load" : plan->kinds[i] == AccessKind::Store ? "store" : "other");
+    }
     return s;
   });
   const uint64_t st = PERF_SAMPLE_TID | PERF_SAMPLE_ADDR | PERF_SAMPLE_WEIGHT | PERF_SAMPLE_DATA_SRC;
   EXPECT_EQ(out, "Intel PEBS on skx: skx::MEM_TRANS_RETIRED:LOAD_LATENCY:ldlat=64, skx::MEM_INST_RETIRED:ALL_STORES|2:5003:" +
-                     std::to_string(st) + ":64|2:5003:" + std::to_string(st) + ":0");
+                     std::to_string(st) + ":64:load|2:5003:" + std::to_string(st) + ":0:store");
 }
 
 TEST(PmuPlan, AmdUsesIbsOpTypeFromSysfs) {
@@ -106,6 +110,8 @@ TEST(PmuPlan, AmdUsesIbsOpTypeFromSysfs) {
   auto plan = planPmuEvents(in);
   ASSERT_TRUE(plan.ok()) << plan.error().message();
   ASSERT_EQ(plan->events.size(), 1U);
+  ASSERT_EQ(plan->kinds.size(), 1U);
+  EXPECT_EQ(plan->kinds[0], AccessKind::Access);  // IBS ops are loads or stores; data_src says which
   EXPECT_EQ(plan->events[0].type, 11U);
   EXPECT_EQ(plan->events[0].sample_period % 16, 0U);  // IBS counts in units of 16
   EXPECT_NE(plan->events[0].sample_type & PERF_SAMPLE_PHYS_ADDR, 0U);
