@@ -25,8 +25,7 @@ static __always_inline void add(__u32 index, __u64 n) {
   if (v) *v += n;
 }
 
-SEC("perf_event")
-int tt_count_sample(struct bpf_perf_event_data* ctx) {
+static __always_inline int count_sample(struct bpf_perf_event_data* ctx, int kinded) {
   add(TT_AGG_SAMPLES, 1);
   __u32 tgid = bpf_get_current_pid_tgid() >> 32;
   if (!tt_tgid_tracked(tgid)) return 0;
@@ -36,10 +35,24 @@ int tt_count_sample(struct bpf_perf_event_data* ctx) {
     add(TT_AGG_NO_ADDR, 1);
     return 0;
   }
-  /* The attach cookie says what this event samples (PEBS loads, stores; 5.15+). */
-  struct tt_chunk_result r = tt_chunk_count(tgid, (__u32)bpf_get_attach_cookie(ctx), addr);
+  __u32 kind = kinded ? (__u32)bpf_get_attach_cookie(ctx) : TT_KIND_DEFAULT;
+  struct tt_chunk_result r = tt_chunk_count(tgid, kind, addr);
   if (r.saturated) add(TT_AGG_SATURATED, r.saturated);
   if (r.new_chunks) add(TT_AGG_NEW_CHUNKS, r.new_chunks);
   if (r.dropped) add(TT_AGG_MAP_FULL, r.dropped);
   return 0;  // 0: the sample is consumed here, nothing goes to the perf ring
+}
+
+/* Events whose samples are all of the source's default kind (software page faults). */
+SEC("perf_event")
+int tt_count_sample(struct bpf_perf_event_data* ctx) {
+  return count_sample(ctx, 0);
+}
+
+/* Events of a source that samples several kinds (PEBS loads and stores): the attach cookie says
+ * what this event samples (5.15+). A separate program so the single-kind sources do not pay for
+ * the helper call on every sample. */
+SEC("perf_event")
+int tt_count_sample_kinded(struct bpf_perf_event_data* ctx) {
+  return count_sample(ctx, 1);
 }

@@ -38,8 +38,10 @@ PerfSampleAgg::~PerfSampleAgg() {
 }
 
 Result<void> PerfSampleAgg::attach(int perfEventFd, uint32_t kind) {
+  // Events of the default kind get the program that does not read the cookie (see the .bpf.c).
   LIBBPF_OPTS(bpf_perf_event_opts, opts, .bpf_cookie = kind);
-  bpf_link* link = bpf_program__attach_perf_event_opts(skel_->progs.tt_count_sample, perfEventFd, &opts);
+  bpf_program* prog = kind == TT_KIND_DEFAULT ? skel_->progs.tt_count_sample : skel_->progs.tt_count_sample_kinded;
+  bpf_link* link = bpf_program__attach_perf_event_opts(prog, perfEventFd, &opts);
   if (link == nullptr) return errnoError("attach perf_sample_agg to perf fd " + std::to_string(perfEventFd));
   links_.push_back(link);
   return {};
@@ -74,7 +76,12 @@ Result<AggStats> PerfSampleAgg::stats() const {
 int PerfSampleAgg::programFd() const { return bpf_program__fd(skel_->progs.tt_count_sample); }
 
 Result<std::pair<uint64_t, uint64_t>> PerfSampleAgg::runTimeNsAndCount() const {
-  return programRunTime(programFd(), "perf_sample_agg");
+  // Both programs: a source attaches one or the other, so the sum is that one's.
+  auto plain = programRunTime(programFd(), "perf_sample_agg");
+  if (!plain) return plain.error();
+  auto kinded = programRunTime(bpf_program__fd(skel_->progs.tt_count_sample_kinded), "perf_sample_agg (kinded)");
+  if (!kinded) return kinded.error();
+  return std::pair{plain->first + kinded->first, plain->second + kinded->second};
 }
 
 Result<PerfSampleAgg::MapMemory> PerfSampleAgg::mapMemory() const {

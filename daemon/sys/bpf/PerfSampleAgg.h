@@ -53,7 +53,7 @@ class PerfSampleAgg {
 
   // Per-CPU stats summed.
   [[nodiscard]] Result<AggStats> stats() const;
-  // Total BPF run time and run count of the program (needs bpf_enable_stats, else zeros).
+  // Total BPF run time and run count of its two programs (needs bpf_enable_stats, else zeros).
   [[nodiscard]] Result<std::pair<uint64_t, uint64_t>> runTimeNsAndCount() const;
   [[nodiscard]] int programFd() const;
   // Kernel memory of the program's maps now: memlock of /proc/self/fdinfo/<map fd>. Since 6.4 the
