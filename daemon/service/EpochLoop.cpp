@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "core/Buffers.h"
 #include "core/Log.h"
 
 namespace tt::service {
@@ -180,12 +181,7 @@ void EpochLoop::runOnce(uint64_t nowNs) {
   lastNowNs_ = nowNs;
   applyEvents(nowNs);
 
-  // Reused from epoch to epoch, but not kept at the size of one exceptional epoch (a first-touch
-  // storm of 1 GiB is 6 MiB of records): a buffer four times larger than last epoch's need goes.
-  if (evidence_.capacity() > 4096 && evidence_.capacity() > 4 * evidence_.size()) {
-    evidence_.clear();
-    evidence_.shrink_to_fit();
-  }
+  releaseIfOversized(evidence_, 4096);  // a 1 GiB first-touch storm is 6 MiB of records
   evidence_.clear();
   if (stages_.source) {
     if (auto r = stages_.source->collect(evidence_); !r) {

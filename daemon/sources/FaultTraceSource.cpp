@@ -4,6 +4,8 @@
 #include <optional>
 #include <tuple>
 
+#include "core/Buffers.h"
+
 namespace tt::sources {
 
 namespace {
@@ -92,6 +94,7 @@ Result<void> FaultTraceSource::collect(std::vector<AccessEvidence>& out) {
   if (!drained) drainError = drained.error();
   const size_t before = out.size();
   const uint64_t events = appendNotPresentFaults(blocks_, seen_, out);
+  releaseIfOversized(blocks_, 1024);  // a storm's blocks (up to maxChunks of 528 bytes) are not kept
   auto n = trace_->poll([&](const tt_event& e) {
     const auto tgid = static_cast<pid_t>(e.tgid);
     switch (e.kind) {

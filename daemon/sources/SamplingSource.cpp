@@ -5,6 +5,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "core/Buffers.h"
 #include "core/Log.h"
 #include "sources/PerfDecode.h"
 #include "tt_events.h"
@@ -349,11 +350,7 @@ Result<void> SamplingSource::collect(std::vector<AccessEvidence>& out) {
     // Blocks are unique per (tgid, chunk) and the kind is the event's: no aggregation needed,
     // the pages go straight to `out`, weighted by the period the samples were taken at.
     counters_.evidence += appendChunkEvidence(chunks_, options_.defaultKind, period_, out);
-    // Do not keep the buffer of one exceptional epoch (up to mapEntries blocks of 528 bytes).
-    if (chunks_.capacity() > 1024 && chunks_.capacity() > 4 * chunks_.size()) {
-      chunks_.clear();
-      chunks_.shrink_to_fit();
-    }
+    releaseIfOversized(chunks_, 1024);  // up to mapEntries blocks of 528 bytes
     // Samples as the program saw them: counts in the blocks saturate, the program's stats do not.
     if (auto st = agg_->stats()) {
       // Per-CPU counters read one after the other: `seen` can lag by a few; never count backwards.
