@@ -95,7 +95,6 @@ struct tt_chunk_result {
  * inserted (hash full, no memory): the block then stays staged as it is. */
 static __always_inline int tt_chunk_merge(void* hash, struct tt_chunk_stage* s, struct tt_chunk_result* r) {
   __u64 dirty = s->dirty;
-  int merge = 1;
   struct tt_chunk_counts* block = bpf_map_lookup_elem(hash, &s->key);
   if (!block) {
     /* BPF_NOEXIST: when another CPU inserted the chunk first the update fails (-EEXIST) and the
@@ -103,19 +102,18 @@ static __always_inline int tt_chunk_merge(void* hash, struct tt_chunk_stage* s, 
      * counters: words not marked dirty are zero (the daemon zeroes the half, merges clear what
      * they read). */
     if (bpf_map_update_elem(hash, &s->key, s->count, BPF_NOEXIST) == 0) {
-      r->new_chunks = 1;
-      merge = 0;
+      r->new_chunks = 1; /* inserted as it is: nothing to add, only the stage to clear */
     } else {
       block = bpf_map_lookup_elem(hash, &s->key);
       if (!block) return 0;
     }
   }
-  __u64* dst = block ? (__u64*)block->count : 0;
+  __u64* dst = block ? (__u64*)block->count : 0; /* null: inserted above */
   __u64* src = (__u64*)s->count;
   for (int i = 0; i < 64 && dirty; i++) {
     __u32 w = tt_lowest_bit(dirty);
     dirty &= dirty - 1;
-    if (merge && dst) {
+    if (dst) {
       __u64 old = dst[w];
       int added = 0;
       for (int attempt = 0; attempt < 4 && !added; attempt++) {
