@@ -91,7 +91,7 @@ int tt_page_fault_user(struct bpf_raw_tracepoint_args* ctx) {
     // place costs a store into this CPU's staging block instead of a ring record (and no record is
     // lost to a full ring).
     if (!report_first_touch) return 0;
-    struct tt_chunk_result r = tt_chunk_count(tgid, TT_KIND_DEFAULT, address);
+    struct tt_chunk_result r = tt_chunk_count(tgid, TT_KIND_DEFAULT, TT_TIER_UNKNOWN, address);
     if (r.saturated) add_stat(TT_FAULT_STAT_SATURATED, r.saturated);
     if (r.dropped) add_stat(TT_FAULT_STAT_CHUNKS_FULL, r.dropped);
     return 0;

@@ -1,13 +1,15 @@
 /* Per-page counters in per-2 MiB-chunk blocks, the in-kernel aggregation every tensortier BPF
  * program that counts page events shares (perf_sample_agg: sampled addresses; fault_trace:
- * first-touch faults). One hash element per (tgid, 2 MiB-aligned virtual chunk) holds 512 u8
- * counters, one per 4 KiB page: an element covers 2 MiB of tracked memory instead of 4 KiB (about
+ * first-touch faults). One hash element per (tgid, 2 MiB-aligned virtual chunk; for samples also
+ * their kind and the tier that served them, struct tt_chunk_key) holds 512 u8 counters, one per
+ * 4 KiB page: an element covers 2 MiB of tracked memory instead of 4 KiB (about
  * 0.03% of it when every page is counted), and the expensive element allocation happens once per
  * chunk instead of once per page.
  *
  * In front of the hash sits one staging block per CPU (struct tt_chunk_stage): events land in the
- * block of the chunk the CPU counted last, in per-CPU memory, and the block is merged into the hash
- * only when an event falls in another chunk. Sampled and faulting addresses come in runs (a kernel
+ * block of the key the CPU counted last, in per-CPU memory, and the block is merged into the hash
+ * only when an event has another key (another chunk, mostly: a chunk's pages are seldom split
+ * between tiers, and PEBS loads and stores are separate events). Sampled and faulting addresses come in runs (a kernel
  * streams a tensor, a process populates a buffer page after page), and the hash lookup (jhash of the
  * key, bucket walk, a cache miss or two) was most of the program's cost; a run of n events in one
  * chunk now pays it once instead of n times. Scattered events pay one merge each: a lookup, as
@@ -136,8 +138,9 @@ static __always_inline int tt_chunk_merge(void* hash, struct tt_chunk_stage* s, 
   return 1;
 }
 
-/* Counts one event of `tgid` of kind `kind` (enum tt_sample_kind) at virtual address `addr`. */
-static __always_inline struct tt_chunk_result tt_chunk_count(__u32 tgid, __u32 kind, __u64 addr) {
+/* Counts one event of `tgid` of kind `kind` (enum tt_sample_kind) served by `tier` (enum
+ * tt_sample_tier) at virtual address `addr`. */
+static __always_inline struct tt_chunk_result tt_chunk_count(__u32 tgid, __u32 kind, __u32 tier, __u64 addr) {
   struct tt_chunk_result r = {0, 0, 0};
   __u32 zero = 0;
   __u64* generation = bpf_map_lookup_elem(&chunk_generation, &zero);
@@ -146,13 +149,14 @@ static __always_inline struct tt_chunk_result tt_chunk_count(__u32 tgid, __u32 k
   struct tt_chunk_stage* s = bpf_map_lookup_elem(&chunk_stage, &half);
   if (!s) return r;
   __u64 chunk = addr & ~(TT_CHUNK_BYTES - 1);
-  if (s->key.chunk != chunk || s->key.tgid != tgid || s->key.kind != kind) {
+  if (s->key.chunk != chunk || s->key.tgid != tgid || s->key.kind != kind || s->key.tier != tier) {
     if (s->key.tgid != 0 && !tt_chunk_merge(half ? (void*)&chunks1 : (void*)&chunks0, s, &r)) {
       r.dropped = 1;
       return r;
     }
     s->key.tgid = tgid;
     s->key.kind = kind;
+    s->key.tier = tier;
     s->key.chunk = chunk;
   }
   __u32 page = (addr >> TT_PAGE_SHIFT) & (TT_CHUNK_PAGES - 1);

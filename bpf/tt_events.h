@@ -25,7 +25,8 @@ typedef uint8_t tt_u8;
 /* Key of the in-kernel count blocks (`chunks` of tt_chunk_counts.h). */
 struct tt_chunk_key {
   tt_u32 tgid;
-  tt_u32 kind;  /* enum tt_sample_kind of the counted events (0 where the program has one kind) */
+  tt_u16 kind;  /* enum tt_sample_kind of the counted events (0 where the program has one kind) */
+  tt_u16 tier;  /* enum tt_sample_tier: the memory that served them (0 where the PMU does not say) */
   tt_u64 chunk; /* virtual address of the chunk's first page (2 MiB aligned) */
 };
 
@@ -36,6 +37,15 @@ enum tt_sample_kind {
   TT_KIND_LOAD = 1,
   TT_KIND_STORE = 2,
   TT_KIND_ACCESS = 3,  /* either (IBS ops without their data_src) */
+};
+
+/* Which memory served a sampled access, from the sample's perf_mem_data_src (tt_data_src.h). */
+enum tt_sample_tier {
+  TT_TIER_UNKNOWN = 0,    /* no data_src (software events), or the PMU left the level unset */
+  TT_TIER_CACHE = 1,
+  TT_TIER_FAST = 2,       /* local DRAM */
+  TT_TIER_REMOTE_RAM = 3, /* another node's DRAM */
+  TT_TIER_SLOW = 4,       /* PMEM or CXL */
 };
 
 /* Value: events of page i of the chunk in count[i], saturating at 255. */
@@ -63,7 +73,9 @@ enum tt_agg_stat {
   TT_AGG_MAP_FULL = 3,   /* samples dropped: their chunk could not be inserted when merged */
   TT_AGG_NEW_CHUNKS = 4, /* chunks inserted */
   TT_AGG_SATURATED = 5,  /* samples not counted: their page's counter was already 255 */
-  TT_AGG_NR_STATS = 6,
+  TT_AGG_TIER_KNOWN = 6, /* tracked samples whose data_src named the memory that served them */
+  TT_AGG_DATA_SRC_NA = 7, /* tracked samples whose data_src said "not available" (tt_data_src_na) */
+  TT_AGG_NR_STATS = 8,
 };
 
 /* What one fault_trace ring-buffer record reports. First-touch faults (user faults on a

@@ -100,34 +100,22 @@ Result<PerfRecord> decodeRecord(std::span<const uint8_t> bytes, uint64_t sampleT
 }
 
 ServedBy servedByFromDataSrc(uint64_t dataSrc) {
-  using namespace datasrc;
-  const uint64_t lvl = (dataSrc >> kLvlShift) & 0x3fff;
-  const uint64_t lvlNum = (dataSrc >> kLvlNumShift) & 0xf;
-  // mem_lvl_num (newer PMU drivers: Intel since Skylake, AMD IBS since 6.1) is the precise field.
-  switch (lvlNum) {
-    case kLvlNumPmem:
-    case kLvlNumCxl: return ServedBy::SlowTier;
-    case kLvlNumRam: return ((dataSrc >> kRemoteShift) & 1) != 0 ? ServedBy::RemoteRam : ServedBy::FastTier;
-    case kLvlNumL1:
-    case kLvlNumL2:
-    case kLvlNumL3:
-    case kLvlNumL4:
-    case kLvlNumAnyCache:
-    case kLvlNumLfb: return ServedBy::Cache;
-    default: break;
+  // The decoding itself is shared with the in-kernel path (bpf/tt_data_src.h).
+  switch (tt_tier_of_data_src(dataSrc)) {
+    case TT_TIER_CACHE: return ServedBy::Cache;
+    case TT_TIER_FAST: return ServedBy::FastTier;
+    case TT_TIER_REMOTE_RAM: return ServedBy::RemoteRam;
+    case TT_TIER_SLOW: return ServedBy::SlowTier;
+    default: return ServedBy::Unknown;
   }
-  // Legacy mem_lvl bits (older drivers set only these).
-  if (lvl & (kLvlRemRam1 | kLvlRemRam2)) return ServedBy::RemoteRam;
-  if (lvl & kLvlLocRam) return ServedBy::FastTier;
-  if (lvl & (kLvlL1 | kLvlLfb | kLvlL2 | kLvlL3 | kLvlRemCce1 | kLvlRemCce2)) return ServedBy::Cache;
-  return ServedBy::Unknown;
 }
 
 AccessKind accessKindFromDataSrc(uint64_t dataSrc) {
-  const uint64_t op = (dataSrc >> datasrc::kOpShift) & 0x1f;
-  if (op & datasrc::kOpStore) return AccessKind::Store;
-  if (op & datasrc::kOpLoad) return AccessKind::Load;
-  return AccessKind::Access;
+  switch (tt_kind_of_data_src(dataSrc)) {
+    case TT_KIND_LOAD: return AccessKind::Load;
+    case TT_KIND_STORE: return AccessKind::Store;
+    default: return AccessKind::Access;
+  }
 }
 
 }  // namespace tt::sources

@@ -8,6 +8,7 @@
 
 #include "core/Result.h"
 #include "core/Types.h"
+#include "tt_data_src.h"
 
 namespace tt::sources {
 
@@ -46,19 +47,21 @@ struct PerfRecord {
 // Load/store from mem_op; nullopt-like: Access when neither bit is set.
 [[nodiscard]] AccessKind accessKindFromDataSrc(uint64_t dataSrc);
 
-// perf_mem_data_src fields and values (uapi; defined here so the decoder does not depend on the
-// version of the installed kernel headers: CXL appeared in 6.2's headers, Debian 12 ships 6.1).
+// perf_mem_data_src fields and values, as the shared decoder (bpf/tt_data_src.h) defines them.
 namespace datasrc {
-inline constexpr int kOpShift = 0, kLvlShift = 5, kSnoopShift = 19, kLockShift = 24, kDtlbShift = 26,
-                     kLvlNumShift = 33, kRemoteShift = 37;
-inline constexpr uint64_t kOpLoad = 0x02, kOpStore = 0x04;
-inline constexpr uint64_t kLvlNa = 0x01, kLvlHit = 0x02, kLvlMiss = 0x04, kLvlL1 = 0x08, kLvlLfb = 0x10,
-                          kLvlL2 = 0x20, kLvlL3 = 0x40, kLvlLocRam = 0x80, kLvlRemRam1 = 0x100,
-                          kLvlRemRam2 = 0x200, kLvlRemCce1 = 0x400, kLvlRemCce2 = 0x800, kLvlIo = 0x1000,
-                          kLvlUnc = 0x2000;
-inline constexpr uint64_t kLvlNumL1 = 0x01, kLvlNumL2 = 0x02, kLvlNumL3 = 0x03, kLvlNumL4 = 0x04,
-                          kLvlNumCxl = 0x09, kLvlNumIo = 0x0a, kLvlNumAnyCache = 0x0b, kLvlNumLfb = 0x0c,
-                          kLvlNumRam = 0x0d, kLvlNumPmem = 0x0e, kLvlNumNa = 0x0f;
+inline constexpr int kOpShift = TT_DS_OP_SHIFT, kLvlShift = TT_DS_LVL_SHIFT, kLvlNumShift = TT_DS_LVL_NUM_SHIFT,
+                     kRemoteShift = TT_DS_REMOTE_SHIFT;
+inline constexpr uint64_t kOpLoad = TT_DS_OP_LOAD, kOpStore = TT_DS_OP_STORE;
+inline constexpr uint64_t kLvlNa = TT_DS_LVL_NA, kLvlHit = TT_DS_LVL_HIT, kLvlMiss = TT_DS_LVL_MISS,
+                          kLvlL1 = TT_DS_LVL_L1, kLvlLfb = TT_DS_LVL_LFB, kLvlL2 = TT_DS_LVL_L2, kLvlL3 = TT_DS_LVL_L3,
+                          kLvlLocRam = TT_DS_LVL_LOC_RAM, kLvlRemRam1 = TT_DS_LVL_REM_RAM1,
+                          kLvlRemRam2 = TT_DS_LVL_REM_RAM2, kLvlRemCce1 = TT_DS_LVL_REM_CCE1,
+                          kLvlRemCce2 = TT_DS_LVL_REM_CCE2, kLvlIo = TT_DS_LVL_IO, kLvlUnc = TT_DS_LVL_UNC;
+inline constexpr uint64_t kLvlNumL1 = TT_DS_LVL_NUM_L1, kLvlNumL2 = TT_DS_LVL_NUM_L2, kLvlNumL3 = TT_DS_LVL_NUM_L3,
+                          kLvlNumL4 = TT_DS_LVL_NUM_L4, kLvlNumCxl = TT_DS_LVL_NUM_CXL, kLvlNumIo = TT_DS_LVL_NUM_IO,
+                          kLvlNumAnyCache = TT_DS_LVL_NUM_ANY_CACHE, kLvlNumLfb = TT_DS_LVL_NUM_LFB,
+                          kLvlNumRam = TT_DS_LVL_NUM_RAM, kLvlNumPmem = TT_DS_LVL_NUM_PMEM,
+                          kLvlNumNa = TT_DS_LVL_NUM_NA;
 // Builds a data_src value (fixtures and tests use it to state what they encode).
 [[nodiscard]] constexpr uint64_t make(uint64_t op, uint64_t lvl, uint64_t lvlNum, bool remote) {
   return (op << kOpShift) | (lvl << kLvlShift) | (lvlNum << kLvlNumShift) | (uint64_t{remote} << kRemoteShift);

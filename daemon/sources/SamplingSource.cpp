@@ -45,10 +45,20 @@ AccessKind sampleKindOf(uint32_t code, AccessKind defaultKind) {
   }
 }
 
+ServedBy servedByOfTier(uint32_t tier) {
+  switch (tier) {
+    case TT_TIER_CACHE: return ServedBy::Cache;
+    case TT_TIER_FAST: return ServedBy::FastTier;
+    case TT_TIER_REMOTE_RAM: return ServedBy::RemoteRam;
+    case TT_TIER_SLOW: return ServedBy::SlowTier;
+    default: return ServedBy::Unknown;
+  }
+}
+
 size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind, uint64_t period,
                            std::vector<AccessEvidence>& out) {
   std::sort(chunks.begin(), chunks.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.tgid, a.base, a.kind) < std::tie(b.tgid, b.base, b.kind);
+    return std::tie(a.tgid, a.base, a.kind, a.tier) < std::tie(b.tgid, b.base, b.kind, b.tier);
   });
   const size_t before = out.size();
   // Exact reservation: growing by doubling would hold up to twice the epoch's evidence.
@@ -56,22 +66,36 @@ size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKin
   for (const auto& c : chunks)
     pages += static_cast<size_t>(std::count_if(c.counts.begin(), c.counts.end(), [](uint8_t n) { return n != 0; }));
   out.reserve(before + pages);
-  // Blocks of one chunk with different kinds (PEBS loads and stores) are walked page by page
-  // together, so the records stay sorted by page.
+  // Blocks of one chunk with different kinds (PEBS loads and stores) or tiers are walked page by
+  // page together, so the records stay sorted by page; one page's blocks of the same kind (a page
+  // sampled while served from two tiers in one epoch) become one record, as the ring path's
+  // EvidenceAggregator makes them: weights added, the slower memory kept.
   for (size_t first = 0; first < chunks.size();) {
     size_t last = first + 1;
     while (last < chunks.size() && chunks[last].tgid == chunks[first].tgid && chunks[last].base == chunks[first].base)
       ++last;
-    for (uint32_t i = 0; i < sys::bpf::kChunkPages; ++i)
+    for (uint32_t i = 0; i < sys::bpf::kChunkPages; ++i) {
+      const size_t pageFirst = out.size();
       for (size_t b = first; b < last; ++b) {
         const auto& c = chunks[b];
         if (c.counts[i] == 0) continue;
+        const AccessKind k = sampleKindOf(c.kind, kind);
+        const uint32_t weight = scaledWeight(c.counts[i], period);
+        const ServedBy by = servedByOfTier(c.tier);
+        if (out.size() > pageFirst && out.back().kind == k) {
+          AccessEvidence& e = out.back();
+          e.weight = static_cast<uint32_t>(std::min<uint64_t>(UINT32_MAX, uint64_t{e.weight} + weight));
+          e.servedBy = slowerOf(e.servedBy, by);
+          continue;
+        }
         AccessEvidence& e = out.emplace_back();
         e.tgid = static_cast<pid_t>(c.tgid);
         e.page = c.base + uint64_t{i} * kBasePageSize;
-        e.weight = scaledWeight(c.counts[i], period);
-        e.kind = sampleKindOf(c.kind, kind);
+        e.weight = weight;
+        e.kind = k;
+        e.servedBy = by;
       }
+    }
     first = last;
   }
   return out.size() - before;
@@ -228,7 +252,8 @@ void SamplingSource::open() {
     } else {
       agg_ = std::move(*agg);
       for (size_t i = 0; i < events_.size(); ++i) {
-        if (auto a = agg_->attach(events_[i]->fd(), sampleKindCode(eventKind_[i])); !a) {
+        const bool recordsDataSrc = (eventSampleType_[i] & PERF_SAMPLE_DATA_SRC) != 0;
+        if (auto a = agg_->attach(events_[i]->fd(), sampleKindCode(eventKind_[i]), recordsDataSrc); !a) {
           fallbackWhy = "BPF attach failed (" + a.error().message() + "), ";
           agg_.reset();
           break;
@@ -282,6 +307,15 @@ void SamplingSource::open() {
       << " ns fault";
   d << " (" << costFrom << "), " << fallbackWhy
     << (agg_ ? "in-kernel aggregation (BPF)" : "user-space ring reader");
+  const bool recordsDataSrc = std::any_of(eventSampleType_.begin(), eventSampleType_.end(),
+                                          [](uint64_t t) { return (t & PERF_SAMPLE_DATA_SRC) != 0; });
+  if (agg_ && recordsDataSrc) {
+    // Where the tier comes from on this path: the kernel's sample, or nowhere (the reason).
+    if (agg_->dataSrcReader() != sys::bpf::DataSrcReader::None)
+      d << ", tier per sample from data_src (" << sys::bpf::toString(agg_->dataSrcReader()) << ")";
+    else
+      d << ", no tier: data_src readers did not load (" << agg_->dataSrcReaderError() << ")";
+  }
   status_ = {true, d.str()};
   lastCounts_.assign(events_.size(), 0);
   uint64_t events = 0, overflows = 0;
@@ -312,7 +346,7 @@ Result<void> SamplingSource::removeProcess(pid_t tgid) {
   return {};
 }
 
-void SamplingSource::handleRecord(std::span<const uint8_t> record, uint64_t sampleType) {
+void SamplingSource::handleRecord(std::span<const uint8_t> record, uint64_t sampleType, AccessKind eventKind) {
   auto rec = decodeRecord(record, sampleType);
   if (!rec) {
     TT_LOG(Debug) << options_.name << ": undecodable perf record: " << rec.error().message();
@@ -324,7 +358,9 @@ void SamplingSource::handleRecord(std::span<const uint8_t> record, uint64_t samp
       if (s.addr == 0 || !tracked_.contains(static_cast<pid_t>(s.pid))) return;
       ++counters_.samples;
       const bool hasSrc = (sampleType & PERF_SAMPLE_DATA_SRC) != 0;
-      const AccessKind kind = hasSrc ? accessKindFromDataSrc(s.dataSrc) : options_.defaultKind;
+      // As on the in-kernel path: data_src's op where it names one (IBS ops), else the event's kind.
+      const AccessKind fromSrc = hasSrc ? accessKindFromDataSrc(s.dataSrc) : AccessKind::Access;
+      const AccessKind kind = fromSrc == AccessKind::Load || fromSrc == AccessKind::Store ? fromSrc : eventKind;
       const ServedBy by = hasSrc ? servedByFromDataSrc(s.dataSrc) : ServedBy::Unknown;
       const auto latency = static_cast<uint16_t>(std::min<uint64_t>(s.weight, UINT16_MAX));
       // One sample stands for `period` events (AccessEvidence::weight): the period in force since
@@ -347,8 +383,8 @@ Result<void> SamplingSource::collect(std::vector<AccessEvidence>& out) {
     chunks_.clear();
     auto n = agg_->drain(chunks_);
     if (!n) drainError = n.error();  // blocks drained before the error are deleted: keep them
-    // Blocks are unique per (tgid, chunk) and the kind is the event's: no aggregation needed,
-    // the pages go straight to `out`, weighted by the period the samples were taken at.
+    // Blocks are unique per (tgid, kind, tier, chunk): the pages go straight to `out`, weighted by
+    // the period the samples were taken at.
     counters_.evidence += appendChunkEvidence(chunks_, options_.defaultKind, period_, out);
     releaseIfOversized(chunks_, 1024);  // up to mapEntries blocks of 528 bytes
     // Samples as the program saw them: counts in the blocks saturate, the program's stats do not.
@@ -363,7 +399,8 @@ Result<void> SamplingSource::collect(std::vector<AccessEvidence>& out) {
   } else {
     for (size_t i = 0; i < events_.size(); ++i) {
       const uint64_t st = eventSampleType_[i];
-      events_[i]->drain([&](std::span<const uint8_t> r) { handleRecord(r, st); });
+      const AccessKind kind = eventKind_[i];
+      events_[i]->drain([&](std::span<const uint8_t> r) { handleRecord(r, st, kind); });
     }
   }
   counters_.evidence += pending_.flush(out);

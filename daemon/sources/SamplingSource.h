@@ -51,9 +51,9 @@ struct SamplingOptions {
   uint32_t mapEntries = 16384;  // in-kernel count blocks (2 MiB chunks) per epoch at most
   // Evidence kind when the sample has no data_src (software events): Fault.
   AccessKind defaultKind = AccessKind::Fault;
-  // What each of `events` samples (parallel to it; missing entries: defaultKind). The user-ring
-  // path reads the kind from a sample's data_src where it has one; the in-kernel path, which sees
-  // no data_src, counts each event's samples as its kind here (PEBS loads and stores apart).
+  // What each of `events` samples (parallel to it; missing entries: defaultKind). Both paths take
+  // a sample's kind from its data_src where that names a load or a store (IBS ops), and the
+  // event's kind here otherwise (PEBS loads and stores are separate events).
   std::vector<AccessKind> eventKinds;
 };
 
@@ -67,10 +67,13 @@ struct SamplingOptions {
 // TT_KIND_DEFAULT maps back to `defaultKind`.
 [[nodiscard]] uint32_t sampleKindCode(AccessKind kind);
 [[nodiscard]] AccessKind sampleKindOf(uint32_t code, AccessKind defaultKind);
+// The memory an enum tt_sample_tier code names (the in-kernel path's count blocks).
+[[nodiscard]] ServedBy servedByOfTier(uint32_t tier);
 
 // Expands drained count blocks into one evidence record per sampled page and kind (weight = the
 // page's sample count x `period`, the accesses it stands for, saturating; the kind is the block's,
-// `kind` for blocks of the default kind), appended to `out` sorted by (tgid, page, kind) like
+// `kind` for blocks of the default kind; servedBy the block's tier, the slowest where one page has
+// blocks of several tiers), appended to `out` sorted by (tgid, page, kind) like
 // EvidenceAggregator::flush. Reorders `chunks`. Returns the number of records appended.
 size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind, uint64_t period,
                            std::vector<AccessEvidence>& out);
@@ -116,7 +119,8 @@ class SamplingSource final : public Source {
   void adaptPeriod(const EpochCost& epoch);
   // Sets every event's period (PERF_EVENT_IOC_PERIOD); on failure the old period stays recorded.
   Result<void> changePeriod(uint64_t next);
-  void handleRecord(std::span<const uint8_t> record, uint64_t sampleType);
+  // `eventKind`: what the event samples, for samples whose data_src does not say load or store.
+  void handleRecord(std::span<const uint8_t> record, uint64_t sampleType, AccessKind eventKind);
 
   SamplingOptions options_;
   sys::Fs sysfs_;

@@ -5,6 +5,20 @@
 
 namespace tt::sources {
 
+ServedBy slowerOf(ServedBy a, ServedBy b) {
+  auto rank = [](ServedBy s) {
+    switch (s) {
+      case ServedBy::SlowTier: return 4;
+      case ServedBy::RemoteRam: return 3;
+      case ServedBy::FastTier: return 2;
+      case ServedBy::Cache: return 1;
+      case ServedBy::Unknown: return 0;
+    }
+    return 0;
+  };
+  return rank(b) > rank(a) ? b : a;
+}
+
 void EvidenceAggregator::add(pid_t tgid, uint64_t address, AccessKind kind, uint32_t weight, ServedBy servedBy,
                              uint16_t latencyCycles) {
   const uint64_t page = address & ~(kBasePageSize - 1);
@@ -22,17 +36,7 @@ void EvidenceAggregator::add(pid_t tgid, uint64_t address, AccessKind kind, uint
   const uint64_t w = uint64_t{m.weight} + weight;
   m.weight = w > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(w);
   // Keep the slowest memory and the highest latency seen: what the page costs is what matters.
-  auto rank = [](ServedBy s) {
-    switch (s) {
-      case ServedBy::SlowTier: return 4;
-      case ServedBy::RemoteRam: return 3;
-      case ServedBy::FastTier: return 2;
-      case ServedBy::Cache: return 1;
-      case ServedBy::Unknown: return 0;
-    }
-    return 0;
-  };
-  if (rank(servedBy) > rank(m.servedBy)) m.servedBy = servedBy;
+  m.servedBy = slowerOf(m.servedBy, servedBy);
   m.latencyCycles = std::max(m.latencyCycles, latencyCycles);
 }
 

@@ -1,6 +1,9 @@
 #include "support/TestSupport.h"
 
+#include <sys/utsname.h>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include <fstream>
 #include <sstream>
@@ -22,5 +25,15 @@ std::string readFileOrFail(const std::string& path) {
 }
 
 bool isRoot() { return geteuid() == 0; }
+
+bool kernelAtLeast(int major, int minor) {
+  utsname u{};
+  int haveMajor = 0, haveMinor = 0;
+  if (uname(&u) != 0 || std::sscanf(u.release, "%d.%d", &haveMajor, &haveMinor) != 2) {
+    ADD_FAILURE() << "cannot read the kernel release";
+    return false;
+  }
+  return haveMajor > major || (haveMajor == major && haveMinor >= minor);
+}
 
 }  // namespace tt::test

@@ -16,6 +16,10 @@ namespace tt::test {
 // Whole contents of a file, or a test failure.
 [[nodiscard]] std::string readFileOrFail(const std::string& path);
 
+// Whether the running kernel's release (uname) is at least major.minor: tests that check what a
+// kernel version does differently (and the VM runs two) state what they expect of each.
+[[nodiscard]] bool kernelAtLeast(int major, int minor);
+
 // True when the process is root; tests that need it call TT_REQUIRE_ROOT() and fail loudly if not.
 [[nodiscard]] bool isRoot();
 

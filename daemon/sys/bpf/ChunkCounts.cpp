@@ -19,6 +19,20 @@ static_assert(sizeof(tt_chunk_counts) == kChunkPages && sizeof(tt_chunk_key) == 
 // Per-CPU values are laid out at 8-byte strides; the BPF side reads count[] as u64 words.
 static_assert(sizeof(tt_chunk_stage) == 544 && offsetof(tt_chunk_stage, count) == 32);
 
+namespace {
+
+// A drained block with the identity of its kernel key and no counts yet.
+ChunkCounts blockOf(const tt_chunk_key& key) {
+  ChunkCounts c;
+  c.tgid = key.tgid;
+  c.kind = key.kind;
+  c.tier = key.tier;
+  c.base = key.chunk;
+  return c;
+}
+
+}  // namespace
+
 MergeResult mergeStaged(const std::vector<ChunkCounts>& staged, std::vector<ChunkCounts>& out, size_t from) {
   MergeResult result;
   if (staged.empty()) return result;
@@ -31,13 +45,13 @@ MergeResult mergeStaged(const std::vector<ChunkCounts>& staged, std::vector<Chun
   };
   // At most one staged block per CPU against up to a whole epoch of drained blocks: index the
   // staged side (folding CPUs that staged the same chunk), then walk the drained blocks once.
-  std::map<std::tuple<uint32_t, uint32_t, uint64_t>, ChunkCounts> pending;
+  std::map<std::tuple<uint32_t, uint16_t, uint16_t, uint64_t>, ChunkCounts> pending;
   for (const ChunkCounts& s : staged) {
-    auto [it, inserted] = pending.emplace(std::tuple{s.tgid, s.kind, s.base}, s);
+    auto [it, inserted] = pending.emplace(std::tuple{s.tgid, s.kind, s.tier, s.base}, s);
     if (!inserted) add(it->second.counts, s.counts);
   }
   for (size_t i = from; i < out.size() && !pending.empty(); ++i) {
-    auto it = pending.find(std::tuple{out[i].tgid, out[i].kind, out[i].base});
+    auto it = pending.find(std::tuple{out[i].tgid, out[i].kind, out[i].tier, out[i].base});
     if (it == pending.end()) continue;
     add(out[i].counts, it->second.counts);
     pending.erase(it);
@@ -83,10 +97,7 @@ Result<void> ChunkCountMap::collectStage(int fd, uint32_t half, std::vector<Chun
     tt_chunk_stage s;
     std::memcpy(&s, stage_.data() + size_t(cpu) * sizeof s, sizeof s);
     if (s.key.tgid == 0 || s.dirty == 0) continue;
-    ChunkCounts& c = staged.emplace_back();
-    c.tgid = s.key.tgid;
-    c.kind = s.key.kind;
-    c.base = s.key.chunk;
+    ChunkCounts& c = staged.emplace_back(blockOf(s.key));
     std::memcpy(c.counts.data(), s.count, kChunkPages);
   }
   // Zeroed before the next bump hands this half back to the programs.
@@ -101,10 +112,7 @@ Result<size_t> ChunkCountMap::drainHash(int fd, std::vector<ChunkCounts>& out) {
     for (uint32_t i = 0; i < n; ++i) {
       tt_chunk_key k;
       std::memcpy(&k, keys_.data() + i * sizeof k, sizeof k);
-      ChunkCounts& c = out.emplace_back();
-      c.tgid = k.tgid;
-      c.kind = k.kind;
-      c.base = k.chunk;
+      ChunkCounts& c = out.emplace_back(blockOf(k));
       std::memcpy(c.counts.data(), values_.data() + size_t{i} * kChunkPages, kChunkPages);
     }
     total += n;
@@ -140,10 +148,7 @@ Result<size_t> ChunkCountMap::drainHash(int fd, std::vector<ChunkCounts>& out) {
   values_.resize(kChunkPages);
   while (bpf_map_get_next_key(fd, nullptr, &next) == 0) {
     if (bpf_map_lookup_elem(fd, &next, values_.data()) == 0) {
-      ChunkCounts& c = out.emplace_back();
-      c.tgid = next.tgid;
-      c.kind = next.kind;
-      c.base = next.chunk;
+      ChunkCounts& c = out.emplace_back(blockOf(next));
       std::memcpy(c.counts.data(), values_.data(), kChunkPages);
       ++total;
     }

@@ -24,7 +24,8 @@ inline constexpr uint8_t kChunkCountMax = 255;  // a page's counter saturates he
 // One drained block: events of page `base + i * 4096` in counts[i] (0 = none).
 struct ChunkCounts {
   uint32_t tgid = 0;
-  uint32_t kind = 0;  // enum tt_sample_kind of the counted events (0: the source's default)
+  uint16_t kind = 0;  // enum tt_sample_kind of the counted events (0: the source's default)
+  uint16_t tier = 0;  // enum tt_sample_tier: the memory that served them (0: unknown)
   uint64_t base = 0;  // 2 MiB aligned
   std::array<uint8_t, kChunkPages> counts{};
 };
@@ -50,8 +51,8 @@ template <typename Skeleton>
 }
 
 // Adds staged blocks to the blocks drained in out[from..]: page by page, saturating at
-// kChunkCountMax, into the block of the same (tgid, kind, base), or appended when none was
-// drained, so every (tgid, kind, base) stays in one block.
+// kChunkCountMax, into the block of the same (tgid, kind, tier, base), or appended when none was
+// drained, so every (tgid, kind, tier, base) stays in one block.
 struct MergeResult {
   size_t appended = 0;    // blocks appended to `out`
   uint64_t saturated = 0;  // events the saturation discarded

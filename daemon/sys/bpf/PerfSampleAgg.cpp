@@ -1,12 +1,14 @@
 #include "sys/bpf/PerfSampleAgg.h"
 
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "perf_sample_agg.skel.h"
 #include "sys/bpf/LibbpfLog.h"
@@ -16,31 +18,85 @@
 
 namespace tt::sys::bpf {
 
-Result<std::unique_ptr<PerfSampleAgg>> PerfSampleAgg::load(uint32_t pidMax, uint32_t maxChunks) {
+const char* toString(DataSrcReader r) {
+  switch (r) {
+    case DataSrcReader::Kfunc: return "bpf_cast_to_kern_ctx";
+    case DataSrcReader::ProbeRead: return "bpf_probe_read_kernel";
+    case DataSrcReader::None: break;
+  }
+  return "none";
+}
+
+namespace {
+
+// Whether the running kernel has the kfunc (6.2+): the program calling it is loaded only then.
+bool kernelHasCastToKernCtx() {
+  btf* vmlinux = btf__load_vmlinux_btf();
+  if (vmlinux == nullptr) return false;
+  const bool has = btf__find_by_name_kind(vmlinux, "bpf_cast_to_kern_ctx", BTF_KIND_FUNC) > 0;
+  btf__free(vmlinux);
+  return has;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<PerfSampleAgg>> PerfSampleAgg::load(uint32_t pidMax, uint32_t maxChunks,
+                                                           DataSrcReader mostCapable) {
   routeLibbpfLogs();
+  // One object holds every program, and a failed load fails all of them: the data_src readers are
+  // tried best first and given up one after the other, so that a kernel that refuses them still
+  // counts samples (without their tier) rather than losing in-kernel aggregation.
+  std::vector<DataSrcReader> tries;
+  if (mostCapable >= DataSrcReader::Kfunc && kernelHasCastToKernCtx()) tries.push_back(DataSrcReader::Kfunc);
+  if (mostCapable >= DataSrcReader::ProbeRead) tries.push_back(DataSrcReader::ProbeRead);
+  tries.push_back(DataSrcReader::None);
+  std::string why;
+  for (DataSrcReader reader : tries) {
+    auto agg = loadWith(pidMax, maxChunks, reader);
+    if (agg) {
+      (*agg)->readerError_ = why;
+      return agg;
+    }
+    if (reader == DataSrcReader::None) return agg.error();
+    why += std::string(why.empty() ? "" : "; ") + toString(reader) + ": " + agg.error().message();
+  }
+  return logicError("no perf_sample_agg variant to load");
+}
+
+Result<std::unique_ptr<PerfSampleAgg>> PerfSampleAgg::loadWith(uint32_t pidMax, uint32_t maxChunks,
+                                                              DataSrcReader reader) {
   perf_sample_agg* skel = perf_sample_agg__open();
   if (skel == nullptr) return errnoError("open BPF object perf_sample_agg");
-  std::unique_ptr<PerfSampleAgg> self(new PerfSampleAgg(skel, pidMax));
+  std::unique_ptr<PerfSampleAgg> self(new PerfSampleAgg(skel, pidMax, reader));
   if (bpf_map__set_max_entries(skel->maps.tracked_bits, tgidBitmapWords(pidMax)) != 0 ||
       bpf_map__set_max_entries(skel->maps.chunks0, maxChunks) != 0 ||
       bpf_map__set_max_entries(skel->maps.chunks1, maxChunks) != 0)
     return errnoError("size perf_sample_agg maps");
+  if (bpf_program__set_autoload(skel->progs.tt_count_sample_sourced, reader == DataSrcReader::Kfunc) != 0 ||
+      bpf_program__set_autoload(skel->progs.tt_count_sample_sourced_read, reader == DataSrcReader::ProbeRead) != 0)
+    return errnoError("select perf_sample_agg programs");
   if (int err = perf_sample_agg__load(skel); err != 0) return systemError(-err, "load BPF perf_sample_agg");
   return self;
 }
 
-PerfSampleAgg::PerfSampleAgg(perf_sample_agg* skel, uint32_t pidMax)
-    : skel_(skel), pidMax_(pidMax), chunks_("perf_sample_agg chunks") {}
+PerfSampleAgg::PerfSampleAgg(perf_sample_agg* skel, uint32_t pidMax, DataSrcReader reader)
+    : skel_(skel), pidMax_(pidMax), reader_(reader), chunks_("perf_sample_agg chunks") {}
 
 PerfSampleAgg::~PerfSampleAgg() {
   for (bpf_link* link : links_) bpf_link__destroy(link);
   perf_sample_agg__destroy(skel_);
 }
 
-Result<void> PerfSampleAgg::attach(int perfEventFd, uint32_t kind) {
-  // Events of the default kind get the program that does not read the cookie (see the .bpf.c).
+Result<void> PerfSampleAgg::attach(int perfEventFd, uint32_t kind, bool recordsDataSrc) {
+  // Each event gets the cheapest program that knows what its samples are (see the .bpf.c).
   LIBBPF_OPTS(bpf_perf_event_opts, opts, .bpf_cookie = kind);
-  bpf_program* prog = kind == TT_KIND_DEFAULT ? skel_->progs.tt_count_sample : skel_->progs.tt_count_sample_kinded;
+  bpf_program* prog = skel_->progs.tt_count_sample;
+  if (recordsDataSrc && reader_ == DataSrcReader::Kfunc)
+    prog = skel_->progs.tt_count_sample_sourced;
+  else if (recordsDataSrc && reader_ == DataSrcReader::ProbeRead)
+    prog = skel_->progs.tt_count_sample_sourced_read;
+  else if (kind != TT_KIND_DEFAULT)
+    prog = skel_->progs.tt_count_sample_kinded;
   bpf_link* link = bpf_program__attach_perf_event_opts(prog, perfEventFd, &opts);
   if (link == nullptr) return errnoError("attach perf_sample_agg to perf fd " + std::to_string(perfEventFd));
   links_.push_back(link);
@@ -69,19 +125,28 @@ Result<AggStats> PerfSampleAgg::stats() const {
       return errnoError("read perf_sample_agg stats");
     for (uint64_t v : perCpu) sums[i] += v;
   }
-  return AggStats{sums[TT_AGG_SAMPLES],  sums[TT_AGG_TRACKED],    sums[TT_AGG_NO_ADDR],
-                  sums[TT_AGG_MAP_FULL], sums[TT_AGG_NEW_CHUNKS], sums[TT_AGG_SATURATED] + chunks_.saturated()};
+  return AggStats{sums[TT_AGG_SAMPLES],
+                  sums[TT_AGG_TRACKED],
+                  sums[TT_AGG_NO_ADDR],
+                  sums[TT_AGG_MAP_FULL],
+                  sums[TT_AGG_NEW_CHUNKS],
+                  sums[TT_AGG_SATURATED] + chunks_.saturated(),
+                  sums[TT_AGG_TIER_KNOWN],
+                  sums[TT_AGG_DATA_SRC_NA]};
 }
 
-int PerfSampleAgg::programFd() const { return bpf_program__fd(skel_->progs.tt_count_sample); }
-
 Result<std::pair<uint64_t, uint64_t>> PerfSampleAgg::runTimeNsAndCount() const {
-  // Both programs: a source attaches one or the other, so the sum is that one's.
-  auto plain = programRunTime(programFd(), "perf_sample_agg");
-  if (!plain) return plain.error();
-  auto kinded = programRunTime(bpf_program__fd(skel_->progs.tt_count_sample_kinded), "perf_sample_agg (kinded)");
-  if (!kinded) return kinded.error();
-  return std::pair{plain->first + kinded->first, plain->second + kinded->second};
+  // Every loaded program: a source's events each have one of them, so the sum is the source's.
+  std::pair<uint64_t, uint64_t> total{0, 0};
+  for (const bpf_program* prog : {skel_->progs.tt_count_sample, skel_->progs.tt_count_sample_kinded,
+                                  skel_->progs.tt_count_sample_sourced, skel_->progs.tt_count_sample_sourced_read}) {
+    if (!bpf_program__autoload(prog)) continue;
+    auto rt = programRunTime(bpf_program__fd(prog), std::string("perf_sample_agg ") + bpf_program__name(prog));
+    if (!rt) return rt.error();
+    total.first += rt->first;
+    total.second += rt->second;
+  }
+  return total;
 }
 
 Result<PerfSampleAgg::MapMemory> PerfSampleAgg::mapMemory() const {

@@ -30,19 +30,40 @@ struct AggStats {
   uint64_t newChunks = 0;  // chunks inserted into the kernel hash (a chunk still staged at the drain
                            // is collected from its staging block and never inserted)
   uint64_t saturated = 0;  // samples not counted: their page's counter was at kChunkCountMax
+  uint64_t withTier = 0;   // tracked samples whose data_src named the memory that served them
+  uint64_t dataSrcNa = 0;  // tracked samples whose data_src said "not available" (no tier)
 };
+
+// How the program attached to events that record data_src (PEBS, IBS) reads it from the kernel's
+// sample, chosen at load: the kfunc where the kernel has it (6.2+), else two probe reads (6.1).
+// Ordered from least to most capable.
+enum class DataSrcReader : uint8_t {
+  None,       // neither program loaded: such events get the cookie-kinded program, no tier
+  ProbeRead,  // bpf_probe_read_kernel
+  Kfunc,      // bpf_cast_to_kern_ctx
+};
+[[nodiscard]] const char* toString(DataSrcReader r);
 
 class PerfSampleAgg {
  public:
-  // Opens and loads the program; the tgid bitmap covers tgids below `pidMax` (kernel.pid_max),
-  // the count map holds up to `maxChunks` 2 MiB chunks per epoch. Needs CAP_BPF/CAP_PERFMON (root).
-  [[nodiscard]] static Result<std::unique_ptr<PerfSampleAgg>> load(uint32_t pidMax, uint32_t maxChunks);
+  // Opens and loads the programs; the tgid bitmap covers tgids below `pidMax` (kernel.pid_max),
+  // the count map holds up to `maxChunks` 2 MiB chunks per epoch. The data_src reader is the most
+  // capable one the kernel loads, up to `mostCapable` (the benchmark compares them). Needs
+  // CAP_BPF/CAP_PERFMON (root).
+  [[nodiscard]] static Result<std::unique_ptr<PerfSampleAgg>> load(uint32_t pidMax, uint32_t maxChunks,
+                                                                   DataSrcReader mostCapable = DataSrcReader::Kfunc);
   ~PerfSampleAgg();
   PerfSampleAgg(const PerfSampleAgg&) = delete;
   PerfSampleAgg& operator=(const PerfSampleAgg&) = delete;
   // Attaches the program to one sampling event; `kind` (enum tt_sample_kind, the BPF attach cookie)
-  // is what that event's samples are counted as (PEBS loads and stores apart).
-  [[nodiscard]] Result<void> attach(int perfEventFd, uint32_t kind);
+  // is what that event's samples are counted as (PEBS loads and stores apart). `recordsDataSrc`:
+  // the event was opened with PERF_SAMPLE_DATA_SRC, so its samples are counted by the tier that
+  // served them (and IBS ops by the load/store their data_src names), when dataSrcReader() is
+  // not None.
+  [[nodiscard]] Result<void> attach(int perfEventFd, uint32_t kind, bool recordsDataSrc);
+  [[nodiscard]] DataSrcReader dataSrcReader() const { return reader_; }
+  // Why the better data_src readers could not be loaded (empty when the best one was).
+  [[nodiscard]] const std::string& dataSrcReaderError() const { return readerError_; }
 
   [[nodiscard]] Result<void> track(pid_t tgid);
   [[nodiscard]] Result<void> untrack(pid_t tgid);
@@ -53,9 +74,8 @@ class PerfSampleAgg {
 
   // Per-CPU stats summed.
   [[nodiscard]] Result<AggStats> stats() const;
-  // Total BPF run time and run count of its two programs (needs bpf_enable_stats, else zeros).
+  // Total BPF run time and run count of its loaded programs (needs bpf_enable_stats, else zeros).
   [[nodiscard]] Result<std::pair<uint64_t, uint64_t>> runTimeNsAndCount() const;
-  [[nodiscard]] int programFd() const;
   // Kernel memory of the program's maps now: memlock of /proc/self/fdinfo/<map fd>. Since 6.4 the
   // kernel reports a non-preallocated hash map's bucket array plus its elements in use (key, value
   // and element header each, not the slab size class they are allocated from); older kernels
@@ -68,10 +88,14 @@ class PerfSampleAgg {
   [[nodiscard]] Result<MapMemory> mapMemory() const;
 
  private:
-  PerfSampleAgg(perf_sample_agg* skel, uint32_t pidMax);
+  PerfSampleAgg(perf_sample_agg* skel, uint32_t pidMax, DataSrcReader reader);
+  [[nodiscard]] static Result<std::unique_ptr<PerfSampleAgg>> loadWith(uint32_t pidMax, uint32_t maxChunks,
+                                                                      DataSrcReader reader);
   [[nodiscard]] Result<void> setBit(pid_t tgid, bool on);
   perf_sample_agg* skel_;
   uint32_t pidMax_;
+  DataSrcReader reader_;
+  std::string readerError_;
   std::vector<bpf_link*> links_;
   ChunkCountMap chunks_;
 };

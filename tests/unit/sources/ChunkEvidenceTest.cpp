@@ -115,6 +115,41 @@ TEST(ChunkEvidence, BlocksOfDifferentKindsStaySortedByPage) {
   EXPECT_EQ(sampleKindOf(sampleKindCode(AccessKind::Fault), AccessKind::Hint), AccessKind::Hint);
 }
 
+// On events that record data_src the in-kernel path counts by tier as well: each block's tier
+// becomes its records' servedBy, and one page sampled from two tiers in an epoch (migrated in
+// between) gives one record per kind, weights added and the slower memory kept, as the ring path's
+// EvidenceAggregator does.
+TEST(ChunkEvidence, BlockTiersBecomeServedByAndOnePagesTiersFoldToTheSlowest) {
+  std::vector<ChunkCounts> chunks;
+  auto block = [&](uint16_t kind, uint16_t tier) -> ChunkCounts& {
+    chunks.push_back(chunk(7, 0));
+    chunks.back().kind = kind;
+    chunks.back().tier = tier;
+    return chunks.back();
+  };
+  block(TT_KIND_LOAD, TT_TIER_FAST).counts[2] = 5;
+  block(TT_KIND_LOAD, TT_TIER_SLOW).counts[2] = 1;
+  block(TT_KIND_LOAD, TT_TIER_CACHE).counts[2] = 4;
+  block(TT_KIND_STORE, TT_TIER_FAST).counts[2] = 2;  // another kind: its own record
+  block(TT_KIND_LOAD, TT_TIER_REMOTE_RAM).counts[3] = 1;
+  block(TT_KIND_LOAD, TT_TIER_UNKNOWN).counts[4] = 1;
+  std::vector<AccessEvidence> out;
+  EXPECT_EQ(appendChunkEvidence(chunks, AccessKind::Fault, 10, out), 4U);
+  ASSERT_EQ(out.size(), 4U);
+  EXPECT_EQ(out[0].page, 2U * 4096);
+  EXPECT_EQ(out[0].kind, AccessKind::Load);
+  EXPECT_EQ(out[0].weight, 100U);  // (5 + 1 + 4) samples x period 10
+  EXPECT_EQ(out[0].servedBy, ServedBy::SlowTier);
+  EXPECT_EQ(out[1].page, 2U * 4096);
+  EXPECT_EQ(out[1].kind, AccessKind::Store);
+  EXPECT_EQ(out[1].weight, 20U);
+  EXPECT_EQ(out[1].servedBy, ServedBy::FastTier);
+  EXPECT_EQ(out[2].servedBy, ServedBy::RemoteRam);
+  EXPECT_EQ(out[3].servedBy, ServedBy::Unknown);
+  EXPECT_EQ(servedByOfTier(TT_TIER_CACHE), ServedBy::Cache);
+  EXPECT_EQ(servedByOfTier(99), ServedBy::Unknown);
+}
+
 // The drain's last step: what the CPUs had staged is added to the blocks drained from the hash.
 TEST(StagedMerge, AddsIntoTheDrainedBlockOfTheSameChunkSaturating) {
   std::vector<ChunkCounts> out;
@@ -161,6 +196,29 @@ TEST(StagedMerge, AppendsChunksNotDrainedAndMergesTwoCpusStagingTheSameOne) {
   EXPECT_EQ(out[1].counts[4], 5);
   EXPECT_EQ(out[2].tgid, 8U);
   EXPECT_EQ(out[2].counts[3], 6);
+}
+
+// Blocks of one chunk counted from different tiers are different blocks: a staged one is added
+// only to the drained block of its own tier.
+TEST(StagedMerge, KeepsTiersApart) {
+  std::vector<ChunkCounts> out;
+  out.push_back(chunk(7, 0));
+  out.back().tier = TT_TIER_FAST;
+  out.back().counts[0] = 1;
+  std::vector<ChunkCounts> staged;
+  staged.push_back(chunk(7, 0));
+  staged.back().tier = TT_TIER_SLOW;
+  staged.back().counts[0] = 2;
+  staged.push_back(chunk(7, 0));
+  staged.back().tier = TT_TIER_FAST;
+  staged.back().counts[0] = 3;
+  const auto r = sys::bpf::mergeStaged(staged, out, 0);
+  EXPECT_EQ(r.appended, 1U);
+  ASSERT_EQ(out.size(), 2U);
+  EXPECT_EQ(out[0].tier, TT_TIER_FAST);
+  EXPECT_EQ(out[0].counts[0], 4);
+  EXPECT_EQ(out[1].tier, TT_TIER_SLOW);
+  EXPECT_EQ(out[1].counts[0], 2);
 }
 
 }  // namespace

@@ -223,5 +223,21 @@ INSTANTIATE_TEST_SUITE_P(
                       DataSrcCase{make(kOpLoad, kLvlNa, kLvlNumNa, false), ServedBy::Unknown},
                       DataSrcCase{make(kOpLoad, kLvlIo, kLvlNumIo, false), ServedBy::Unknown}));
 
+// What the kernel records as data_src for a sample its PMU did not classify (PERF_MEM_NA: op, level,
+// snoop, lock and TLB "not available"; kernels since 5.x add level number N/A): the in-kernel
+// program counts these apart (tt_data_src_na) and they carry no tier.
+TEST(PerfDecode, NotAvailableDataSrcIsRecognisedAndHasNoTier) {
+  const uint64_t na = 0x05080021;                      // PERF_MEM_NA of 6.1's include/linux/perf_event.h
+  const uint64_t naWithLvlNum = na | (kLvlNumNa << kLvlNumShift);  // as 6.18 fills it (read on this host)
+  for (uint64_t src : {na, naWithLvlNum}) {
+    EXPECT_TRUE(tt_data_src_na(src)) << std::hex << src;
+    EXPECT_EQ(servedByFromDataSrc(src), ServedBy::Unknown);
+    EXPECT_EQ(accessKindFromDataSrc(src), AccessKind::Access);
+  }
+  EXPECT_FALSE(tt_data_src_na(make(kOpLoad, kLvlHit | kLvlLocRam, kLvlNumPmem, false)));
+  EXPECT_FALSE(tt_data_src_na(make(kOpLoad, kLvlNa, kLvlNumNa, false)));  // a load of unknown level
+  EXPECT_FALSE(tt_data_src_na(0));
+}
+
 }  // namespace
 }  // namespace tt::sources
