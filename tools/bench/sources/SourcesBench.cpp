@@ -17,9 +17,12 @@
 //   sources_bench slowdown-periods [PAIRS]   software faults alone at fixed periods
 //   sources_bench period-latency   time of one sample-period change on every per-CPU event
 //   sources_bench fault-cost [N]   the fault tracer's cost per page fault, tracked and untracked
+//   sources_bench tier-cost [N]    in-kernel program time per sample with and without reading the
+//                            tier (data_src) from the kernel's sample, each reader
 //   sources_bench memory     tracking state per GiB of tracked memory (1 GiB touched in one epoch)
 //   sources_bench all
 //   sources_bench --record-fixture PATH   records a real software page-fault stream as hex
+#include <linux/perf_event.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -498,6 +501,98 @@ void cost() {
   std::printf("\n=== BPF run-time stats on (bpf_enable_stats(BPF_STATS_RUN_TIME): two clock reads per program run)\n");
   costAll();
   ::close(*stats);
+}
+
+// --- tier-cost: what reading the tier from the kernel's sample adds to the in-kernel program ---
+//
+// The program attached to events that record data_src (PEBS, IBS) reads it from the kernel's
+// perf_sample_data, through bpf_cast_to_kern_ctx (6.2+) or two probe reads (6.1). No PMU here: the
+// same software page-fault event asking for data_src runs those programs for real (the kernel
+// fills in "not available", which they read and decode like any other value). Program run time
+// per run from the kernel's BPF run-time stats, each reader's runs in the same cycles, rotating.
+
+// One reader's program on the software page-fault event of every online CPU, counting one process.
+class TierReaderRun {
+ public:
+  explicit TierReaderRun(sys::bpf::DataSrcReader reader) {
+    auto pidMax = sys::bpf::readPidMax("/proc");
+    if (!pidMax) return;
+    auto agg = sys::bpf::PerfSampleAgg::load(*pidMax, 16384, reader);
+    if (!agg || (*agg)->dataSrcReader() != reader) return;
+    agg_ = std::move(*agg);
+    auto cpus = sys::perf::onlineCpus(sys::Fs("/sys"));
+    if (!cpus) return;
+    for (int cpu : *cpus) {
+      perf_event_attr a = softwareFaultAttr(1);
+      const bool recordsDataSrc = reader != sys::bpf::DataSrcReader::None;
+      if (recordsDataSrc) a.sample_type |= PERF_SAMPLE_DATA_SRC;
+      a.disabled = 1;
+      auto ev = sys::perf::PerfEvent::open(a, -1, cpu, 0);
+      if (!ev || !agg_->attach((*ev)->fd(), 0, recordsDataSrc) || !(*ev)->enable()) return;
+      events_.push_back(std::move(*ev));
+    }
+    ok_ = true;
+  }
+  ~TierReaderRun() {
+    agg_.reset();  // links first
+    events_.clear();
+  }
+  TierReaderRun(const TierReaderRun&) = delete;
+  TierReaderRun& operator=(const TierReaderRun&) = delete;
+  bool ok() const { return ok_; }
+  sys::bpf::PerfSampleAgg& agg() { return *agg_; }
+
+ private:
+  std::unique_ptr<sys::bpf::PerfSampleAgg> agg_;
+  std::vector<std::unique_ptr<sys::perf::PerfEvent>> events_;
+  bool ok_ = false;
+};
+
+void tierCost(int cycles) {
+  auto stats = sys::bpf::enableBpfRunTimeStats();
+  if (!stats) {
+    std::cerr << "tier-cost needs BPF run-time stats: " << stats.error().message() << "\n";
+    std::exit(1);
+  }
+  using sys::bpf::DataSrcReader;
+  const DataSrcReader readers[3] = {DataSrcReader::None, DataSrcReader::ProbeRead, DataSrcReader::Kfunc};
+  const char* names[3] = {"no data_src (software-event program)", "data_src by bpf_probe_read_kernel (6.1)",
+                          "data_src by bpf_cast_to_kern_ctx (6.2+)"};
+  std::vector<double> perRun[3];
+  uint64_t na[3] = {}, samples[3] = {};
+  for (int i = 0; i < cycles; ++i)
+    for (int k = 0; k < 3; ++k) {
+      const int r = (i + k) % 3;
+      TierReaderRun run(readers[r]);
+      if (!run.ok()) {
+        std::fprintf(stderr, "cannot set up %s on this kernel\n", names[r]);
+        std::exit(1);
+      }
+      Workload w(Workload::Kind::HotFaults, 1ULL << 20, 1280);  // 327680 faults
+      if (!run.agg().track(w.pid())) std::exit(1);
+      auto rt0 = run.agg().runTimeNsAndCount();
+      double sec = 0;
+      w.start();
+      while (!w.finished(sec)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      auto rt1 = run.agg().runTimeNsAndCount();
+      auto st = run.agg().stats();
+      (void)w.reapCpuSeconds();
+      if (!rt0 || !rt1 || !st || rt1->second == rt0->second) std::exit(1);
+      perRun[r].push_back(double(rt1->first - rt0->first) / double(rt1->second - rt0->second));
+      na[r] += st->dataSrcNa;
+      samples[r] += st->tracked - st->noAddress;
+    }
+  ::close(*stats);
+  std::printf("in-kernel program run time per sample (BPF run-time stats), %d cycles, readers rotating; software "
+              "page-fault event, 256 pages re-faulted 1280 times per run\n", cycles);
+  const double base = spreadOf(perRun[0]).median;
+  for (int r = 0; r < 3; ++r) {
+    const Spread sp = spreadOf(perRun[r]);
+    std::printf("  %-42s median %6.1f ns [q1 %.1f, q3 %.1f]  %+6.1f ns over the first; data_src read as N/A in "
+                "%llu of %llu tracked samples\n",
+                names[r], sp.median, sp.q1, sp.q3, sp.median - base, static_cast<unsigned long long>(na[r]),
+                static_cast<unsigned long long>(samples[r]));
+  }
 }
 
 // --- fault-cost: what the fault tracer adds to each page fault, of a tracked process and of any
@@ -1072,6 +1167,7 @@ int main(int argc, char** argv) {
     touchRounds(argc > 2 ? std::max(2, std::atoi(argv[2])) : 100, argc > 3 ? std::max(1, std::atoi(argv[3])) : 64,
                 argc > 4 ? std::max(0, std::atoi(argv[4])) : 0);
   if (mode == "period-latency") periodLatency();
+  if (mode == "tier-cost") tierCost(argc > 2 ? std::max(1, std::atoi(argv[2])) : 9);
   if (mode == "fault-cost") faultCost(argc > 2 ? std::max(1, std::atoi(argv[2])) : 7);
   if (mode == "slowdown-periods") slowdownPeriods(argc > 2 ? std::max(1, std::atoi(argv[2])) : 9, 1000);
   if (mode == "memory" || mode == "all") memory();
