@@ -329,18 +329,43 @@ void EpochLoop::exportCounters(double epochSeconds, const ExecutorCounters& c) {
       std::lock_guard lock(statsMutex_);
       stats_.sources = reports;
     }
+    // Sources report running totals; a counter grows by what changed since the last epoch (a
+    // total that went down, a source reopened, counts from zero again).
+    auto grow = [this](const std::string& name, const std::string& help, const metrics::Labels& labels,
+                       uint64_t total) {
+      std::string key = name;
+      for (const auto& [k, v] : labels) key += "," + k + "=" + v;
+      const auto before = lastTotals_.find(key);
+      const uint64_t prev = before == lastTotals_.end() ? 0 : before->second;
+      metrics_.counter(name, help, labels).add(static_cast<double>(total >= prev ? total - prev : total));
+      lastTotals_[key] = total;
+    };
+    sources::KernelMoveTotals kernelMoves;  // seen by whichever source traces the kernel's moves
     for (const auto& s : reports) {
-      const auto before = lastSamples_.find(s.name);
-      const uint64_t prev = before == lastSamples_.end() ? 0 : before->second;
-      metrics_.counter("tensortier_samples_total", "Samples/events seen by each source", {{"source", s.name}})
-          .add(static_cast<double>(s.samples >= prev ? s.samples - prev : s.samples));
-      lastSamples_[s.name] = s.samples;
+      grow("tensortier_samples_total", "Samples/events seen by each source", {{"source", s.name}}, s.samples);
+      grow("tensortier_source_lost_total", "Records or counts the kernel dropped (full ring or count map), by source",
+           {{"source", s.name}}, s.lost);
+      grow("tensortier_source_throttled_total", "Times the kernel throttled a sampling event, by source",
+           {{"source", s.name}}, s.throttled);
+      kernelMoves.promoted += s.kernelMoves.promoted;
+      kernelMoves.demoted += s.kernelMoves.demoted;
+      kernelMoves.syscall += s.kernelMoves.syscall;
+      kernelMoves.other += s.kernelMoves.other;
       metrics_.counter("tensortier_sampling_cpu_seconds_total", "Estimated CPU time spent sampling (kernel work in sampled threads + daemon), by source",
                        {{"source", s.name}})
           .add(s.cpuPercent / 100.0 * epochSeconds);
       metrics_.gauge("tensortier_source_active", "1 when the source runs", {{"source", s.name}})
           .set(s.active ? 1 : 0);
     }
+    const std::pair<const char*, uint64_t> moves[] = {{"promoted", kernelMoves.promoted},
+                                                      {"demoted", kernelMoves.demoted},
+                                                      {"syscall", kernelMoves.syscall},
+                                                      {"other", kernelMoves.other}};
+    for (const auto& [reason, pages] : moves)
+      grow("tensortier_kernel_moved_pages_total",
+           "Pages of tracked processes the kernel itself moved, by reason (promoted: NUMA balancing; demoted: "
+           "reclaim; syscall: move_pages/migrate_pages, the daemon's own moves too)",
+           {{"reason", reason}}, pages);
   }
 }
 

@@ -141,7 +141,8 @@ class EpochLoop {
   std::unordered_map<pid_t, std::map<uint64_t, RegionInfo>> regions_;  // mirror, by start
   ExecutorCounters lastCounters_;
   double measuredBandwidth_ = 0;  // bytes/s, smoothed; 0 = not measured yet
-  std::map<std::string, uint64_t> lastSamples_;
+  // Each source's running totals at the last epoch, per metric series (name and labels).
+  std::map<std::string, uint64_t> lastTotals_;
   uint64_t lastNowNs_ = 0;
 
   metrics::Counter& epochs_;

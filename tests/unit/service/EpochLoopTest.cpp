@@ -196,6 +196,10 @@ TEST_F(EpochLoopTest, CountersBecomeMetricsAndRates) {
   report.detail = "ok";
   report.samples = 40;
   report.cpuPercent = 1.0;
+  report.lost = 5;
+  report.throttled = 2;
+  report.kernelMoves.promoted = 7;
+  report.kernelMoves.syscall = 9;
   source.reports = {report};
   loop.runOnce(3 * kSecond);  // two seconds later
   const auto st = loop.stats();
@@ -208,9 +212,21 @@ TEST_F(EpochLoopTest, CountersBecomeMetricsAndRates) {
   EXPECT_NE(text.find("tensortier_sampling_cpu_seconds_total{source=\"software-faults\"} 0.02\n"), std::string::npos)
       << text;
   EXPECT_NE(text.find("tensortier_epoch_duration_seconds_count 2\n"), std::string::npos) << text;
-  // Counters only grow by the delta: a third epoch without new moves adds nothing.
+  EXPECT_NE(text.find("tensortier_source_lost_total{source=\"software-faults\"} 5\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("tensortier_source_throttled_total{source=\"software-faults\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("tensortier_kernel_moved_pages_total{reason=\"promoted\"} 7\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("tensortier_kernel_moved_pages_total{reason=\"syscall\"} 9\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("tensortier_kernel_moved_pages_total{reason=\"demoted\"} 0\n"), std::string::npos) << text;
+  // Counters only grow by the delta: a third epoch without new moves adds nothing, and a source's
+  // running totals add only what changed.
+  source.reports[0].lost = 6;
+  source.reports[0].kernelMoves.promoted = 10;
   loop.runOnce(4 * kSecond);
-  EXPECT_NE(metrics.render().find("tensortier_promoted_bytes_total 32768\n"), std::string::npos);
+  const std::string third = metrics.render();
+  EXPECT_NE(third.find("tensortier_promoted_bytes_total 32768\n"), std::string::npos);
+  EXPECT_NE(third.find("tensortier_samples_total{source=\"software-faults\"} 40\n"), std::string::npos) << third;
+  EXPECT_NE(third.find("tensortier_source_lost_total{source=\"software-faults\"} 6\n"), std::string::npos) << third;
+  EXPECT_NE(third.find("tensortier_kernel_moved_pages_total{reason=\"promoted\"} 10\n"), std::string::npos) << third;
   ASSERT_EQ(loop.stats().sources.size(), 1u);
 }
 
