@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 #include <numa.h>
 #include <numaif.h>
-#include <linux/perf_event.h>
 
 #include <chrono>
 #include <iostream>
@@ -14,6 +13,7 @@
 #include <thread>
 
 #include "privileged/sources/PatternChild.h"
+#include "privileged/sources/TierReaderCheck.h"
 #include "sources/FaultTraceSource.h"
 #include "sources/SamplingSource.h"
 #include "sources/SoftDirtySource.h"
@@ -82,44 +82,11 @@ TEST(SourcesE2e, BpfPerfSampleAggregationLoadsOnSoftwareFaults) {
   EXPECT_GE(s.recall, 0.95) << s.reported;
 }
 
-// Events that record data_src get the program reading the tier from the kernel's sample: through
-// bpf_cast_to_kern_ctx on 6.2+ (6.12), through probe reads on 6.1, chosen at load. On a software
-// event (no PMU in the VM) it must load, count every page, and decode no tier; on 6.3+, where the
-// kernel fills in "not available" before the program runs, it must read exactly that from every
-// sample (proof that it reads the sample's field), and on 6.1 read nothing (sample_flags).
+// The data_src reader of the in-kernel path on this kernel (TierReaderCheck.h): through
+// bpf_cast_to_kern_ctx on 6.12, probe reads on 6.1, chosen at load.
 TEST(SourcesE2e, BpfTierReaderLoadsOnThisKernel) {
   TT_REQUIRE_ROOT();
-  SamplingOptions o = softwareFaultOptions(1, Aggregation::InKernel);
-  o.events[0].sample_type |= PERF_SAMPLE_DATA_SRC;
-  SamplingSource source(o, sys::Fs("/sys"));
-  source.open();
-  std::cout << source.status().detail << "\n";
-  ASSERT_EQ(source.aggregation(), Aggregation::InKernel) << source.status().detail;
-  EXPECT_EQ(source.agg()->dataSrcReader(),
-            test::kernelAtLeast(6, 2) ? sys::bpf::DataSrcReader::Kfunc : sys::bpf::DataSrcReader::ProbeRead)
-      << source.agg()->dataSrcReaderError();
-  test::PatternChild child(1024);
-  ASSERT_TRUE(source.addProcess(child.pid()).ok());
-  std::vector<AccessEvidence> ev;
-  ASSERT_TRUE(source.collect(ev).ok());
-  ev.clear();
-  auto before = source.agg()->stats();
-  ASSERT_TRUE(before.ok());
-  const auto truth = child.touch(2, 1);
-  ASSERT_TRUE(source.collect(ev).ok());
-  const Score s = score(ev, child.pid(), child.base(), truth, AccessKind::Fault);
-  EXPECT_GE(s.precision, 0.95) << s.reported;
-  EXPECT_GE(s.recall, 0.95) << s.reported;
-  for (const auto& e : ev) {
-    if (e.tgid != child.pid()) continue;
-    EXPECT_EQ(e.servedBy, ServedBy::Unknown);
-  }
-  auto after = source.agg()->stats();
-  ASSERT_TRUE(after.ok());
-  const uint64_t sampled = (after->tracked - after->noAddress) - (before->tracked - before->noAddress);
-  EXPECT_GE(sampled, truth.size());
-  EXPECT_EQ(after->withTier, 0U);
-  EXPECT_EQ(after->dataSrcNa - before->dataSrcNa, test::kernelAtLeast(6, 3) ? sampled : 0U);
+  test::checkTierReaderOnSoftwareFaults(AccessKind::Fault);
 }
 
 // The count blocks on this kernel: every fault of the child is sampled (period 1), so a page's

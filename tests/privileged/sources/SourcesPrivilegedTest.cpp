@@ -3,7 +3,6 @@
 // report those pages (precision and recall >= 0.95 over the child's buffer), nothing of an
 // untracked process, and pick up a process added at run time.
 #include <gtest/gtest.h>
-#include <linux/perf_event.h>
 
 #include <algorithm>
 #include <map>
@@ -12,6 +11,7 @@
 #include <string>
 
 #include "PatternChild.h"
+#include "TierReaderCheck.h"
 #include "sources/FaultTraceSource.h"
 #include "sources/SamplingSource.h"
 #include "sources/SourceSet.h"
@@ -329,46 +329,11 @@ TEST(SourcesPrivileged, InKernelSamplesCarryTheirEventsKind) {
   EXPECT_EQ(others, 0U);
 }
 
-// Events opened with PERF_SAMPLE_DATA_SRC (PEBS, IBS) get the program that reads the tier from
-// the kernel's sample (through bpf_cast_to_kern_ctx where the kernel has it, else probe reads). No
-// PMU here: a software fault event asking for data_src runs that program for real. The kernel has
-// no data_src for such a sample: 6.1-6.2 leave the field unset (and sample_flags says so), 6.3+
-// fill in PERF_MEM_NA before the program runs. Either way every sample must keep the event's kind
-// and an unknown tier, and on 6.3+ the program must have read "not available" from every sample:
-// it reads the sample's own field.
+// The data_src reader of the in-kernel path on the host's kernel (TierReaderCheck.h): a software
+// fault event declared as sampling stores keeps that kind, and gets no tier.
 TEST(SourcesPrivileged, InKernelEventsRecordingDataSrcCountWithTheTierReader) {
   TT_REQUIRE_ROOT();
-  SamplingOptions o = softwareFaultOptions(1, Aggregation::InKernel);
-  o.events[0].sample_type |= PERF_SAMPLE_DATA_SRC;
-  o.eventKinds = {AccessKind::Store};
-  SamplingSource source(o, sys::Fs("/sys"));
-  source.open();
-  ASSERT_EQ(source.aggregation(), Aggregation::InKernel) << source.status().detail;
-  ASSERT_NE(source.agg()->dataSrcReader(), sys::bpf::DataSrcReader::None) << source.agg()->dataSrcReaderError();
-  EXPECT_NE(source.status().detail.find("tier per sample from data_src"), std::string::npos) << source.status().detail;
-  test::PatternChild child(kPages);
-  ASSERT_TRUE(source.addProcess(child.pid()).ok());
-  std::vector<AccessEvidence> evidence;
-  ASSERT_TRUE(source.collect(evidence).ok());
-  evidence.clear();
-  auto before = source.agg()->stats();
-  ASSERT_TRUE(before.ok());
-  const auto truth = child.touch(3, 0);
-  ASSERT_TRUE(source.collect(evidence).ok());
-  const Score s = score(evidence, child.pid(), child.base(), truth);
-  EXPECT_GE(s.precision, 0.95) << s.reported;
-  EXPECT_GE(s.recall, 0.95) << s.reported;
-  for (const auto& e : evidence) {
-    if (e.tgid != child.pid()) continue;
-    EXPECT_EQ(e.kind, AccessKind::Store);
-    EXPECT_EQ(e.servedBy, ServedBy::Unknown);
-  }
-  auto after = source.agg()->stats();
-  ASSERT_TRUE(after.ok());
-  const uint64_t sampled = (after->tracked - after->noAddress) - (before->tracked - before->noAddress);
-  EXPECT_GE(sampled, truth.size());
-  EXPECT_EQ(after->withTier, 0U);
-  EXPECT_EQ(after->dataSrcNa - before->dataSrcNa, test::kernelAtLeast(6, 3) ? sampled : 0U);
+  test::checkTierReaderOnSoftwareFaults(AccessKind::Store);
 }
 
 TEST(SourcesPrivileged, UserRingCountsFaultsPerPageWithoutCap) {
