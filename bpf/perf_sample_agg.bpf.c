@@ -7,8 +7,8 @@
 // Four programs, one per kind of event, so that each sample pays only for what its event has:
 //   tt_count_sample          software events: one kind, no data_src;
 //   tt_count_sample_kinded   PMU events without data_src: the attach cookie names the kind;
-//   tt_count_sample_sourced  PMU events with data_src (PEBS, IBS): tier and kind from the
-//                            kernel's perf_sample_data, reached through bpf_cast_to_kern_ctx (6.2+);
+//   tt_count_sample_sourced  PMU events with data_src (PEBS, IBS): the tier from the kernel's
+//                            perf_sample_data, reached through bpf_cast_to_kern_ctx (6.2+);
 //   tt_count_sample_sourced_read  the same for kernels without that kfunc (6.1), reading the
 //                            sample through bpf_probe_read_kernel (two helper calls more).
 // The owner (daemon/sys/bpf/PerfSampleAgg) loads only one of the two "sourced" programs.
@@ -45,8 +45,8 @@ static __always_inline void add(__u32 index, __u64 n) {
 enum sample_source {
   SOURCE_NONE,    /* the source's default kind, no tier */
   SOURCE_COOKIE,  /* kind from the attach cookie, no tier */
-  SOURCE_KFUNC,   /* data_src through bpf_cast_to_kern_ctx, else the cookie's kind */
-  SOURCE_READ,    /* data_src through bpf_probe_read_kernel, else the cookie's kind */
+  SOURCE_KFUNC,   /* kind from the cookie, tier from data_src through bpf_cast_to_kern_ctx */
+  SOURCE_READ,    /* kind from the cookie, tier from data_src through bpf_probe_read_kernel */
 };
 
 /* The sample's data_src when the kernel's record carries one. Since 6.1 the PMU driver says which
@@ -82,11 +82,15 @@ static __always_inline int count_sample(struct bpf_perf_event_data* ctx, enum sa
   if (!tt_tgid_tracked(tgid)) return 0;
   add(TT_AGG_TRACKED, 1);
   __u64 addr = ctx->addr;
-  if (addr == 0) {
+  /* No address, or a kernel one: IBS cannot exclude kernel samples on kernels without its
+   * software filter (x86-64 kernel addresses have the top bit set). */
+  if (addr == 0 || (addr >> 63)) {
     add(TT_AGG_NO_ADDR, 1);
     return 0;
   }
-  __u32 kind = TT_KIND_ACCESS + 1; /* not known yet */
+  /* The kind is the event's (its attach cookie), never data_src's op: IBS samples loads and stores
+   * alike, and a kind per op would change the staging key on almost every sample. */
+  __u32 kind = how == SOURCE_NONE ? TT_KIND_DEFAULT : (__u32)bpf_get_attach_cookie(ctx);
   __u32 tier = TT_TIER_UNKNOWN;
   if (how == SOURCE_KFUNC || how == SOURCE_READ) {
     struct perf_sample_data* data = 0;
@@ -108,13 +112,8 @@ static __always_inline int count_sample(struct bpf_perf_event_data* ctx, enum sa
         add(TT_AGG_TIER_KNOWN, 1);
       else if (tt_data_src_na(src))
         add(TT_AGG_DATA_SRC_NA, 1);
-      /* data_src's op says load or store (PEBS always, IBS ops per op); then the cookie, whose
-       * helper call costs about 8 ns, is not read. */
-      __u32 op = tt_kind_of_data_src(src);
-      if (op != TT_KIND_ACCESS) kind = op;
     }
   }
-  if (kind > TT_KIND_ACCESS) kind = how == SOURCE_NONE ? TT_KIND_DEFAULT : (__u32)bpf_get_attach_cookie(ctx);
   struct tt_chunk_result r = tt_chunk_count(tgid, kind, tier, addr);
   if (r.saturated) add(TT_AGG_SATURATED, r.saturated);
   if (r.new_chunks) add(TT_AGG_NEW_CHUNKS, r.new_chunks);

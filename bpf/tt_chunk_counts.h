@@ -1,15 +1,15 @@
 /* Per-page counters in per-2 MiB-chunk blocks, the in-kernel aggregation every tensortier BPF
  * program that counts page events shares (perf_sample_agg: sampled addresses; fault_trace:
  * first-touch faults). One hash element per (tgid, 2 MiB-aligned virtual chunk; for samples also
- * their kind and the tier that served them, struct tt_chunk_key) holds 512 u8 counters, one per
- * 4 KiB page: an element covers 2 MiB of tracked memory instead of 4 KiB (about
+ * their kind, struct tt_chunk_key) holds 512 u8 counters, one per 4 KiB page, and a bit per page
+ * and tier for the memories that served them (struct tt_chunk_counts): an element covers 2 MiB of tracked memory instead of 4 KiB (about
  * 0.03% of it when every page is counted), and the expensive element allocation happens once per
  * chunk instead of once per page.
  *
  * In front of the hash sits one staging block per CPU (struct tt_chunk_stage): events land in the
  * block of the key the CPU counted last, in per-CPU memory, and the block is merged into the hash
- * only when an event has another key (another chunk, mostly: a chunk's pages are seldom split
- * between tiers, and PEBS loads and stores are separate events). Sampled and faulting addresses come in runs (a kernel
+ * only when an event has another key: another chunk, or another event kind (PEBS loads and stores
+ * are separate events; IBS ops are all counted as accesses, see perf_sample_agg.bpf.c). Sampled and faulting addresses come in runs (a kernel
  * streams a tensor, a process populates a buffer page after page), and the hash lookup (jhash of the
  * key, bucket walk, a cache miss or two) was most of the program's cost; a run of n events in one
  * chunk now pays it once instead of n times. Scattered events pay one merge each: a lookup, as
@@ -133,6 +133,17 @@ static __always_inline int tt_chunk_merge(void* hash, struct tt_chunk_stage* s, 
     }
     src[w] = 0;
   }
+  /* Tier bits: or-ed in (an atomic or per word that has any; events without a tier set none). */
+  __u32 tier_dirty = s->tier_dirty;
+  __u64* tier_dst = block ? (__u64*)block->tier : 0;
+  __u64* tier_src = (__u64*)s->tier;
+  for (int i = 0; i < TT_TIER_WORDS && tier_dirty; i++) {
+    __u32 w = tt_lowest_bit(tier_dirty) & (TT_TIER_WORDS - 1);
+    tier_dirty &= tier_dirty - 1;
+    if (tier_dst) __sync_fetch_and_or(&tier_dst[w], tier_src[w]);
+    tier_src[w] = 0;
+  }
+  s->tier_dirty = 0;
   s->dirty = 0;
   s->events = 0;
   return 1;
@@ -149,17 +160,23 @@ static __always_inline struct tt_chunk_result tt_chunk_count(__u32 tgid, __u32 k
   struct tt_chunk_stage* s = bpf_map_lookup_elem(&chunk_stage, &half);
   if (!s) return r;
   __u64 chunk = addr & ~(TT_CHUNK_BYTES - 1);
-  if (s->key.chunk != chunk || s->key.tgid != tgid || s->key.kind != kind || s->key.tier != tier) {
+  if (s->key.chunk != chunk || s->key.tgid != tgid || s->key.kind != kind) {
     if (s->key.tgid != 0 && !tt_chunk_merge(half ? (void*)&chunks1 : (void*)&chunks0, s, &r)) {
       r.dropped = 1;
       return r;
     }
     s->key.tgid = tgid;
     s->key.kind = kind;
-    s->key.tier = tier;
     s->key.chunk = chunk;
   }
   __u32 page = (addr >> TT_PAGE_SHIFT) & (TT_CHUNK_PAGES - 1);
+  if (tier >= TT_TIER_CACHE && tier <= TT_TIER_SLOW) {
+    /* Two bounded indices: the 6.1 verifier loses the bounds of one index or-ed together. */
+    __u32 plane = (tier - 1) & (TT_TIER_PLANES - 1);
+    __u32 word = (page >> 6) & (TT_TIER_PLANE_WORDS - 1);
+    s->tier[plane][word] |= 1ULL << (page & 63);
+    s->tier_dirty |= 1U << (plane * TT_TIER_PLANE_WORDS + word);
+  }
   /* u8 saturating at 255: a page counted 255 times in one epoch is as hot as heat needs to know,
    * and a u16 block (1 KiB) would double the state. */
   __u8 c = s->count[page];

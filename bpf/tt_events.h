@@ -25,8 +25,7 @@ typedef uint8_t tt_u8;
 /* Key of the in-kernel count blocks (`chunks` of tt_chunk_counts.h). */
 struct tt_chunk_key {
   tt_u32 tgid;
-  tt_u16 kind;  /* enum tt_sample_kind of the counted events (0 where the program has one kind) */
-  tt_u16 tier;  /* enum tt_sample_tier: the memory that served them (0 where the PMU does not say) */
+  tt_u32 kind;  /* enum tt_sample_kind of the counted events (0 where the program has one kind) */
   tt_u64 chunk; /* virtual address of the chunk's first page (2 MiB aligned) */
 };
 
@@ -48,9 +47,19 @@ enum tt_sample_tier {
   TT_TIER_SLOW = 4,       /* PMEM or CXL */
 };
 
-/* Value: events of page i of the chunk in count[i], saturating at 255. */
+/* Which memories served a block's pages: one bit per page per tier (cache, fast, remote RAM, slow:
+ * enum tt_sample_tier 1..4), set when any counted event of the page was served from there. Bits,
+ * not the key: a key per tier would merge the staging block on every change of tier (L1 hits mixed
+ * with DRAM misses on one chunk are the common case) and multiply the blocks per chunk. */
+#define TT_TIER_PLANES 4
+#define TT_TIER_PLANE_WORDS (TT_CHUNK_PAGES / 64)
+#define TT_TIER_WORDS (TT_TIER_PLANES * TT_TIER_PLANE_WORDS)
+
+/* Value: events of page i of the chunk in count[i], saturating at 255; tier[t - 1][i / 64] bit
+ * i % 64: page i was served by tier t at least once. */
 struct tt_chunk_counts {
   tt_u8 count[TT_CHUNK_PAGES];
+  tt_u64 tier[TT_TIER_PLANES][TT_TIER_PLANE_WORDS];
 };
 
 /* Per-CPU staging block (`chunk_stage` of tt_chunk_counts.h): the chunk this CPU counted in last.
@@ -61,15 +70,17 @@ struct tt_chunk_stage {
   struct tt_chunk_key key; /* tgid 0: empty */
   tt_u64 dirty;            /* bit w set: count[8w .. 8w+7] may hold counts */
   tt_u32 events;           /* events counted in this block since it was last merged */
-  tt_u32 pad;
+  tt_u32 tier_dirty;       /* bit 8p + w set: tier[p][w] may hold bits */
+  /* count and tier as in struct tt_chunk_counts, contiguous: a new chunk is inserted from here */
   tt_u8 count[TT_CHUNK_PAGES];
+  tt_u64 tier[TT_TIER_PLANES][TT_TIER_PLANE_WORDS];
 };
 
 /* Indices of perf_sample_agg's per-CPU `stats` array. */
 enum tt_agg_stat {
   TT_AGG_SAMPLES = 0,    /* program runs (samples the event produced) */
   TT_AGG_TRACKED = 1,    /* samples of a tracked tgid */
-  TT_AGG_NO_ADDR = 2,    /* tracked samples without a data address */
+  TT_AGG_NO_ADDR = 2,    /* tracked samples without a user-space data address */
   TT_AGG_MAP_FULL = 3,   /* samples dropped: their chunk could not be inserted when merged */
   TT_AGG_NEW_CHUNKS = 4, /* chunks inserted */
   TT_AGG_SATURATED = 5,  /* samples not counted: their page's counter was already 255 */

@@ -25,15 +25,23 @@ add_custom_target(tt_vmlinux_h DEPENDS "${TT_BPF_GEN_DIR}/vmlinux.h")
 # tt_bpf_skeleton(<name>) -> INTERFACE target tt_bpf_<name> whose include path holds <name>.skel.h
 # -mcpu=v3: BPF atomics (compare-and-swap, kernel 5.12+) for the chunk counters' merges; the
 # programs need 6.1 anyway (perf_event programs with a non-preallocated hash).
+# [INCLUDES dir...]: more header folders (a test program built on the daemon's bpf/ headers).
 function(tt_bpf_skeleton name)
+  cmake_parse_arguments(B "" "" "INCLUDES" ${ARGN})
   set(src "${CMAKE_CURRENT_SOURCE_DIR}/${name}.bpf.c")
   set(obj "${TT_BPF_GEN_DIR}/${name}.bpf.o")
   set(skel "${TT_BPF_GEN_DIR}/${name}.skel.h")
   file(GLOB headers CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/*.h")
+  set(include_flags -I "${CMAKE_CURRENT_SOURCE_DIR}")
+  foreach(dir IN LISTS B_INCLUDES)
+    file(GLOB more CONFIGURE_DEPENDS "${dir}/*.h")
+    list(APPEND headers ${more})
+    list(APPEND include_flags -I "${dir}")
+  endforeach()
   add_custom_command(
     OUTPUT "${obj}"
     COMMAND "${BPF_CLANG}" -g -O2 -target bpf -mcpu=v3 -D__TARGET_ARCH_x86 -Wall -Werror
-            -I "${TT_BPF_GEN_DIR}" -I "${CMAKE_CURRENT_SOURCE_DIR}" -c "${src}" -o "${obj}"
+            -I "${TT_BPF_GEN_DIR}" ${include_flags} -c "${src}" -o "${obj}"
     DEPENDS "${src}" ${headers} tt_vmlinux_h "${TT_BPF_GEN_DIR}/vmlinux.h"
     COMMENT "BPF CO-RE object ${name}.bpf.o"
     VERBATIM)

@@ -58,7 +58,7 @@ ServedBy servedByOfTier(uint32_t tier) {
 size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind, uint64_t period,
                            std::vector<AccessEvidence>& out) {
   std::sort(chunks.begin(), chunks.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.tgid, a.base, a.kind, a.tier) < std::tie(b.tgid, b.base, b.kind, b.tier);
+    return std::tie(a.tgid, a.base, a.kind) < std::tie(b.tgid, b.base, b.kind);
   });
   const size_t before = out.size();
   // Exact reservation: growing by doubling would hold up to twice the epoch's evidence.
@@ -66,36 +66,29 @@ size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKin
   for (const auto& c : chunks)
     pages += static_cast<size_t>(std::count_if(c.counts.begin(), c.counts.end(), [](uint8_t n) { return n != 0; }));
   out.reserve(before + pages);
-  // Blocks of one chunk with different kinds (PEBS loads and stores) or tiers are walked page by
-  // page together, so the records stay sorted by page; one page's blocks of the same kind (a page
-  // sampled while served from two tiers in one epoch) become one record, as the ring path's
-  // EvidenceAggregator makes them: weights added, the slower memory kept.
+  // The slowest memory that served a page, as the ring path's EvidenceAggregator keeps it.
+  auto servedBy = [](const sys::bpf::ChunkCounts& c, uint32_t page) {
+    for (uint32_t tier : {TT_TIER_SLOW, TT_TIER_REMOTE_RAM, TT_TIER_FAST, TT_TIER_CACHE})
+      if (c.servedBy(page, tier)) return servedByOfTier(tier);
+    return ServedBy::Unknown;
+  };
+  // Blocks of one chunk with different kinds (PEBS loads and stores) are walked page by page
+  // together, so the records stay sorted by page.
   for (size_t first = 0; first < chunks.size();) {
     size_t last = first + 1;
     while (last < chunks.size() && chunks[last].tgid == chunks[first].tgid && chunks[last].base == chunks[first].base)
       ++last;
-    for (uint32_t i = 0; i < sys::bpf::kChunkPages; ++i) {
-      const size_t pageFirst = out.size();
+    for (uint32_t i = 0; i < sys::bpf::kChunkPages; ++i)
       for (size_t b = first; b < last; ++b) {
         const auto& c = chunks[b];
         if (c.counts[i] == 0) continue;
-        const AccessKind k = sampleKindOf(c.kind, kind);
-        const uint32_t weight = scaledWeight(c.counts[i], period);
-        const ServedBy by = servedByOfTier(c.tier);
-        if (out.size() > pageFirst && out.back().kind == k) {
-          AccessEvidence& e = out.back();
-          e.weight = static_cast<uint32_t>(std::min<uint64_t>(UINT32_MAX, uint64_t{e.weight} + weight));
-          e.servedBy = slowerOf(e.servedBy, by);
-          continue;
-        }
         AccessEvidence& e = out.emplace_back();
         e.tgid = static_cast<pid_t>(c.tgid);
         e.page = c.base + uint64_t{i} * kBasePageSize;
-        e.weight = weight;
-        e.kind = k;
-        e.servedBy = by;
+        e.weight = scaledWeight(c.counts[i], period);
+        e.kind = sampleKindOf(c.kind, kind);
+        e.servedBy = servedBy(c, i);
       }
-    }
     first = last;
   }
   return out.size() - before;
@@ -383,8 +376,8 @@ Result<void> SamplingSource::collect(std::vector<AccessEvidence>& out) {
     chunks_.clear();
     auto n = agg_->drain(chunks_);
     if (!n) drainError = n.error();  // blocks drained before the error are deleted: keep them
-    // Blocks are unique per (tgid, kind, tier, chunk): the pages go straight to `out`, weighted by
-    // the period the samples were taken at.
+    // Blocks are unique per (tgid, kind, chunk): the pages go straight to `out`, weighted by the
+    // period the samples were taken at.
     counters_.evidence += appendChunkEvidence(chunks_, options_.defaultKind, period_, out);
     releaseIfOversized(chunks_, 1024);  // up to mapEntries blocks of 528 bytes
     // Samples as the program saw them: counts in the blocks saturate, the program's stats do not.

@@ -72,8 +72,8 @@ struct SamplingOptions {
 
 // Expands drained count blocks into one evidence record per sampled page and kind (weight = the
 // page's sample count x `period`, the accesses it stands for, saturating; the kind is the block's,
-// `kind` for blocks of the default kind; servedBy the block's tier, the slowest where one page has
-// blocks of several tiers), appended to `out` sorted by (tgid, page, kind) like
+// `kind` for blocks of the default kind; servedBy the slowest memory the block's tier bits name
+// for the page), appended to `out` sorted by (tgid, page, kind) like
 // EvidenceAggregator::flush. Reorders `chunks`. Returns the number of records appended.
 size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind, uint64_t period,
                            std::vector<AccessEvidence>& out);

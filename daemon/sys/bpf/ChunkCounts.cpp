@@ -15,20 +15,30 @@
 namespace tt::sys::bpf {
 
 static_assert(kChunkPages == TT_CHUNK_PAGES && kChunkBytes == TT_CHUNK_BYTES);
-static_assert(sizeof(tt_chunk_counts) == kChunkPages && sizeof(tt_chunk_key) == 16);
-// Per-CPU values are laid out at 8-byte strides; the BPF side reads count[] as u64 words.
-static_assert(sizeof(tt_chunk_stage) == 544 && offsetof(tt_chunk_stage, count) == 32);
+static_assert(kTierPlanes == TT_TIER_PLANES && kTierWords == TT_TIER_WORDS);
+static_assert(sizeof(tt_chunk_counts) == kChunkPages + kTierWords * 8 && sizeof(tt_chunk_key) == 16);
+// Per-CPU values are laid out at 8-byte strides; the BPF side reads count[] as u64 words and
+// inserts a new chunk from count[] on, so tier[] must follow it as in tt_chunk_counts.
+static_assert(sizeof(tt_chunk_stage) == 32 + sizeof(tt_chunk_counts) && offsetof(tt_chunk_stage, count) == 32 &&
+              offsetof(tt_chunk_stage, tier) == 32 + offsetof(tt_chunk_counts, tier));
 
 namespace {
 
 // A drained block with the identity of its kernel key and no counts yet.
-ChunkCounts blockOf(const tt_chunk_key& key) {
+ChunkCounts blockOf(const tt_chunk_key& key, const tt_u8* count, const void* tier) {
   ChunkCounts c;
   c.tgid = key.tgid;
   c.kind = key.kind;
-  c.tier = key.tier;
   c.base = key.chunk;
+  std::memcpy(c.counts.data(), count, kChunkPages);
+  std::memcpy(c.tiers.data(), tier, kTierWords * sizeof(uint64_t));
   return c;
+}
+
+ChunkCounts blockOf(const tt_chunk_key& key, const uint8_t* value) {
+  tt_chunk_counts v;
+  std::memcpy(&v, value, sizeof v);
+  return blockOf(key, v.count, v.tier);
 }
 
 }  // namespace
@@ -36,24 +46,25 @@ ChunkCounts blockOf(const tt_chunk_key& key) {
 MergeResult mergeStaged(const std::vector<ChunkCounts>& staged, std::vector<ChunkCounts>& out, size_t from) {
   MergeResult result;
   if (staged.empty()) return result;
-  auto add = [&result](std::array<uint8_t, kChunkPages>& counts, const std::array<uint8_t, kChunkPages>& more) {
+  auto add = [&result](ChunkCounts& block, const ChunkCounts& more) {
     for (uint32_t i = 0; i < kChunkPages; ++i) {
-      const uint32_t sum = uint32_t{counts[i]} + more[i];
+      const uint32_t sum = uint32_t{block.counts[i]} + more.counts[i];
       if (sum > kChunkCountMax) result.saturated += sum - kChunkCountMax;
-      counts[i] = static_cast<uint8_t>(std::min<uint32_t>(kChunkCountMax, sum));
+      block.counts[i] = static_cast<uint8_t>(std::min<uint32_t>(kChunkCountMax, sum));
     }
+    for (uint32_t w = 0; w < kTierWords; ++w) block.tiers[w] |= more.tiers[w];
   };
   // At most one staged block per CPU against up to a whole epoch of drained blocks: index the
   // staged side (folding CPUs that staged the same chunk), then walk the drained blocks once.
-  std::map<std::tuple<uint32_t, uint16_t, uint16_t, uint64_t>, ChunkCounts> pending;
+  std::map<std::tuple<uint32_t, uint32_t, uint64_t>, ChunkCounts> pending;
   for (const ChunkCounts& s : staged) {
-    auto [it, inserted] = pending.emplace(std::tuple{s.tgid, s.kind, s.tier, s.base}, s);
-    if (!inserted) add(it->second.counts, s.counts);
+    auto [it, inserted] = pending.emplace(std::tuple{s.tgid, s.kind, s.base}, s);
+    if (!inserted) add(it->second, s);
   }
   for (size_t i = from; i < out.size() && !pending.empty(); ++i) {
-    auto it = pending.find(std::tuple{out[i].tgid, out[i].kind, out[i].tier, out[i].base});
+    auto it = pending.find(std::tuple{out[i].tgid, out[i].kind, out[i].base});
     if (it == pending.end()) continue;
-    add(out[i].counts, it->second.counts);
+    add(out[i], it->second);
     pending.erase(it);
   }
   for (auto& [key, block] : pending) {
@@ -96,9 +107,8 @@ Result<void> ChunkCountMap::collectStage(int fd, uint32_t half, std::vector<Chun
   for (int cpu = 0; cpu < ncpu; ++cpu) {
     tt_chunk_stage s;
     std::memcpy(&s, stage_.data() + size_t(cpu) * sizeof s, sizeof s);
-    if (s.key.tgid == 0 || s.dirty == 0) continue;
-    ChunkCounts& c = staged.emplace_back(blockOf(s.key));
-    std::memcpy(c.counts.data(), s.count, kChunkPages);
+    if (s.key.tgid == 0 || (s.dirty == 0 && s.tier_dirty == 0)) continue;
+    staged.push_back(blockOf(s.key, s.count, s.tier));
   }
   // Zeroed before the next bump hands this half back to the programs.
   std::fill(stage_.begin(), stage_.end(), uint8_t{0});
@@ -112,8 +122,7 @@ Result<size_t> ChunkCountMap::drainHash(int fd, std::vector<ChunkCounts>& out) {
     for (uint32_t i = 0; i < n; ++i) {
       tt_chunk_key k;
       std::memcpy(&k, keys_.data() + i * sizeof k, sizeof k);
-      ChunkCounts& c = out.emplace_back(blockOf(k));
-      std::memcpy(c.counts.data(), values_.data() + size_t{i} * kChunkPages, kChunkPages);
+      out.push_back(blockOf(k, values_.data() + size_t{i} * sizeof(tt_chunk_counts)));
     }
     total += n;
   };
@@ -122,7 +131,7 @@ Result<size_t> ChunkCountMap::drainHash(int fd, std::vector<ChunkCounts>& out) {
     bool first = true;
     for (;;) {
       keys_.resize(size_t{batch_} * sizeof(tt_chunk_key));
-      values_.resize(size_t{batch_} * kChunkPages);
+      values_.resize(size_t{batch_} * sizeof(tt_chunk_counts));
       uint32_t count = batch_;
       const int ret = bpf_map_lookup_and_delete_batch(fd, first ? nullptr : &inBatch, &outBatch, keys_.data(),
                                                       values_.data(), &count, nullptr);
@@ -145,11 +154,10 @@ Result<size_t> ChunkCountMap::drainHash(int fd, std::vector<ChunkCounts>& out) {
   // Key walk for kernels without batch ops: take the first key, read it, delete it, repeat.
   // Events counted between the read and the delete of one block are lost; rare and harmless.
   tt_chunk_key next{};
-  values_.resize(kChunkPages);
+  values_.resize(sizeof(tt_chunk_counts));
   while (bpf_map_get_next_key(fd, nullptr, &next) == 0) {
     if (bpf_map_lookup_elem(fd, &next, values_.data()) == 0) {
-      ChunkCounts& c = out.emplace_back(blockOf(next));
-      std::memcpy(c.counts.data(), values_.data(), kChunkPages);
+      out.push_back(blockOf(next, values_.data()));
       ++total;
     }
     if (bpf_map_delete_elem(fd, &next) != 0 && errno != ENOENT) return errnoError("delete " + what_ + " chunk");

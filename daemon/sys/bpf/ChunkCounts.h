@@ -21,13 +21,24 @@ inline constexpr uint32_t kChunkPages = 512;  // TT_CHUNK_PAGES
 inline constexpr uint64_t kChunkBytes = uint64_t{kChunkPages} * 4096;
 inline constexpr uint8_t kChunkCountMax = 255;  // a page's counter saturates here
 
-// One drained block: events of page `base + i * 4096` in counts[i] (0 = none).
+inline constexpr uint32_t kTierPlanes = 4;  // TT_TIER_PLANES: cache, fast, remote RAM, slow
+inline constexpr uint32_t kTierWords = kTierPlanes * kChunkPages / 64;
+
+// One drained block: events of page `base + i * 4096` in counts[i] (0 = none); which memories
+// served them in one bit per page and tier (tt_chunk_counts).
 struct ChunkCounts {
   uint32_t tgid = 0;
-  uint16_t kind = 0;  // enum tt_sample_kind of the counted events (0: the source's default)
-  uint16_t tier = 0;  // enum tt_sample_tier: the memory that served them (0: unknown)
+  uint32_t kind = 0;  // enum tt_sample_kind of the counted events (0: the source's default)
   uint64_t base = 0;  // 2 MiB aligned
   std::array<uint8_t, kChunkPages> counts{};
+  std::array<uint64_t, kTierWords> tiers{};
+  // Whether an event of page i was served by `tier` (enum tt_sample_tier, 1..kTierPlanes).
+  [[nodiscard]] bool servedBy(uint32_t page, uint32_t tier) const {
+    return tier >= 1 && tier <= kTierPlanes && ((tiers[(tier - 1) * (kChunkPages / 64) + page / 64] >> (page % 64)) & 1);
+  }
+  void setServedBy(uint32_t page, uint32_t tier) {
+    if (tier >= 1 && tier <= kTierPlanes) tiers[(tier - 1) * (kChunkPages / 64) + page / 64] |= uint64_t{1} << (page % 64);
+  }
 };
 
 // The maps behind one program's counters (bpf/tt_chunk_counts.h), known once it is loaded.
@@ -51,8 +62,8 @@ template <typename Skeleton>
 }
 
 // Adds staged blocks to the blocks drained in out[from..]: page by page, saturating at
-// kChunkCountMax, into the block of the same (tgid, kind, tier, base), or appended when none was
-// drained, so every (tgid, kind, tier, base) stays in one block.
+// kChunkCountMax (tier bits or-ed), into the block of the same (tgid, kind, base), or appended when
+// none was drained, so every (tgid, kind, base) stays in one block.
 struct MergeResult {
   size_t appended = 0;    // blocks appended to `out`
   uint64_t saturated = 0;  // events the saturation discarded

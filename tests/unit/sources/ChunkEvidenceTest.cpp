@@ -115,39 +115,51 @@ TEST(ChunkEvidence, BlocksOfDifferentKindsStaySortedByPage) {
   EXPECT_EQ(sampleKindOf(sampleKindCode(AccessKind::Fault), AccessKind::Hint), AccessKind::Hint);
 }
 
-// On events that record data_src the in-kernel path counts by tier as well: each block's tier
-// becomes its records' servedBy, and one page sampled from two tiers in an epoch (migrated in
-// between) gives one record per kind, weights added and the slower memory kept, as the ring path's
-// EvidenceAggregator does.
-TEST(ChunkEvidence, BlockTiersBecomeServedByAndOnePagesTiersFoldToTheSlowest) {
+// On events that record data_src the in-kernel path also marks, per page, every memory that served
+// it (one bit per page and tier in the block): a page's record names the slowest, as the ring
+// path's EvidenceAggregator keeps it (a page sampled from two tiers in one epoch was migrated in
+// between, or is half cached); pages without bits are Unknown; the kinds stay apart.
+TEST(ChunkEvidence, TierBitsBecomeServedByTheSlowestMemory) {
   std::vector<ChunkCounts> chunks;
-  auto block = [&](uint16_t kind, uint16_t tier) -> ChunkCounts& {
-    chunks.push_back(chunk(7, 0));
-    chunks.back().kind = kind;
-    chunks.back().tier = tier;
-    return chunks.back();
-  };
-  block(TT_KIND_LOAD, TT_TIER_FAST).counts[2] = 5;
-  block(TT_KIND_LOAD, TT_TIER_SLOW).counts[2] = 1;
-  block(TT_KIND_LOAD, TT_TIER_CACHE).counts[2] = 4;
-  block(TT_KIND_STORE, TT_TIER_FAST).counts[2] = 2;  // another kind: its own record
-  block(TT_KIND_LOAD, TT_TIER_REMOTE_RAM).counts[3] = 1;
-  block(TT_KIND_LOAD, TT_TIER_UNKNOWN).counts[4] = 1;
+  chunks.push_back(chunk(7, 0));
+  chunks.back().kind = TT_KIND_LOAD;
+  chunks.back().counts[2] = 10;
+  chunks.back().setServedBy(2, TT_TIER_FAST);
+  chunks.back().setServedBy(2, TT_TIER_SLOW);
+  chunks.back().setServedBy(2, TT_TIER_CACHE);
+  chunks.back().counts[3] = 1;
+  chunks.back().setServedBy(3, TT_TIER_REMOTE_RAM);
+  chunks.back().setServedBy(3, TT_TIER_CACHE);
+  chunks.back().counts[4] = 1;  // no bits: the PMU did not say
+  chunks.back().counts[kChunkPages - 1] = 1;
+  chunks.back().setServedBy(kChunkPages - 1, TT_TIER_CACHE);
+  chunks.push_back(chunk(7, 0));
+  chunks.back().kind = TT_KIND_STORE;
+  chunks.back().counts[2] = 2;
+  chunks.back().setServedBy(2, TT_TIER_FAST);
   std::vector<AccessEvidence> out;
-  EXPECT_EQ(appendChunkEvidence(chunks, AccessKind::Fault, 10, out), 4U);
-  ASSERT_EQ(out.size(), 4U);
+  EXPECT_EQ(appendChunkEvidence(chunks, AccessKind::Fault, 10, out), 5U);
+  ASSERT_EQ(out.size(), 5U);
   EXPECT_EQ(out[0].page, 2U * 4096);
   EXPECT_EQ(out[0].kind, AccessKind::Load);
-  EXPECT_EQ(out[0].weight, 100U);  // (5 + 1 + 4) samples x period 10
+  EXPECT_EQ(out[0].weight, 100U);
   EXPECT_EQ(out[0].servedBy, ServedBy::SlowTier);
   EXPECT_EQ(out[1].page, 2U * 4096);
   EXPECT_EQ(out[1].kind, AccessKind::Store);
-  EXPECT_EQ(out[1].weight, 20U);
   EXPECT_EQ(out[1].servedBy, ServedBy::FastTier);
   EXPECT_EQ(out[2].servedBy, ServedBy::RemoteRam);
   EXPECT_EQ(out[3].servedBy, ServedBy::Unknown);
+  EXPECT_EQ(out[4].page, (kChunkPages - 1) * 4096ULL);
+  EXPECT_EQ(out[4].servedBy, ServedBy::Cache);
   EXPECT_EQ(servedByOfTier(TT_TIER_CACHE), ServedBy::Cache);
   EXPECT_EQ(servedByOfTier(99), ServedBy::Unknown);
+  // The bits are those of the BPF block layout: tier t of page i is word (t - 1) * 8 + i / 64.
+  ChunkCounts c;
+  c.setServedBy(65, TT_TIER_REMOTE_RAM);
+  EXPECT_EQ(c.tiers[2 * 8 + 1], uint64_t{1} << 1);
+  EXPECT_TRUE(c.servedBy(65, TT_TIER_REMOTE_RAM));
+  EXPECT_FALSE(c.servedBy(65, TT_TIER_SLOW));
+  EXPECT_FALSE(c.servedBy(65, TT_TIER_UNKNOWN));
 }
 
 // The drain's last step: what the CPUs had staged is added to the blocks drained from the hash.
@@ -198,27 +210,26 @@ TEST(StagedMerge, AppendsChunksNotDrainedAndMergesTwoCpusStagingTheSameOne) {
   EXPECT_EQ(out[2].counts[3], 6);
 }
 
-// Blocks of one chunk counted from different tiers are different blocks: a staged one is added
-// only to the drained block of its own tier.
-TEST(StagedMerge, KeepsTiersApart) {
+// A staged block's tier bits join those of the drained block of its chunk (or-ed), like its counts.
+TEST(StagedMerge, OrsTierBits) {
   std::vector<ChunkCounts> out;
   out.push_back(chunk(7, 0));
-  out.back().tier = TT_TIER_FAST;
   out.back().counts[0] = 1;
+  out.back().setServedBy(0, TT_TIER_FAST);
   std::vector<ChunkCounts> staged;
   staged.push_back(chunk(7, 0));
-  staged.back().tier = TT_TIER_SLOW;
   staged.back().counts[0] = 2;
-  staged.push_back(chunk(7, 0));
-  staged.back().tier = TT_TIER_FAST;
-  staged.back().counts[0] = 3;
+  staged.back().setServedBy(0, TT_TIER_SLOW);
+  staged.back().counts[9] = 1;
+  staged.back().setServedBy(9, TT_TIER_CACHE);
   const auto r = sys::bpf::mergeStaged(staged, out, 0);
-  EXPECT_EQ(r.appended, 1U);
-  ASSERT_EQ(out.size(), 2U);
-  EXPECT_EQ(out[0].tier, TT_TIER_FAST);
-  EXPECT_EQ(out[0].counts[0], 4);
-  EXPECT_EQ(out[1].tier, TT_TIER_SLOW);
-  EXPECT_EQ(out[1].counts[0], 2);
+  EXPECT_EQ(r.appended, 0U);
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].counts[0], 3);
+  EXPECT_TRUE(out[0].servedBy(0, TT_TIER_FAST));
+  EXPECT_TRUE(out[0].servedBy(0, TT_TIER_SLOW));
+  EXPECT_TRUE(out[0].servedBy(9, TT_TIER_CACHE));
+  EXPECT_FALSE(out[0].servedBy(9, TT_TIER_FAST));
 }
 
 }  // namespace
