@@ -239,7 +239,7 @@ void SamplingSource::open() {
                       : Result<std::unique_ptr<sys::bpf::PerfSampleAgg>>(pidMax.error());
     if (!agg) {
       fallbackWhy = "BPF unavailable (" + agg.error().message() + "), ";
-    } else if (auto opened = openEvents(0); !opened) {
+    } else if (auto opened = openEvents(kControlRingPages); !opened) {
       status_ = {false, options_.eventDescription + ": " + opened.error().message()};
       return;
     } else {
@@ -388,6 +388,19 @@ Result<void> SamplingSource::collect(std::vector<AccessEvidence>& out) {
         counters_.samples += seen - lastAggSamples_;
         lastAggSamples_ = seen;
       }
+      // Samples the program could not count (its map full) are lost samples as much as a full
+      // ring's are.
+      if (st->mapFull >= lastAggMapFull_) {
+        counters_.lost += st->mapFull - lastAggMapFull_;
+        lastAggMapFull_ = st->mapFull;
+      }
+    }
+    // The program consumes every sample, but the kernel still writes its throttle and lost records
+    // to each event's small control ring: the period controller needs them on this path too.
+    for (size_t i = 0; i < events_.size(); ++i) {
+      const uint64_t st = eventSampleType_[i];
+      const AccessKind kind = eventKind_[i];
+      events_[i]->drain([&](std::span<const uint8_t> r) { handleRecord(r, st, kind); });
     }
   } else {
     for (size_t i = 0; i < events_.size(); ++i) {

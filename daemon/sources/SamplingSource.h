@@ -80,6 +80,10 @@ size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKin
 // count x period as an evidence weight (AccessEvidence::weight), saturating at UINT32_MAX.
 [[nodiscard]] uint32_t scaledWeight(uint64_t count, uint64_t period);
 
+// Ring of each event on the in-kernel path, in data pages: the BPF program consumes every sample,
+// so it carries only the kernel's throttle and lost records.
+inline constexpr uint32_t kControlRingPages = 1;
+
 class SamplingSource final : public Source {
  public:
   SamplingSource(SamplingOptions options, sys::Fs sysfs);
@@ -136,6 +140,7 @@ class SamplingSource final : public Source {
   std::vector<sys::bpf::ChunkCounts> chunks_;
   uint64_t throttledAtLastEpoch_ = 0;  // counters_.throttled at the previous collect
   uint64_t lastAggSamples_ = 0;  // tracked samples with an address the BPF program has seen
+  uint64_t lastAggMapFull_ = 0;  // of them, dropped because the count map was full
   uint64_t period_ = 1;
   uint64_t lastWallNs_ = 0;
   std::vector<uint64_t> lastCounts_;  // parallel to events_

@@ -3,8 +3,11 @@
 // report those pages (precision and recall >= 0.95 over the child's buffer), nothing of an
 // untracked process, and pick up a process added at run time.
 #include <gtest/gtest.h>
+#include <linux/perf_event.h>
 
 #include <algorithm>
+#include <chrono>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -16,6 +19,10 @@
 #include "sources/SamplingSource.h"
 #include "sources/SourceSet.h"
 #include "support/TestSupport.h"
+#include "sys/bpf/PerfSampleAgg.h"
+#include "sys/bpf/TgidBitmap.h"
+#include "sys/perf/PerfEvent.h"
+#include "tt_events.h"
 
 namespace tt::sources {
 namespace {
@@ -280,11 +287,14 @@ TEST(SourcesPrivileged, InKernelFullMapDropsOnlyWhatItCannotStageAndCountsIt) {
   evidence.clear();
   auto before = source.agg()->stats();
   ASSERT_TRUE(before.ok());
+  const uint64_t lostBefore = source.counters().lost;
   const auto touched = child.touch(sys::bpf::kChunkPages, 0);
   ASSERT_EQ(touched.size(), kChunks);
   ASSERT_TRUE(source.collect(evidence).ok());
   auto after = source.agg()->stats();
   ASSERT_TRUE(after.ok());
+  // The drops are the source's lost samples (status, metrics), like a full ring's.
+  EXPECT_EQ(source.counters().lost - lostBefore, after->mapFull - before->mapFull);
   uint64_t counted = 0;
   for (const auto& e : evidence)
     if (e.tgid == child.pid() && touched.count(e.page)) counted += e.weight;
@@ -346,6 +356,111 @@ TEST(SourcesPrivileged, UserRingCountsFaultsPerPageWithoutCap) {
 
 // Live tuning: SourceSet::applyConfig changes the running events' period (PERF_EVENT_IOC_PERIOD);
 // the kernel then samples one fault in `period`.
+// Sets a /proc/sys value for the test's lifetime and puts the old one back.
+class SysctlOverride {
+ public:
+  SysctlOverride(std::string path, const std::string& value) : path_(std::move(path)) {
+    std::ifstream in(path_);
+    if (!(in >> old_)) return;
+    std::ofstream out(path_);
+    ok_ = static_cast<bool>(out << value << "\n");
+  }
+  ~SysctlOverride() {
+    if (!old_.empty()) std::ofstream(path_) << old_ << "\n";
+  }
+  SysctlOverride(const SysctlOverride&) = delete;
+  SysctlOverride& operator=(const SysctlOverride&) = delete;
+  [[nodiscard]] bool ok() const { return ok_; }
+
+ private:
+  std::string path_, old_;
+  bool ok_ = false;
+};
+
+// Where neither data_src reader loads, events that record data_src get the cookie-kinded program:
+// samples are still counted, as the event's kind, and data_src is not read (on 6.3+ a reader would
+// have read "not available" from every one of them).
+TEST(SourcesPrivileged, WithoutADataSrcReaderSamplesAreCountedWithoutTier) {
+  TT_REQUIRE_ROOT();
+  auto pidMax = sys::bpf::readPidMax("/proc");
+  ASSERT_TRUE(pidMax.ok()) << pidMax.error().message();
+  auto agg = sys::bpf::PerfSampleAgg::load(*pidMax, 1024, sys::bpf::DataSrcReader::None);
+  ASSERT_TRUE(agg.ok()) << agg.error().message();
+  EXPECT_EQ((*agg)->dataSrcReader(), sys::bpf::DataSrcReader::None);
+  auto cpus = sys::perf::onlineCpus(sys::Fs("/sys"));
+  ASSERT_TRUE(cpus.ok());
+  std::vector<std::unique_ptr<sys::perf::PerfEvent>> events;
+  for (int cpu : *cpus) {
+    perf_event_attr a = softwareFaultAttr(1);
+    a.sample_type |= PERF_SAMPLE_DATA_SRC;
+    auto ev = sys::perf::PerfEvent::open(a, -1, cpu, 0);
+    ASSERT_TRUE(ev.ok()) << ev.error().message();
+    ASSERT_TRUE((*agg)->attach((*ev)->fd(), TT_KIND_STORE, true).ok());
+    ASSERT_TRUE((*ev)->enable().ok());
+    events.push_back(std::move(*ev));
+  }
+  test::PatternChild child(64);
+  ASSERT_TRUE((*agg)->track(child.pid()).ok());
+  const auto touched = child.touch(1, 0);
+  std::vector<sys::bpf::ChunkCounts> blocks;
+  ASSERT_TRUE((*agg)->drain(blocks).ok());
+  std::vector<AccessEvidence> evidence;
+  (void)appendChunkEvidence(blocks, AccessKind::Fault, 1, evidence);
+  size_t stores = 0;
+  for (const auto& e : evidence) {
+    if (e.tgid != child.pid() || !touched.count(e.page)) continue;
+    EXPECT_EQ(e.servedBy, ServedBy::Unknown);
+    stores += e.kind == AccessKind::Store ? 1 : 0;
+  }
+  EXPECT_EQ(stores, touched.size());
+  auto stats = (*agg)->stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GE(stats->tracked, touched.size());
+  EXPECT_EQ(stats->withTier, 0U);
+  EXPECT_EQ(stats->dataSrcNa, 0U) << "data_src was read without a reader";
+}
+
+// The kernel throttles an event that interrupts more often than kernel.perf_event_max_sample_rate
+// allows and writes a THROTTLE record to the event's ring. On the in-kernel path the BPF program
+// consumes every sample, and each event keeps a one-page control ring for these records only: the
+// period controller must see the throttling there too and raise the period. A cpu-clock event
+// every 20 us (hrtimer driven, which the kernel throttles; software fault events at period 1 never
+// are) with the rate limit lowered to 1000 samples/s for the test must be throttled at once.
+TEST(SourcesPrivileged, InKernelPathSeesThrottlingThroughItsControlRing) {
+  TT_REQUIRE_ROOT();
+  SysctlOverride rate("/proc/sys/kernel/perf_event_max_sample_rate", "1000");
+  ASSERT_TRUE(rate.ok()) << "cannot lower kernel.perf_event_max_sample_rate";
+  constexpr uint64_t kPeriodNs = 20'000;
+  perf_event_attr a{};
+  a.size = sizeof a;
+  a.type = PERF_TYPE_SOFTWARE;
+  a.config = PERF_COUNT_SW_CPU_CLOCK;
+  a.sample_period = kPeriodNs;
+  a.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_ADDR;
+  a.disabled = 1;
+  SamplingOptions o;
+  o.name = "cpu-clock";
+  o.events = {a};
+  o.eventDescription = "cpu-clock every 20 us";
+  o.aggregation = Aggregation::InKernel;
+  o.minPeriod = kPeriodNs;
+  o.maxPeriod = kPeriodNs * 1024;
+  SamplingSource source(o, sys::Fs("/sys"));
+  source.open();
+  ASSERT_TRUE(source.status().available) << source.status().detail;
+  ASSERT_EQ(source.aggregation(), Aggregation::InKernel) << source.status().detail;
+  std::vector<AccessEvidence> evidence;
+  ASSERT_TRUE(source.collect(evidence).ok());
+  const uint64_t throttledBefore = source.counters().throttled;
+  const uint64_t periodBefore = source.period();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  volatile uint64_t spin = 0;
+  while (std::chrono::steady_clock::now() < until) spin = spin + 1;
+  ASSERT_TRUE(source.collect(evidence).ok());
+  EXPECT_GT(source.counters().throttled, throttledBefore) << "no THROTTLE record reached the in-kernel path";
+  EXPECT_GT(source.period(), periodBefore) << "a throttled epoch must raise the period";
+}
+
 TEST(SourcesPrivileged, LiveConfigChangesTheRunningSamplePeriod) {
   TT_REQUIRE_ROOT();
   auto owned = softwareSource(Aggregation::UserRing);
