@@ -183,8 +183,7 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
     s->open();
     sources.push_back(std::move(s));
   }
-  auto set = std::make_unique<SourceSet>(std::move(sources), c);
-  set->extraLines_ = std::move(lines);
+  auto set = std::make_unique<SourceSet>(std::move(sources), c, std::move(lines));
   set->tieringGuard_ = std::move(guard);
   for (const auto& line : set->statusLines()) {
     TT_LOG(Info) << "sources: " << line;
@@ -195,8 +194,9 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
   return set;
 }
 
-SourceSet::SourceSet(std::vector<std::unique_ptr<Source>> sources, const pb::SourcesConfig& config)
-    : sources_(std::move(sources)), config_(config) {}
+SourceSet::SourceSet(std::vector<std::unique_ptr<Source>> sources, const pb::SourcesConfig& config,
+                     std::vector<std::string> extraLines)
+    : sources_(std::move(sources)), extraLines_(std::move(extraLines)), config_(config) {}
 
 namespace {
 

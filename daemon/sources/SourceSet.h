@@ -37,7 +37,8 @@ class SourceSet {
                                                        const topology::Topology& topology);
   // From already-built sources (unit tests pass fakes).
   explicit SourceSet(std::vector<std::unique_ptr<Source>> sources,
-                     const tensortier::v1::SourcesConfig& config = tensortier::v1::SourcesConfig());
+                     const tensortier::v1::SourcesConfig& config = tensortier::v1::SourcesConfig(),
+                     std::vector<std::string> extraLines = {});
   ~SourceSet();
   SourceSet(const SourceSet&) = delete;
   SourceSet& operator=(const SourceSet&) = delete;
@@ -56,9 +57,12 @@ class SourceSet {
   // Kernel page moves of tracked processes since the last call (fault-trace source).
   void takeKernelMoves(std::vector<KernelMove>& out);
 
-  // One line per configured source: "pmu: unavailable: ..." / "fault-trace: ok: ...", then one
-  // for kernel tiering. For the start log and `tensortierctl sources`.
+  // One line per configured source: "pmu: unavailable: ..." / "fault-trace: ok: ...", then
+  // extraLines(). For the start log.
   [[nodiscard]] std::vector<std::string> statusLines() const;
+  // The start lines that are not a source's own status: kernel tiering, topology, sources not
+  // opened and why ("software-faults: not opened: ..."). `tensortierctl status` shows them.
+  [[nodiscard]] const std::vector<std::string>& extraLines() const { return extraLines_; }
   [[nodiscard]] size_t availableCount() const;
   [[nodiscard]] const std::vector<std::unique_ptr<Source>>& sources() const { return sources_; }
   [[nodiscard]] Source* find(std::string_view name) const;
