@@ -6,8 +6,9 @@
 //
 // Threads: none of its own. Every method is called from one thread (the service's epoch loop);
 // the kernel aggregates (BPF maps, perf rings, BPF ring buffer) between calls.
-// Kernel tiering (NUMA balancing in tiering mode, demotion) is detected and logged at open; with
-// kernel_tiering: DISABLE it is switched off until shutdown()/destruction restores it.
+// Kernel tiering (NUMA balancing in any mode, demotion) is detected and logged at open; with
+// kernel_tiering: DISABLE it is switched off until shutdown()/destruction restores it (the old
+// values saved in kernel_tiering_state_file, restored at the next open if the daemon died).
 //
 // Live tuning (applyConfig, used by SIGHUP and `tensortierctl tune`): cpu_budget_percent,
 // pmu.min_period/max_period/sample_cost_ns and software_faults.period/max_period/sample_cost_ns
@@ -35,6 +36,11 @@ class SourceSet {
   // /sys). Never fails: sources that cannot run are listed in statusLines() and skipped.
   [[nodiscard]] static std::unique_ptr<SourceSet> open(const tensortier::v1::SourcesConfig& config,
                                                        const topology::Topology& topology);
+  // The kernel-tiering part of open(): restores what a previous run that died left saved, logs the
+  // state as one or two lines appended to `lines`, and turns it off (the guard) with DISABLE.
+  [[nodiscard]] static std::unique_ptr<sys::KernelTieringGuard> openKernelTiering(
+      const tensortier::v1::SourcesConfig& config, const sys::Fs& procfs, const sys::Fs& sysfs,
+      std::vector<std::string>& lines);
   // From already-built sources (unit tests pass fakes).
   explicit SourceSet(std::vector<std::unique_ptr<Source>> sources,
                      const tensortier::v1::SourcesConfig& config = tensortier::v1::SourcesConfig(),
