@@ -38,6 +38,7 @@ std::vector<SourceReport> SourceSetEvidence::status() const {
     r.cpuPercent = c.costPercent;
     r.lost = c.lost;
     r.throttled = c.throttled;
+    r.systemMigrations = s->systemMigrations();
     if (r.name == "fault-trace") r.kernelMoves = kernelMoves_;
   }
   return out;

@@ -39,6 +39,7 @@ class SourceSetEvidence final : public EvidenceSource {
   // reports, so the sources' buffers of them are emptied every epoch.
   Result<void> collect(std::vector<AccessEvidence>& out) override;
   std::vector<SourceReport> status() const override;
+  std::vector<std::string> notes() const override { return set_->extraLines(); }
   Result<void> applyConfig(const tensortier::v1::SourcesConfig& config) override;
   void shutdown() override { set_->shutdown(); }
 

@@ -77,7 +77,18 @@ void AdminService::status(pb::DaemonMessage& reply) {
     o->set_kernel_demoted_pages(src.kernelMoves.demoted);
     o->set_kernel_syscall_pages(src.kernelMoves.syscall);
     o->set_kernel_other_pages(src.kernelMoves.other);
+    if (src.systemMigrations) {
+      const auto& m = *src.systemMigrations;
+      for (const auto& [reason, pages] : {std::pair{"promoted", m.promotion}, std::pair{"demoted", m.demotion},
+                                          std::pair{"syscall", m.syscall}, std::pair{"other", m.other}}) {
+        auto* k = o->add_system_migrations();
+        k->set_reason(reason);
+        k->set_succeeded_pages(pages.succeeded);
+        k->set_failed_pages(pages.failed);
+      }
+    }
   }
+  for (const auto& note : st.sourceNotes) s->add_source_notes(note);
   s->set_epochs(st.epochs);
   s->set_epoch_ms(ctx_.epochMs ? ctx_.epochMs() : 0);
   s->set_last_epoch_ms(st.lastEpochMs);

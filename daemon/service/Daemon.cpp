@@ -25,6 +25,7 @@
 #include "service/EpochLoop.h"
 #include "sources/SourceSet.h"
 #include "sys/PageMover.h"
+#include "sys/access/Sysctl.h"
 #include "sys/service/Groups.h"
 #include "sys/service/SdDaemon.h"
 #include "sys/service/SocketFile.h"
@@ -420,6 +421,22 @@ void Daemon::shutdown() {
 int runDaemon(const DaemonOptions& options, config::DaemonConfig config) {
   Daemon daemon(options, std::move(config));
   return daemon.run();
+}
+
+bool restoreKernelTiering(const pb::SourcesConfig& sources) {
+  const std::string& path = sources.kernel_tiering_state_file();
+  auto restored = sys::restoreKernelTiering(sys::Fs(sources.procfs_root()), sys::Fs("/sys"), path);
+  if (!restored) {
+    TT_LOG(Error) << "kernel-tiering: restoring the values saved in " << path << ": " << restored.error().message();
+    return false;
+  }
+  if (*restored) {
+    TT_LOG(Warn) << "kernel-tiering: the daemon exited without restoring it: restored " << (*restored)->describe()
+                 << " from " << path;
+  } else {
+    TT_LOG(Info) << "kernel-tiering: nothing to restore (no " << path << ")";
+  }
+  return true;
 }
 
 }  // namespace tt::service

@@ -25,4 +25,10 @@ struct DaemonOptions {
 // Runs until SIGTERM/SIGINT; returns the process exit code (0 after a clean shutdown).
 [[nodiscard]] int runDaemon(const DaemonOptions& options, config::DaemonConfig config);
 
+// `tensortierd --restore-kernel-tiering` (the unit's ExecStopPost): writes back the kernel tiering
+// values saved in sources.kernel_tiering_state_file by a daemon that did not restore them (killed,
+// crashed) and removes the file; logs what it did. False when the file is there but could not be
+// applied.
+[[nodiscard]] bool restoreKernelTiering(const tensortier::v1::SourcesConfig& sources);
+
 }  // namespace tt::service

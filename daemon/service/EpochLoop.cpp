@@ -27,7 +27,10 @@ EpochLoop::EpochLoop(registry::Registry& registry, EpochStages stages, metrics::
       demotedPages_(metrics.counter("tensortier_demoted_pages_total", "4 KiB pages moved to a slow node")),
       promotedBytes_(metrics.counter("tensortier_promoted_bytes_total", "Bytes moved to a fast node")),
       demotedBytes_(metrics.counter("tensortier_demoted_bytes_total", "Bytes moved to a slow node")),
-      planMoves_(metrics.counter("tensortier_plan_moves_total", "Move requests in submitted plans")) {}
+      planMoves_(metrics.counter("tensortier_plan_moves_total", "Move requests in submitted plans")) {
+  // Fixed once the sources are open: shown from the first status request on, before any epoch.
+  if (stages_.source) stats_.sourceNotes = stages_.source->notes();
+}
 
 EpochLoop::~EpochLoop() { stop(); }
 
@@ -351,6 +354,23 @@ void EpochLoop::exportCounters(double epochSeconds, const ExecutorCounters& c) {
       kernelMoves.demoted += s.kernelMoves.demoted;
       kernelMoves.syscall += s.kernelMoves.syscall;
       kernelMoves.other += s.kernelMoves.other;
+      if (s.systemMigrations) {
+        const std::pair<const char*, const sources::SystemMigrations::Pages*> byReason[] = {
+            {"promoted", &s.systemMigrations->promotion},
+            {"demoted", &s.systemMigrations->demotion},
+            {"syscall", &s.systemMigrations->syscall},
+            {"other", &s.systemMigrations->other}};
+        for (const auto& [reason, pages] : byReason) {
+          static const char* const kHelp =
+              "Pages the kernel migrated on the whole machine since the daemon started, by reason and result "
+              "(promoted: NUMA balancing; demoted: reclaim, kswapd's for every process; syscall: "
+              "move_pages/migrate_pages, the daemon's own moves too)";
+          grow("tensortier_kernel_migrated_pages_system_total", kHelp, {{"reason", reason}, {"result", "succeeded"}},
+               pages->succeeded);
+          grow("tensortier_kernel_migrated_pages_system_total", kHelp, {{"reason", reason}, {"result", "failed"}},
+               pages->failed);
+        }
+      }
       metrics_.counter("tensortier_sampling_cpu_seconds_total", "Estimated CPU time spent sampling (kernel work in sampled threads + daemon), by source",
                        {{"source", s.name}})
           .add(s.cpuPercent / 100.0 * epochSeconds);

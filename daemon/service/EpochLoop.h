@@ -46,6 +46,7 @@ struct EpochStats {
   double migrationBandwidth = 0;
   PolicyView policy;
   std::vector<SourceReport> sources;  // as of the last epoch (sources are epoch-thread only)
+  std::vector<std::string> sourceNotes;  // EvidenceSource::notes(), from the start
 };
 
 struct EpochStages {

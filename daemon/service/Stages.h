@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -32,6 +33,9 @@ struct SourceReport {
   uint64_t throttled = 0;  // PERF_RECORD_THROTTLE seen (sampling sources, user-ring path)
   // Pages the kernel itself moved for tracked processes (the fault-trace source), by reason.
   sources::KernelMoveTotals kernelMoves;
+  // Pages the kernel migrated on the whole machine since the source opened (fault-trace), by
+  // reason: kswapd's demotions are only seen here (no tracked task is charged for them).
+  std::optional<sources::SystemMigrations> systemMigrations;
 };
 
 // Sources of access evidence for registered processes.
@@ -45,6 +49,9 @@ class EvidenceSource {
   // Appends the evidence gathered since the previous call.
   [[nodiscard]] virtual Result<void> collect(std::vector<AccessEvidence>& out) = 0;
   [[nodiscard]] virtual std::vector<SourceReport> status() const = 0;
+  // What the sources logged at start besides each source's own line: kernel tiering, topology,
+  // sources not opened and why. Fixed after start.
+  [[nodiscard]] virtual std::vector<std::string> notes() const { return {}; }
   // Live tuning of the knobs the sources can change while running (sources::SourceSet says which);
   // the others are left as they run until a restart. An error says which source failed.
   [[nodiscard]] virtual Result<void> applyConfig(const tensortier::v1::SourcesConfig& config) = 0;

@@ -15,12 +15,15 @@ namespace {
 void usage(FILE* out) {
   std::fprintf(out,
                "usage: tensortierd [--config PATH] [--socket PATH] [--foreground] [--check-config] [--print-config]\n"
-               "                   [--version]\n"
+               "                   [--restore-kernel-tiering] [--version]\n"
                "  --config PATH    config file (default %s; absent = built-in defaults)\n"
                "  --socket PATH    serve on this socket (overrides service.socket_path and socket activation)\n"
                "  --foreground     run in the foreground (the only mode: systemd runs it as Type=notify)\n"
                "  --check-config   parse and validate the config, print the verdict, exit 0 if valid\n"
-               "  --print-config   print the effective config (defaults filled in) and exit\n",
+               "  --print-config   print the effective config (defaults filled in) and exit\n"
+               "  --restore-kernel-tiering\n"
+               "                   write back the kernel tiering values a daemon that did not exit cleanly\n"
+               "                   left in sources.kernel_tiering_state_file, if any, and exit (ExecStopPost)\n",
                std::string(tt::config::kDefaultConfigPath).c_str());
 }
 
@@ -29,12 +32,13 @@ void usage(FILE* out) {
 int main(int argc, char** argv) {
   std::string configPath(tt::config::kDefaultConfigPath);
   std::optional<std::string> socketPath;
-  bool explicitConfig = false, checkOnly = false, printOnly = false;
+  bool explicitConfig = false, checkOnly = false, printOnly = false, restoreOnly = false;
   static const option longOptions[] = {{"config", required_argument, nullptr, 'c'},
                                        {"socket", required_argument, nullptr, 's'},
                                        {"foreground", no_argument, nullptr, 'f'},
                                        {"check-config", no_argument, nullptr, 'C'},
                                        {"print-config", no_argument, nullptr, 'P'},
+                                       {"restore-kernel-tiering", no_argument, nullptr, 'R'},
                                        {"version", no_argument, nullptr, 'V'},
                                        {"help", no_argument, nullptr, 'h'},
                                        {nullptr, 0, nullptr, 0}};
@@ -45,6 +49,7 @@ int main(int argc, char** argv) {
       case 'f': break;
       case 'C': checkOnly = true; break;
       case 'P': printOnly = true; break;
+      case 'R': restoreOnly = true; break;
       case 'V': std::printf("tensortierd %s\n", TT_VERSION); return 0;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
@@ -59,6 +64,11 @@ int main(int argc, char** argv) {
   const bool haveFile = explicitConfig || access(configPath.c_str(), F_OK) == 0;
   if (haveFile) {
     auto loaded = tt::config::loadConfigFile(configPath);
+    if (!loaded && restoreOnly) {
+      // Restoring matters more than the config: the state file is most likely at its default.
+      TT_LOG(Warn) << loaded.error().message() << "; restoring with the built-in defaults";
+      return tt::service::restoreKernelTiering(config.sources()) ? 0 : 1;
+    }
     if (!loaded) {
       TT_LOG(Error) << loaded.error().message();
       return 1;
@@ -68,6 +78,7 @@ int main(int argc, char** argv) {
     TT_LOG(Error) << "built-in defaults: " << valid.error().message();
     return 1;
   }
+  if (restoreOnly) return tt::service::restoreKernelTiering(config.sources()) ? 0 : 1;
   if (checkOnly) {
     std::printf("%s: valid\n", haveFile ? configPath.c_str() : "built-in defaults");
     return 0;

@@ -19,6 +19,16 @@ KernelMove::Why why(uint16_t cls) {
 }
 }  // namespace
 
+SystemMigrations toSystemMigrations(const sys::bpf::MigrationTotals& totals) {
+  SystemMigrations m;
+  auto pages = [&](int cls) { return SystemMigrations::Pages{totals.succeeded[cls], totals.failed[cls]}; };
+  m.promotion = pages(TT_MIG_PROMOTE);
+  m.demotion = pages(TT_MIG_DEMOTE);
+  m.syscall = pages(TT_MIG_SYSCALL);
+  m.other = pages(TT_MIG_OTHER);
+  return m;
+}
+
 uint64_t appendNotPresentFaults(std::vector<sys::bpf::ChunkCounts>& blocks, FaultedPages& faulted,
                                 std::vector<AccessEvidence>& out) {
   std::sort(blocks.begin(), blocks.end(),
@@ -114,8 +124,10 @@ Result<void> FaultTraceSource::collect(std::vector<AccessEvidence>& out) {
   counters_.samples += events + *n;
   counters_.evidence += out.size() - before;
   counters_.evidence += pending_.flush(out);
-  if (auto totals = trace_->migrationTotals())
+  if (auto totals = trace_->migrationTotals()) {
     counters_.lost = totals->dropped + totals->firstTouchChunksFull;
+    systemMigrations_ = toSystemMigrations(*totals);
+  }
   if (drainError) return *drainError;
   return {};
 }

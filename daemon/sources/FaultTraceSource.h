@@ -49,6 +49,8 @@ class FaultTraceSource final : public Source {
   SourceCounters counters() const override { return counters_; }
   void takeKernelMoves(std::vector<KernelMove>& out) override;
   [[nodiscard]] Result<sys::bpf::MigrationTotals> migrationTotals() const;
+  // migrationTotals() as read by the last collect(), by reason.
+  std::optional<SystemMigrations> systemMigrations() const override { return systemMigrations_; }
   // The running tracer (null when not open); benchmarks read its program's run time.
   [[nodiscard]] const sys::bpf::FaultTrace* trace() const { return trace_.get(); }
 
@@ -64,6 +66,10 @@ class FaultTraceSource final : public Source {
   std::vector<KernelMove> moves_;
   std::vector<sys::bpf::ChunkCounts> blocks_;  // reused drain buffer
   FaultedPages seen_;
+  std::optional<SystemMigrations> systemMigrations_;
 };
+
+// The BPF program's per-class totals as SystemMigrations.
+[[nodiscard]] SystemMigrations toSystemMigrations(const sys::bpf::MigrationTotals& totals);
 
 }  // namespace tt::sources

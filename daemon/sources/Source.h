@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -63,6 +64,16 @@ struct KernelMoveTotals {
   void add(const std::vector<KernelMove>& moves, bool perPageEvents);
 };
 
+// Pages the kernel migrated on the whole machine since the source opened (the daemon's start), by
+// reason: every process's, and the ones no tracked task is charged for (kswapd's demotions,
+// compaction, moves in another task's context).
+struct SystemMigrations {
+  struct Pages {
+    uint64_t succeeded = 0, failed = 0;
+  };
+  Pages promotion, demotion, syscall, other;  // NUMA balancing, reclaim demotion, move_pages/migrate_pages, the rest
+};
+
 class Source {
  public:
   virtual ~Source() = default;
@@ -77,6 +88,9 @@ class Source {
   [[nodiscard]] virtual Result<void> setSamplingLimits(const SamplingLimits& /*limits*/) { return {}; }
   // Kernel page moves seen since the last call (only sources that trace migrations have any).
   virtual void takeKernelMoves(std::vector<KernelMove>& /*out*/) {}
+  // System-wide kernel migration totals as of the last collect() (sources that trace migrations
+  // system-wide; nullopt from the others).
+  [[nodiscard]] virtual std::optional<SystemMigrations> systemMigrations() const { return std::nullopt; }
   // The registered regions of a tracked process, [start, end) sorted and merged (empty: none).
   // Sources that scan address ranges every epoch (soft-dirty) scan these instead of every
   // anonymous mapping; the others ignore them.

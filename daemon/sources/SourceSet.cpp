@@ -106,6 +106,44 @@ perf_event_attr softwareFaultAttr(uint64_t period) {
   return a;
 }
 
+std::unique_ptr<sys::KernelTieringGuard> SourceSet::openKernelTiering(const pb::SourcesConfig& c,
+                                                                     const sys::Fs& procfs, const sys::Fs& sysfs,
+                                                                     std::vector<std::string>& lines) {
+  const std::string& statePath = c.kernel_tiering_state_file();
+  // A previous run that died with kernel tiering turned off left the original values behind: put
+  // them back first, or the values it set would be taken for the kernel's own (and "restored").
+  bool mayChange = true;
+  if (auto recovered = sys::restoreKernelTiering(procfs, sysfs, statePath); !recovered) {
+    lines.push_back("kernel-tiering: could NOT restore the values a previous run saved in " + statePath + ": " +
+                    recovered.error().message() + " (left as they are)");
+    mayChange = false;  // saving now would overwrite the originals
+  } else if (*recovered) {
+    lines.push_back("kernel-tiering: a previous run exited without restoring it: restored " + (*recovered)->describe() +
+                    " from " + statePath);
+  }
+  auto tiering = sys::readKernelTiering(procfs, sysfs);
+  if (!tiering) {
+    lines.push_back("kernel-tiering: unknown: " + tiering.error().message());
+  } else if (!tiering->movesPages()) {
+    lines.push_back("kernel-tiering: off (" + tiering->describe() + ")");
+  } else if (c.kernel_tiering() == pb::DISABLE && mayChange) {
+    auto g = sys::KernelTieringGuard::disable(procfs, sysfs, statePath);
+    if (g) {
+      lines.push_back("kernel-tiering: was " + tiering->describe() + "; turned off until the daemon exits (" +
+                      g->changes() + "; the old values saved in " + statePath + ")");
+      return std::make_unique<sys::KernelTieringGuard>(std::move(*g));
+    }
+    lines.push_back("kernel-tiering: " + tiering->describe() + "; could NOT turn it off: " + g.error().message() +
+                    " (the kernel will move pages too)");
+  } else if (c.kernel_tiering() == pb::DISABLE) {
+    lines.push_back("kernel-tiering: " + tiering->describe() + "; not turned off (see above): the kernel will move pages too");
+  } else {
+    lines.push_back("kernel-tiering: " + tiering->describe() +
+                    "; cooperating: its hint faults are evidence, its moves are counted (fault-trace)");
+  }
+  return nullptr;
+}
+
 std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const topology::Topology& topology) {
   const sys::Fs sysfs("/sys");
   const sys::Fs procfs(c.procfs_root());
@@ -113,25 +151,7 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
   std::vector<std::string> lines;
 
   // Kernel tiering first: DISABLE must take effect before the sources start counting.
-  std::unique_ptr<sys::KernelTieringGuard> guard;
-  auto tiering = sys::readKernelTiering(procfs, sysfs);
-  if (!tiering) {
-    lines.push_back("kernel-tiering: unknown: " + tiering.error().message());
-  } else if (!tiering->tieringMode() && !tiering->demotion()) {
-    lines.push_back("kernel-tiering: off (" + tiering->describe() + ")");
-  } else if (c.kernel_tiering() == pb::DISABLE) {
-    auto g = sys::KernelTieringGuard::disable(procfs, sysfs);
-    if (g) {
-      lines.push_back("kernel-tiering: was " + tiering->describe() + "; turned off until the daemon exits");
-      guard = std::make_unique<sys::KernelTieringGuard>(std::move(*g));
-    } else {
-      lines.push_back("kernel-tiering: " + tiering->describe() + "; could NOT turn it off: " + g.error().message() +
-                      " (the kernel will move pages too)");
-    }
-  } else {
-    lines.push_back("kernel-tiering: " + tiering->describe() +
-                    "; cooperating: its hint faults are evidence, its moves are counted (fault-trace)");
-  }
+  std::unique_ptr<sys::KernelTieringGuard> guard = openKernelTiering(c, procfs, sysfs, lines);
   if (!topology.isTiered()) lines.push_back("topology: one tier only: served-by tiers will not be told apart");
 
   if (c.pmu().enabled()) sources.push_back(openPmu(c, sysfs));
@@ -183,8 +203,7 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
     s->open();
     sources.push_back(std::move(s));
   }
-  auto set = std::make_unique<SourceSet>(std::move(sources), c);
-  set->extraLines_ = std::move(lines);
+  auto set = std::make_unique<SourceSet>(std::move(sources), c, std::move(lines));
   set->tieringGuard_ = std::move(guard);
   for (const auto& line : set->statusLines()) {
     TT_LOG(Info) << "sources: " << line;
@@ -195,8 +214,9 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
   return set;
 }
 
-SourceSet::SourceSet(std::vector<std::unique_ptr<Source>> sources, const pb::SourcesConfig& config)
-    : sources_(std::move(sources)), config_(config) {}
+SourceSet::SourceSet(std::vector<std::unique_ptr<Source>> sources, const pb::SourcesConfig& config,
+                     std::vector<std::string> extraLines)
+    : sources_(std::move(sources)), extraLines_(std::move(extraLines)), config_(config) {}
 
 namespace {
 

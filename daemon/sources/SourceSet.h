@@ -6,8 +6,9 @@
 //
 // Threads: none of its own. Every method is called from one thread (the service's epoch loop);
 // the kernel aggregates (BPF maps, perf rings, BPF ring buffer) between calls.
-// Kernel tiering (NUMA balancing in tiering mode, demotion) is detected and logged at open; with
-// kernel_tiering: DISABLE it is switched off until shutdown()/destruction restores it.
+// Kernel tiering (NUMA balancing in any mode, demotion) is detected and logged at open; with
+// kernel_tiering: DISABLE it is switched off until shutdown()/destruction restores it (the old
+// values saved in kernel_tiering_state_file, restored at the next open if the daemon died).
 //
 // Live tuning (applyConfig, used by SIGHUP and `tensortierctl tune`): cpu_budget_percent,
 // pmu.min_period/max_period/sample_cost_ns and software_faults.period/max_period/sample_cost_ns
@@ -35,9 +36,15 @@ class SourceSet {
   // /sys). Never fails: sources that cannot run are listed in statusLines() and skipped.
   [[nodiscard]] static std::unique_ptr<SourceSet> open(const tensortier::v1::SourcesConfig& config,
                                                        const topology::Topology& topology);
+  // The kernel-tiering part of open(): restores what a previous run that died left saved, logs the
+  // state as one or two lines appended to `lines`, and turns it off (the guard) with DISABLE.
+  [[nodiscard]] static std::unique_ptr<sys::KernelTieringGuard> openKernelTiering(
+      const tensortier::v1::SourcesConfig& config, const sys::Fs& procfs, const sys::Fs& sysfs,
+      std::vector<std::string>& lines);
   // From already-built sources (unit tests pass fakes).
   explicit SourceSet(std::vector<std::unique_ptr<Source>> sources,
-                     const tensortier::v1::SourcesConfig& config = tensortier::v1::SourcesConfig());
+                     const tensortier::v1::SourcesConfig& config = tensortier::v1::SourcesConfig(),
+                     std::vector<std::string> extraLines = {});
   ~SourceSet();
   SourceSet(const SourceSet&) = delete;
   SourceSet& operator=(const SourceSet&) = delete;
@@ -56,9 +63,12 @@ class SourceSet {
   // Kernel page moves of tracked processes since the last call (fault-trace source).
   void takeKernelMoves(std::vector<KernelMove>& out);
 
-  // One line per configured source: "pmu: unavailable: ..." / "fault-trace: ok: ...", then one
-  // for kernel tiering. For the start log and `tensortierctl sources`.
+  // One line per configured source: "pmu: unavailable: ..." / "fault-trace: ok: ...", then
+  // extraLines(). For the start log.
   [[nodiscard]] std::vector<std::string> statusLines() const;
+  // The start lines that are not a source's own status: kernel tiering, topology, sources not
+  // opened and why ("software-faults: not opened: ..."). `tensortierctl status` shows them.
+  [[nodiscard]] const std::vector<std::string>& extraLines() const { return extraLines_; }
   [[nodiscard]] size_t availableCount() const;
   [[nodiscard]] const std::vector<std::unique_ptr<Source>>& sources() const { return sources_; }
   [[nodiscard]] Source* find(std::string_view name) const;

@@ -16,11 +16,14 @@
 
 #include "config/Config.h"
 #include "ctl/CtlClient.h"
+#include "ctl/StatusView.h"
 
 namespace {
 
 namespace pb = tensortier::v1;
 using nlohmann::json;
+using tt::ctl::bytes;
+using tt::ctl::Table;
 
 constexpr const char* kUsage =
     "usage: tensortierctl [--socket PATH] [--json] COMMAND [OPTIONS]\n"
@@ -44,43 +47,6 @@ constexpr const char* kUsage =
     "  record [list]                  running and recently ended recordings\n"
     "  check-config [--config PATH]   validate a config file (default /etc/tensortier/tensortierd.conf)\n"
     "--socket defaults to $TENSORTIER_SOCKET, else /run/tensortier/tensortier.sock.\n";
-
-std::string bytes(uint64_t b) {
-  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(b);
-  int u = 0;
-  while (v >= 1024 && u < 4) v /= 1024, ++u;
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(u == 0 ? 0 : 1) << v << ' ' << units[u];
-  return s.str();
-}
-
-// A left-aligned text table.
-class Table {
- public:
-  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
-  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
-  [[nodiscard]] std::string str() const {
-    std::vector<size_t> w;
-    for (const auto& r : rows_)
-      for (size_t i = 0; i < r.size(); ++i) {
-        if (w.size() <= i) w.push_back(0);
-        w[i] = std::max(w[i], r[i].size());
-      }
-    std::ostringstream out;
-    for (const auto& r : rows_) {
-      for (size_t i = 0; i < r.size(); ++i) {
-        out << r[i];
-        if (i + 1 < r.size()) out << std::string(w[i] - r[i].size() + 2, ' ');
-      }
-      out << '\n';
-    }
-    return out.str();
-  }
-
- private:
-  std::vector<std::vector<std::string>> rows_;
-};
 
 void printRecordings(const pb::RecordReply& reply, bool asJson) {
   if (asJson) {
@@ -149,81 +115,10 @@ std::string regionsTable(const google::protobuf::RepeatedPtrField<pb::RegionEntr
 
 void printStatus(const pb::StatusReply& s, bool asJson) {
   if (asJson) {
-    json nodes = json::array(), sources = json::array();
-    for (const auto& n : s.nodes())
-      nodes.push_back({{"node", n.node()}, {"tier", n.tier()}, {"tier_source", n.tier_source()},
-                       {"total_bytes", n.total_bytes()}, {"free_bytes", n.free_bytes()},
-                       {"cpus", std::vector<int>(n.cpus().begin(), n.cpus().end())}});
-    for (const auto& src : s.sources())
-      sources.push_back({{"name", src.name()}, {"active", src.active()}, {"detail", src.detail()},
-                         {"samples", src.samples()}, {"lost", src.lost()}, {"throttled", src.throttled()},
-                         {"kernel_promoted_pages", src.kernel_promoted_pages()},
-                         {"kernel_demoted_pages", src.kernel_demoted_pages()},
-                         {"kernel_syscall_pages", src.kernel_syscall_pages()},
-                         {"kernel_other_pages", src.kernel_other_pages()}});
-    json j = {{"daemon_version", s.daemon_version()},
-              {"uptime_ms", s.uptime_ms()},
-              {"nodes", nodes},
-              {"fast_tier_budget_bytes", s.fast_tier_budget_bytes()},
-              {"fast_tier_used_bytes", s.fast_tier_used_bytes()},
-              {"sources", sources},
-              {"epochs", s.epochs()},
-              {"epoch_ms", s.epoch_ms()},
-              {"last_epoch_ms", s.last_epoch_ms()},
-              {"bytes_promoted", s.bytes_promoted()},
-              {"bytes_demoted", s.bytes_demoted()},
-              {"promote_bytes_per_sec", s.promote_bytes_per_sec()},
-              {"demote_bytes_per_sec", s.demote_bytes_per_sec()},
-              {"migration_bandwidth_bytes_per_sec", s.migration_bandwidth_bytes_per_sec()},
-              {"processes", s.processes()},
-              {"regions", s.regions()},
-              {"registered_bytes", s.registered_bytes()},
-              {"connections", s.connections()},
-              {"stages_missing", std::vector<std::string>(s.stages_missing().begin(), s.stages_missing().end())}};
-    json weights = json::object();
-    for (const auto& w : s.feature_weights()) weights[w.name()] = w.weight();
-    j["feature_weights"] = weights;
-    std::cout << j.dump(2) << '\n';
+    std::cout << tt::ctl::statusJson(s).dump(2) << '\n';
     return;
   }
-  std::cout << "tensortierd " << s.daemon_version() << ", up " << s.uptime_ms() / 1000 << " s, epoch " << s.epoch_ms()
-            << " ms (" << s.epochs() << " run, last " << std::fixed << std::setprecision(1) << s.last_epoch_ms()
-            << " ms)\n\n";
-  Table nodes({"NODE", "TIER", "WHY", "TOTAL", "FREE", "CPUS"});
-  for (const auto& n : s.nodes())
-    nodes.add({std::to_string(n.node()), n.tier(), n.tier_source(), bytes(n.total_bytes()), bytes(n.free_bytes()),
-               n.cpus_size() ? std::to_string(n.cpus_size()) : "none"});
-  std::cout << nodes.str() << '\n';
-  std::cout << "fast tier: budget " << (s.fast_tier_budget_bytes() ? bytes(s.fast_tier_budget_bytes()) : "unknown")
-            << ", registered bytes on it " << bytes(s.fast_tier_used_bytes()) << "\n";
-  std::cout << "clients: " << s.processes() << " process(es), " << s.regions() << " region(s), "
-            << bytes(s.registered_bytes()) << " registered, " << s.connections() << " connection(s)\n";
-  std::cout << "migration: promoted " << bytes(s.bytes_promoted()) << ", demoted " << bytes(s.bytes_demoted())
-            << "; now " << bytes(static_cast<uint64_t>(s.promote_bytes_per_sec())) << "/s up, "
-            << bytes(static_cast<uint64_t>(s.demote_bytes_per_sec())) << "/s down; planning with "
-            << (s.migration_bandwidth_bytes_per_sec() > 0
-                    ? bytes(static_cast<uint64_t>(s.migration_bandwidth_bytes_per_sec())) + "/s (measured)"
-                    : std::string("the configured initial bandwidth (not measured yet)"))
-            << "\n\n";
-  Table sources({"SOURCE", "STATE", "SAMPLES", "LOST", "DETAIL"});
-  for (const auto& src : s.sources())
-    sources.add({src.name(), src.active() ? "on" : "off", std::to_string(src.samples()), std::to_string(src.lost()),
-                 src.detail()});
-  std::cout << sources.str();
-  for (const auto& src : s.sources()) {
-    const uint64_t moved = src.kernel_promoted_pages() + src.kernel_demoted_pages() + src.kernel_syscall_pages() +
-                           src.kernel_other_pages();
-    if (moved == 0) continue;
-    std::cout << "kernel moved pages of tracked processes (" << src.name() << "): " << src.kernel_promoted_pages()
-              << " promoted, " << src.kernel_demoted_pages() << " demoted, " << src.kernel_syscall_pages()
-              << " by the processes' own move_pages/mbind, " << src.kernel_other_pages() << " other\n";
-  }
-  if (!s.feature_weights().empty()) {
-    std::cout << "\nheat feature weights (adapted online):";
-    for (const auto& w : s.feature_weights()) std::cout << ' ' << w.name() << ' ' << std::setprecision(3) << w.weight();
-    std::cout << '\n';
-  }
-  for (const auto& m : s.stages_missing()) std::cout << "not wired in this build: " << m << '\n';
+  std::cout << tt::ctl::statusText(s);
 }
 
 void printProcesses(const pb::ProcessesReply& r, bool asJson) {

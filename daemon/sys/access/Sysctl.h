@@ -1,7 +1,13 @@
-// Kernel tiering settings: NUMA balancing (/proc/sys/kernel/numa_balancing; 2 = memory tiering
-// mode: hint faults promote slow-tier pages) and reclaim demotion
+// Kernel tiering settings: NUMA balancing (/proc/sys/kernel/numa_balancing; bit 0 = classic
+// balancing: hint faults move pages towards the accessing CPU's node; bit 1 = memory tiering mode:
+// hint faults promote hot slow-tier pages) and reclaim demotion
 // (/sys/kernel/mm/numa/demotion_enabled). A daemon that places pages itself must see these and
 // either cooperate with them or turn them off while it runs (KernelTieringGuard).
+//
+// Turning them off survives the daemon's death: the original values go to a state file (under
+// the runtime directory, /run/tensortier) before anything is changed; a clean exit restores them
+// and removes the file; a daemon that died (crash, SIGKILL) leaves the file, and the next start or
+// `tensortierd --restore-kernel-tiering` (the unit's ExecStopPost) restores from it.
 #pragma once
 
 #include <optional>
@@ -17,8 +23,12 @@ struct KernelTiering {
   std::optional<bool> demotionEnabled;  // absent: kernel without demotion (< 5.15)
   [[nodiscard]] bool tieringMode() const { return numaBalancing && (*numaBalancing & 2) != 0; }
   [[nodiscard]] bool demotion() const { return demotionEnabled.value_or(false); }
+  // The kernel moves pages between nodes on its own: NUMA balancing in any mode (classic
+  // balancing also pulls pages off CPU-less slow nodes towards the accessing CPU), or demotion.
+  [[nodiscard]] bool movesPages() const { return numaBalancing.value_or(0) != 0 || demotion(); }
   // "numa_balancing=2 (tiering), demotion_enabled=true"
   [[nodiscard]] std::string describe() const;
+  bool operator==(const KernelTiering&) const = default;
 };
 
 // `procfs` rooted at /proc, `sysfs` at /sys (fixture trees in tests).
@@ -26,21 +36,38 @@ struct KernelTiering {
 [[nodiscard]] Result<void> writeNumaBalancing(const Fs& procfs, int value);
 [[nodiscard]] Result<void> writeDemotionEnabled(const Fs& sysfs, bool enabled);
 
-// While alive, kernel tiering is off (NUMA-balancing tiering bit cleared, demotion off); the
-// values found at construction are written back on destruction, whatever happened in between.
+// The state file: "numa_balancing=N" and "demotion_enabled=0|1" lines (absent knobs left out).
+// Written to a temporary file, synced and renamed over `path` (its directory is made if missing,
+// mode 0755), so it is either complete or absent.
+[[nodiscard]] Result<void> saveKernelTiering(const std::string& path, const KernelTiering& values);
+// std::nullopt when there is no file.
+[[nodiscard]] Result<std::optional<KernelTiering>> loadKernelTiering(const std::string& path);
+// Writes the values saved in `statePath` back (exactly as saved) and removes the file; std::nullopt
+// when there is no file (nothing to restore). The file stays when a write fails, for a later try.
+[[nodiscard]] Result<std::optional<KernelTiering>> restoreKernelTiering(const Fs& procfs, const Fs& sysfs,
+                                                                        const std::string& statePath);
+
+// While alive, the kernel moves no pages by itself: kernel.numa_balancing is 0 (classic balancing
+// as well as tiering mode: either migrates pages the daemon placed) and demotion is off. The
+// values found at construction are saved to `statePath` first and written back on destruction,
+// whatever happened in between; the file is removed once they are.
 class KernelTieringGuard {
  public:
-  [[nodiscard]] static Result<KernelTieringGuard> disable(Fs procfs, Fs sysfs);
+  [[nodiscard]] static Result<KernelTieringGuard> disable(Fs procfs, Fs sysfs, std::string statePath);
   KernelTieringGuard(KernelTieringGuard&& other) noexcept;
   KernelTieringGuard& operator=(KernelTieringGuard&&) = delete;
   KernelTieringGuard(const KernelTieringGuard&) = delete;
   ~KernelTieringGuard();
   [[nodiscard]] const KernelTiering& saved() const { return saved_; }
+  // What disable() changed: "numa_balancing 3 -> 0, demotion_enabled true -> false".
+  [[nodiscard]] std::string changes() const;
 
  private:
-  KernelTieringGuard(Fs procfs, Fs sysfs, KernelTiering saved) : procfs_(std::move(procfs)), sysfs_(std::move(sysfs)), saved_(saved) {}
+  KernelTieringGuard(Fs procfs, Fs sysfs, std::string statePath, KernelTiering saved)
+      : procfs_(std::move(procfs)), sysfs_(std::move(sysfs)), statePath_(std::move(statePath)), saved_(saved) {}
   Fs procfs_;
   Fs sysfs_;
+  std::string statePath_;
   KernelTiering saved_;
   bool active_ = true;
 };

@@ -3,6 +3,8 @@
 // re-written hot quarter from its cold rest, kernel tiering is detected, turned off and restored,
 // and in COOPERATE mode the kernel's hint faults and promotions are seen through fault-trace.
 #include <gtest/gtest.h>
+
+#include <filesystem>
 #include <numa.h>
 #include <numaif.h>
 
@@ -166,6 +168,8 @@ TEST(SourcesE2e, KernelTieringIsDetectedDisabledAndRestored) {
   EXPECT_TRUE(t->demotion());
   tensortier::v1::SourcesConfig config;
   config.set_kernel_tiering(tensortier::v1::DISABLE);
+  const std::string statePath = "/run/tt-e2e-" + std::to_string(::getpid()) + "/kernel-tiering.state";
+  config.set_kernel_tiering_state_file(statePath);
   config.mutable_pmu()->set_enabled(false);
   config.mutable_software_faults()->set_enabled(false);
   config.mutable_fault_trace()->set_enabled(false);
@@ -176,9 +180,14 @@ TEST(SourcesE2e, KernelTieringIsDetectedDisabledAndRestored) {
     EXPECT_TRUE(logged);
     auto during = sys::readKernelTiering(sys::Fs("/proc"), sys::Fs("/sys"));
     ASSERT_TRUE(during.ok());
-    EXPECT_FALSE(during->tieringMode());
+    EXPECT_EQ(during->numaBalancing, 0) << "classic balancing would still pull pages off the slow node";
     EXPECT_FALSE(during->demotion());
+    auto saved = sys::loadKernelTiering(statePath);
+    ASSERT_TRUE(saved.ok() && saved->has_value()) << "the originals are saved for a restore after a crash";
+    EXPECT_EQ((*saved)->numaBalancing, 2);
   }
+  EXPECT_FALSE(std::filesystem::exists(statePath)) << "removed once restored";
+  std::filesystem::remove_all(std::filesystem::path(statePath).parent_path());
   auto after = sys::readKernelTiering(sys::Fs("/proc"), sys::Fs("/sys"));
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(after->numaBalancing, 2);

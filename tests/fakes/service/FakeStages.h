@@ -33,6 +33,7 @@ class FakeEvidenceSource final : public service::EvidenceSource {
     return {};
   }
   std::vector<service::SourceReport> status() const override { return reports; }
+  std::vector<std::string> notes() const override { return noteLines; }
   Result<void> applyConfig(const tensortier::v1::SourcesConfig&) override { return {}; }
   void shutdown() override { shutdownCalled = true; }
 
@@ -41,6 +42,7 @@ class FakeEvidenceSource final : public service::EvidenceSource {
   std::vector<pid_t> removed;
   std::vector<AccessEvidence> next;  // handed out by the next collect()
   std::vector<service::SourceReport> reports;
+  std::vector<std::string> noteLines;  // what notes() returns
   int collects = 0;
   bool shutdownCalled = false;
 };

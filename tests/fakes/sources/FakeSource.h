@@ -43,10 +43,14 @@ class FakeSource final : public sources::Source {
     out.insert(out.end(), moves.begin(), moves.end());
     moves.clear();
   }
+  std::optional<sources::SystemMigrations> systemMigrations() const override { return migrations; }
+  sources::SourceCounters counters() const override { return reported; }
 
   std::set<pid_t> tracked;
   std::vector<AccessEvidence> next;
   std::vector<sources::KernelMove> moves;
+  std::optional<sources::SystemMigrations> migrations;  // what systemMigrations() reports
+  sources::SourceCounters reported;                     // what counters() reports
   bool failAdd = false;
   bool failCollect = false;
   bool failTune = false;

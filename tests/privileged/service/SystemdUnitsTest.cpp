@@ -9,6 +9,7 @@
 
 #include "DaemonHarness.h"
 #include "support/TestSupport.h"
+#include "sys/access/Sysctl.h"
 
 namespace {
 
@@ -46,6 +47,46 @@ TEST(SystemdUnits, ServiceIsNotifyWithWatchdogAndHardening) {
   std::smatch families;
   ASSERT_TRUE(std::regex_search(s, families, std::regex("\nRestrictAddressFamilies=([^\n]*)\n")));
   EXPECT_EQ(families[1].str(), "AF_UNIX AF_INET");
+}
+
+// A daemon killed with kernel tiering turned off cannot restore it; systemd runs this after every
+// stop, and it restores from the state file the daemon saved first.
+TEST(SystemdUnits, ExecStopPostRestoresKernelTiering) {
+  const std::string s = unitText("tensortierd.service");
+  EXPECT_NE(s.find("\nExecStopPost=/usr/sbin/tensortierd --restore-kernel-tiering --config "
+                   "/etc/tensortier/tensortierd.conf\n"),
+            std::string::npos);
+  // It must be able to remove the state file, under the writable runtime directory.
+  EXPECT_NE(s.find("\nReadWritePaths=/run/tensortier\n"), std::string::npos);
+}
+
+// What ExecStopPost runs: with a state file, the saved values are written back and the file goes;
+// without one (after a clean exit), nothing happens. The saved values are the host's current ones,
+// so the test changes nothing on the host.
+TEST(SystemdUnits, RestoreKernelTieringFlagAppliesAndRemovesTheStateFile) {
+  TT_REQUIRE_ROOT();
+  const auto current = tt::sys::readKernelTiering(tt::sys::Fs("/proc"), tt::sys::Fs("/sys"));
+  ASSERT_TRUE(current.ok()) << current.error().message();
+  ASSERT_TRUE(current->numaBalancing.has_value()) << "needs a kernel with CONFIG_NUMA_BALANCING";
+  char tmpl[] = "/tmp/tt-restore-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string state = dir + "/run/kernel-tiering.state";
+  std::ofstream(dir + "/tensortierd.conf") << "sources { kernel_tiering_state_file: \"" << state << "\" }\n";
+  ASSERT_TRUE(tt::sys::saveKernelTiering(state, *current).ok());
+  const std::string cmd = std::string(TT_TENSORTIERD) + " --restore-kernel-tiering --config " + dir + "/tensortierd.conf 2>&1";
+  const auto restored = tt::test::runCommand(cmd);
+  EXPECT_EQ(restored.exitCode, 0) << restored.out;
+  EXPECT_NE(restored.out.find("restored numa_balancing=" + std::to_string(*current->numaBalancing)), std::string::npos)
+      << restored.out;
+  EXPECT_FALSE(std::filesystem::exists(state));
+  const auto after = tt::sys::readKernelTiering(tt::sys::Fs("/proc"), tt::sys::Fs("/sys"));
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(*after, *current);
+  const auto again = tt::test::runCommand(cmd);
+  EXPECT_EQ(again.exitCode, 0) << again.out;
+  EXPECT_NE(again.out.find("nothing to restore"), std::string::npos) << again.out;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(SystemdUnits, SocketMatchesTheDefaultPathGroupAndMode) {

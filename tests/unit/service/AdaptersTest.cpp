@@ -51,6 +51,26 @@ TEST(SourceSetEvidence, CountsTheKernelsMovesOnceAndEmptiesTheSourcesBuffers) {
   EXPECT_EQ(reports[0].kernelMoves.other, 4U);
 }
 
+// The SourceSet's start lines and each source's system-wide migration totals reach the loop.
+TEST(SourceSetEvidence, PassesStartNotesAndSystemWideMigrations) {
+  auto trace = std::make_unique<tt::fakes::FakeSource>("fault-trace", true);
+  tt::sources::SystemMigrations m;
+  m.demotion = {512, 3};
+  trace->migrations = m;
+  std::vector<std::unique_ptr<tt::sources::Source>> v;
+  v.push_back(std::move(trace));
+  v.push_back(std::make_unique<tt::fakes::FakeSource>("soft-dirty", true));
+  tt::service::SourceSetEvidence evidence(std::make_unique<tt::sources::SourceSet>(
+      std::move(v), tensortier::v1::SourcesConfig(), std::vector<std::string>{"topology: one tier only"}));
+  EXPECT_EQ(evidence.notes(), std::vector<std::string>{"topology: one tier only"});
+  const auto reports = evidence.status();
+  ASSERT_EQ(reports.size(), 2U);
+  ASSERT_TRUE(reports[0].systemMigrations.has_value());
+  EXPECT_EQ(reports[0].systemMigrations->demotion.succeeded, 512U);
+  EXPECT_EQ(reports[0].systemMigrations->demotion.failed, 3U);
+  EXPECT_FALSE(reports[1].systemMigrations.has_value());
+}
+
 // The fault trace reports a migration both per page (remove_migration_pte, where the kernel has it)
 // and per batch (mm_migrate_pages): one view of each move is counted, never both.
 TEST(KernelMoveTotals, CountsPagesOrBatchesNeverBoth) {

@@ -4,11 +4,17 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <map>
+#include <regex>
 
 #include "fakes/migrate/FakePageMover.h"
 #include "fakes/registry/FakeAddressSpace.h"
 #include "fakes/service/FakeStages.h"
+#include "ctl/StatusView.h"
+#include "fakes/sources/FakeSource.h"
+#include "service/Adapters.h"
 #include "service/AdminService.h"
+#include "sources/SourceSet.h"
 
 namespace {
 
@@ -326,6 +332,73 @@ TEST_F(AdminServiceTest, TopOrdersByHeat) {
   EXPECT_EQ(reply.top().hottest(0).region_id(), other);
   ASSERT_EQ(reply.top().coldest_size(), 1);
   EXPECT_EQ(reply.top().coldest(0).region_id(), regionId);
+}
+
+// What the sources logged at start (kernel tiering, sources not opened), each source's throttled
+// count and the kernel's system-wide migrations travel from the SourceSet through the epoch loop's
+// stats into the status reply, and `tensortierctl status` shows them as text and JSON.
+TEST(AdminServiceSources, StatusCarriesStartNotesThrottlingAndSystemMigrationsToTheCli) {
+  std::vector<std::unique_ptr<tt::sources::Source>> v;
+  auto trace = std::make_unique<tt::fakes::FakeSource>("fault-trace", true, "eBPF");
+  trace->reported.throttled = 0;
+  trace->reported.samples = 11;
+  tt::sources::SystemMigrations m;
+  m.demotion = {4096, 7};
+  m.promotion = {300, 1};
+  trace->migrations = m;
+  auto pmu = std::make_unique<tt::fakes::FakeSource>("pmu", true, "cycles");
+  pmu->reported.throttled = 42;
+  v.push_back(std::move(trace));
+  v.push_back(std::move(pmu));
+  const std::vector<std::string> notes = {
+      "kernel-tiering: was numa_balancing=3, demotion_enabled=true; turned off until the daemon exits",
+      "software-faults: not opened: fault-trace counts the same faults"};
+  tt::service::SourceSetEvidence evidence(
+      std::make_unique<tt::sources::SourceSet>(std::move(v), pb::SourcesConfig(), notes));
+  tt::test::FakeAddressSpace space;
+  tt::registry::Registry registry(space, {});
+  tt::metrics::Registry metrics;
+  tt::service::EpochLoop loop(registry, {&evidence, nullptr, nullptr, nullptr}, metrics);
+  loop.runOnce(1'000'000'000);
+  tt::service::AdminContext ctx;
+  ctx.registry = &registry;
+  ctx.epochLoop = &loop;
+  tt::service::AdminService admin(std::move(ctx));
+  tt::ipc::Session session;
+  session.peer = {99, 1000, 1000};
+  session.hello = true;
+  pb::ClientMessage request;
+  request.mutable_status();
+  pb::DaemonMessage reply;
+  admin.handleAdmin(session, request, reply);
+  ASSERT_TRUE(reply.has_status()) << reply.DebugString();
+  const auto& st = reply.status();
+  ASSERT_EQ(st.source_notes_size(), 2) << st.DebugString();
+  EXPECT_EQ(st.source_notes(0), notes[0]);
+  EXPECT_EQ(st.source_notes(1), notes[1]);
+  ASSERT_EQ(st.sources_size(), 2);
+  EXPECT_EQ(st.sources(1).throttled(), 42u);
+  EXPECT_TRUE(st.sources(1).system_migrations().empty()) << "pmu does not trace migrations";
+  ASSERT_EQ(st.sources(0).system_migrations_size(), 4) << st.DebugString();
+  std::map<std::string, std::pair<uint64_t, uint64_t>> byReason;
+  for (const auto& k : st.sources(0).system_migrations()) byReason[k.reason()] = {k.succeeded_pages(), k.failed_pages()};
+  EXPECT_EQ(byReason["demoted"], std::make_pair(uint64_t{4096}, uint64_t{7}));
+  EXPECT_EQ(byReason["promoted"], std::make_pair(uint64_t{300}, uint64_t{1}));
+  EXPECT_EQ(byReason["syscall"], std::make_pair(uint64_t{0}, uint64_t{0}));
+
+  const std::string text = tt::ctl::statusText(st);
+  EXPECT_NE(text.find(notes[0] + "\n"), std::string::npos) << text;
+  EXPECT_NE(text.find(notes[1] + "\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("THROTTLED"), std::string::npos) << text;
+  EXPECT_TRUE(std::regex_search(text, std::regex("\npmu +on +0 +0 +42 +cycles\n"))) << text;
+  EXPECT_NE(text.find("demoted 4096 (7 failed)"), std::string::npos) << text;
+  EXPECT_NE(text.find("promoted 300 (1 failed)"), std::string::npos) << text;
+  const auto json = tt::ctl::statusJson(st);
+  EXPECT_EQ(json["source_notes"], nlohmann::json(notes));
+  EXPECT_EQ(json["sources"][1]["throttled"], 42);
+  EXPECT_EQ(json["sources"][0]["system_migrations"][1]["reason"], "demoted");
+  EXPECT_EQ(json["sources"][0]["system_migrations"][1]["succeeded_pages"], 4096);
+  EXPECT_EQ(json["sources"][0]["system_migrations"][1]["failed_pages"], 7);
 }
 
 }  // namespace

@@ -230,6 +230,56 @@ TEST_F(EpochLoopTest, CountersBecomeMetricsAndRates) {
   ASSERT_EQ(loop.stats().sources.size(), 1u);
 }
 
+// The kernel's migrations on the whole machine (kswapd's demotions are charged to no tracked
+// process) become counters by reason and result, growing by what changed between epochs.
+TEST_F(EpochLoopTest, SystemWideKernelMigrationsBecomeCountersByReasonAndResult) {
+  tt::service::SourceReport report;
+  report.name = "fault-trace";
+  report.active = true;
+  tt::sources::SystemMigrations m;
+  m.demotion = {4096, 12};
+  m.promotion = {100, 0};
+  report.systemMigrations = m;
+  source.reports = {report};
+  loop.runOnce(1 * kSecond);
+  const std::string first = metrics.render();
+  EXPECT_NE(first.find("tensortier_kernel_migrated_pages_system_total{reason=\"demoted\",result=\"succeeded\"} 4096\n"),
+            std::string::npos)
+      << first;
+  EXPECT_NE(first.find("tensortier_kernel_migrated_pages_system_total{reason=\"demoted\",result=\"failed\"} 12\n"),
+            std::string::npos)
+      << first;
+  EXPECT_NE(first.find("tensortier_kernel_migrated_pages_system_total{reason=\"promoted\",result=\"succeeded\"} 100\n"),
+            std::string::npos)
+      << first;
+  source.reports[0].systemMigrations->demotion.succeeded = 5000;
+  loop.runOnce(2 * kSecond);
+  loop.runOnce(3 * kSecond);  // unchanged totals add nothing
+  const std::string later = metrics.render();
+  EXPECT_NE(later.find("tensortier_kernel_migrated_pages_system_total{reason=\"demoted\",result=\"succeeded\"} 5000\n"),
+            std::string::npos)
+      << later;
+  EXPECT_NE(later.find("tensortier_kernel_migrated_pages_system_total{reason=\"promoted\",result=\"succeeded\"} 100\n"),
+            std::string::npos)
+      << later;
+  // A source without system-wide totals exports no such series.
+  tt::metrics::Registry other;
+  tt::test::FakeEvidenceSource plain;
+  plain.reports = {tt::service::SourceReport{}};
+  plain.reports[0].name = "pmu";
+  EpochLoop loop2(registry, {&plain, nullptr, nullptr, nullptr}, other);
+  loop2.runOnce(1 * kSecond);
+  EXPECT_EQ(other.render().find("tensortier_kernel_migrated_pages_system_total"), std::string::npos);
+}
+
+// The sources' start notes (kernel tiering, sources not opened) are in the stats before any epoch.
+TEST_F(EpochLoopTest, SourceNotesAreKnownFromTheStart) {
+  tt::test::FakeEvidenceSource noted;
+  noted.noteLines = {"kernel-tiering: off (numa_balancing=0 (off), demotion_enabled=false)"};
+  EpochLoop fresh(registry, {&noted, nullptr, nullptr, nullptr}, metrics);
+  EXPECT_EQ(fresh.stats().sourceNotes, noted.noteLines);
+}
+
 TEST_F(EpochLoopTest, MissingStagesAreSkipped) {
   EpochLoop bare(registry, {}, metrics);
   registry.attachProcess(peer, "t", false);

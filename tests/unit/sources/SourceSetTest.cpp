@@ -254,18 +254,151 @@ TEST_F(KernelTieringTest, AbsentKnobsMeanNoTiering) {
   EXPECT_FALSE(t->numaBalancing.has_value());
 }
 
-TEST_F(KernelTieringTest, GuardTurnsTieringOffAndRestoresIt) {
+class KernelTieringGuardTest : public TempTree {
+ protected:
+  // The runtime directory's parent, as /run is; the daemon makes /run/tensortier if missing.
+  void SetUp() override {
+    TempTree::SetUp();
+    fs::create_directories(root_ / "run");
+  }
+  sys::Fs procfs() const { return sys::Fs((root_ / "proc").string()); }
+  sys::Fs sysfs() const { return sys::Fs((root_ / "sys").string()); }
+  std::string state() const { return (root_ / "run/tensortier/kernel-tiering.state").string(); }
+  tensortier::v1::SourcesConfig config(tensortier::v1::KernelTieringMode mode) const {
+    tensortier::v1::SourcesConfig c;
+    c.set_kernel_tiering(mode);
+    c.set_kernel_tiering_state_file(state());
+    return c;
+  }
+  static bool has(const std::vector<std::string>& lines, const std::string& text) {
+    for (const auto& l : lines)
+      if (l.find(text) != std::string::npos) return true;
+    return false;
+  }
+};
+
+// Classic balancing (bit 0) still pulls pages off slow nodes towards the accessing CPU, so "off"
+// is numa_balancing 0, not just the tiering bit cleared; the exact old value comes back.
+TEST_F(KernelTieringGuardTest, TurnsBalancingAndDemotionOffAndRestoresTheExactValues) {
   // Same-length values: Fs::writeFile does not truncate (sysfs files need no truncation).
   write("proc/sys/kernel/numa_balancing", "3\n");  // normal balancing + tiering
   write("sys/kernel/mm/numa/demotion_enabled", "1\n");
   {
-    auto guard = sys::KernelTieringGuard::disable(sys::Fs((root_ / "proc").string()), sys::Fs((root_ / "sys").string()));
+    auto guard = sys::KernelTieringGuard::disable(procfs(), sysfs(), state());
     ASSERT_TRUE(guard.ok()) << guard.error().message();
-    EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "1");
+    EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "0");
     EXPECT_EQ(read("sys/kernel/mm/numa/demotion_enabled"), "0");
+    EXPECT_EQ(guard->changes(), "numa_balancing 3 -> 0, demotion_enabled true -> false");
+    // Saved before anything changed, for a restore after a crash.
+    auto saved = sys::loadKernelTiering(state());
+    ASSERT_TRUE(saved.ok() && saved->has_value());
+    EXPECT_EQ((*saved)->numaBalancing, 3);
+    EXPECT_EQ((*saved)->demotionEnabled, true);
   }
   EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "3");
   EXPECT_EQ(read("sys/kernel/mm/numa/demotion_enabled"), "1");
+  EXPECT_FALSE(fs::exists(state())) << "a clean exit removes the state file";
+}
+
+TEST_F(KernelTieringGuardTest, DisableModeTurnsClassicBalancingOffToo) {
+  write("proc/sys/kernel/numa_balancing", "1\n");  // classic balancing only, no tiering bit
+  write("sys/kernel/mm/numa/demotion_enabled", "0\n");
+  std::vector<std::string> lines;
+  {
+    auto guard = SourceSet::openKernelTiering(config(tensortier::v1::DISABLE), procfs(), sysfs(), lines);
+    ASSERT_NE(guard.get(), nullptr);
+    EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "0");
+    EXPECT_EQ(read("sys/kernel/mm/numa/demotion_enabled"), "0");
+    ASSERT_EQ(lines.size(), 1U);
+    EXPECT_TRUE(has(lines, "turned off until the daemon exits (numa_balancing 1 -> 0; the old values saved in " +
+                               state() + ")"))
+        << lines[0];
+  }
+  EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "1");
+}
+
+// A daemon killed while tiering was off left the originals in the state file: the next start puts
+// them back before reading the kernel's values (else the "off" values would be saved as the
+// originals) and says so; then DISABLE turns it off again over the right originals.
+TEST_F(KernelTieringGuardTest, StartAfterACrashRestoresFromTheStateFileFirst) {
+  // What a killed DISABLE run leaves: its saved originals, and the kernel's values it set.
+  write("proc/sys/kernel/numa_balancing", "0\n");
+  write("sys/kernel/mm/numa/demotion_enabled", "0\n");
+  ASSERT_TRUE(sys::saveKernelTiering(state(), {3, true}).ok());
+  ASSERT_EQ(read("proc/sys/kernel/numa_balancing"), "0");
+  ASSERT_TRUE(fs::exists(state()));
+  std::vector<std::string> lines;
+  {
+    auto guard = SourceSet::openKernelTiering(config(tensortier::v1::DISABLE), procfs(), sysfs(), lines);
+    ASSERT_NE(guard.get(), nullptr);
+    ASSERT_EQ(lines.size(), 2U);
+    EXPECT_TRUE(has(lines, "a previous run exited without restoring it: restored numa_balancing=3")) << lines[0];
+    EXPECT_TRUE(has(lines, "was numa_balancing=3")) << lines[1];
+    EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "0");
+  }
+  EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "3");
+  EXPECT_EQ(read("sys/kernel/mm/numa/demotion_enabled"), "1");
+  EXPECT_FALSE(fs::exists(state()));
+}
+
+// COOPERATE leaves the kernel's values alone, but a crashed DISABLE run's values are still put back.
+TEST_F(KernelTieringGuardTest, CooperateStillRestoresWhatACrashedRunLeft) {
+  write("proc/sys/kernel/numa_balancing", "0\n");
+  write("sys/kernel/mm/numa/demotion_enabled", "0\n");
+  ASSERT_TRUE(sys::saveKernelTiering(state(), {2, true}).ok());
+  std::vector<std::string> lines;
+  auto guard = SourceSet::openKernelTiering(config(tensortier::v1::COOPERATE), procfs(), sysfs(), lines);
+  EXPECT_EQ(guard.get(), nullptr);
+  EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "2");
+  EXPECT_EQ(read("sys/kernel/mm/numa/demotion_enabled"), "1");
+  EXPECT_FALSE(fs::exists(state()));
+  EXPECT_TRUE(has(lines, "restored numa_balancing=2"));
+  EXPECT_TRUE(has(lines, "cooperating"));
+}
+
+// A state file that cannot be applied is kept, and nothing is turned off (saving now would
+// overwrite the originals it holds).
+TEST_F(KernelTieringGuardTest, UnreadableStateFileIsKeptAndNothingIsChanged) {
+  write("proc/sys/kernel/numa_balancing", "2\n");
+  write("run/tensortier/kernel-tiering.state", "numa_balancing=banana\n");
+  std::vector<std::string> lines;
+  auto guard = SourceSet::openKernelTiering(config(tensortier::v1::DISABLE), procfs(), sysfs(), lines);
+  EXPECT_EQ(guard.get(), nullptr);
+  EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "2");
+  EXPECT_TRUE(fs::exists(state()));
+  EXPECT_TRUE(has(lines, "could NOT restore the values a previous run saved")) << lines.at(0);
+  EXPECT_TRUE(has(lines, "not turned off"));
+}
+
+// --restore-kernel-tiering (the unit's ExecStopPost) after a clean exit finds no file: no-op.
+TEST_F(KernelTieringGuardTest, RestoreWithoutAStateFileChangesNothing) {
+  write("proc/sys/kernel/numa_balancing", "0\n");
+  auto r = sys::restoreKernelTiering(procfs(), sysfs(), state());
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_FALSE(r->has_value());
+  EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "0");
+}
+
+// The guard is refused (and nothing written) when the originals cannot be saved.
+TEST_F(KernelTieringGuardTest, NoChangeWithoutASavedCopy) {
+  write("proc/sys/kernel/numa_balancing", "2\n");
+  write("run/blocker", "a file where the state directory should be\n");
+  auto guard = sys::KernelTieringGuard::disable(procfs(), sysfs(), (root_ / "run/blocker/kernel-tiering.state").string());
+  ASSERT_FALSE(guard.ok());
+  EXPECT_NE(guard.error().message().find("nothing changed"), std::string::npos) << guard.error().message();
+  EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "2");
+}
+
+// Nothing to do when the kernel moves no pages by itself.
+TEST_F(KernelTieringGuardTest, KernelThatMovesNothingIsLeftAlone) {
+  write("proc/sys/kernel/numa_balancing", "0\n");
+  write("sys/kernel/mm/numa/demotion_enabled", "0\n");
+  std::vector<std::string> lines;
+  auto guard = SourceSet::openKernelTiering(config(tensortier::v1::DISABLE), procfs(), sysfs(), lines);
+  EXPECT_EQ(guard.get(), nullptr);
+  EXPECT_FALSE(fs::exists(state()));
+  ASSERT_EQ(lines.size(), 1U);
+  EXPECT_TRUE(has(lines, "kernel-tiering: off"));
 }
 
 TEST_F(KernelTieringTest, GarbageValueIsAClearError) {
