@@ -114,8 +114,9 @@ SamplingSource::SamplingSource(SamplingOptions options, sys::Fs sysfs)
 
 PeriodLimits SamplingSource::periodLimits() const {
   PeriodLimits l;
-  l.minPeriod = options_.minPeriod;
+  l.minPeriod = std::max(options_.minPeriod, options_.periodMinimum);
   l.maxPeriod = options_.maxPeriod;
+  l.granularity = options_.periodGranularity;
   l.budgetPercent = options_.cpuBudgetPercent;
   l.sampleCostNs = calibratedCostNs_ > 0 ? calibratedCostNs_ : options_.sampleCostNs;
   l.eventCountNs = calibratedCostNs_ > 0 ? eventCountNs_ : 0;
@@ -355,7 +356,8 @@ void SamplingSource::handleRecord(std::span<const uint8_t> record, uint64_t samp
   switch (rec->type) {
     case RecordType::Sample: {
       const PerfSample& s = rec->sample;
-      if (s.addr == 0 || !tracked_.contains(static_cast<pid_t>(s.pid))) return;
+      // Kernel data addresses: IBS without swfilt samples kernel mode (see PmuEvents.h).
+      if (s.addr == 0 || isKernelAddress(s.addr) || !tracked_.contains(static_cast<pid_t>(s.pid))) return;
       ++counters_.samples;
       const bool hasSrc = (sampleType & PERF_SAMPLE_DATA_SRC) != 0;
       // As on the in-kernel path: data_src's op where it names one (IBS ops), else the event's kind.

@@ -55,6 +55,10 @@ struct SamplingOptions {
   // a sample's kind from its data_src where that names a load or a store (IBS ops), and the
   // event's kind here otherwise (PEBS loads and stores are separate events).
   std::vector<AccessKind> eventKinds;
+  // Every period a multiple of periodGranularity and at least periodMinimum, whatever the
+  // configured bounds (PmuPlan: what the PMU accepts, IBS 16 and 0x90).
+  uint64_t periodGranularity = 1;
+  uint64_t periodMinimum = 1;
 };
 
 // The software page-fault event every `period` faults, sampling TID|ADDR (user-space faults only).
@@ -77,6 +81,10 @@ struct SamplingOptions {
 // EvidenceAggregator::flush. Reorders `chunks`. Returns the number of records appended.
 size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind, uint64_t period,
                            std::vector<AccessEvidence>& out);
+// A data address in the kernel half (x86-64: the top bit set). IBS without swfilt samples kernel
+// mode too; such addresses are never pages of a tracked process, and reporting them would leak
+// kernel layout into the evidence.
+[[nodiscard]] constexpr bool isKernelAddress(uint64_t addr) { return (addr >> 63) != 0; }
 // count x period as an evidence weight (AccessEvidence::weight), saturating at UINT32_MAX.
 [[nodiscard]] uint32_t scaledWeight(uint64_t count, uint64_t period);
 

@@ -124,6 +124,29 @@ Result<uint32_t> pmuType(const Fs& sysfs, const std::string& pmu) {
   return static_cast<uint32_t>(*type);
 }
 
+Result<PmuConfigBit> parsePmuFormatBit(std::string_view spec) {
+  const auto bad = [&] { return logicError("PMU format \"" + std::string(spec) + "\": not configN:bit"); };
+  const size_t colon = spec.find(':');
+  if (colon == std::string_view::npos || spec.substr(0, 6) != "config") return bad();
+  PmuConfigBit b;
+  const std::string_view word = spec.substr(6, colon - 6);
+  if (!word.empty()) {
+    auto w = parseUint(word);
+    if (!w || *w > 2) return bad();
+    b.word = static_cast<unsigned>(*w);
+  }
+  auto bit = parseUint(spec.substr(colon + 1));  // a range "0-7" does not parse: not one bit
+  if (!bit || *bit > 63) return bad();
+  b.bit = static_cast<unsigned>(*bit);
+  return b;
+}
+
+Result<PmuConfigBit> pmuFormatBit(const Fs& sysfs, const std::string& pmu, const std::string& field) {
+  auto line = sysfs.readLine("bus/event_source/devices/" + pmu + "/format/" + field);
+  if (!line) return line.error();
+  return parsePmuFormatBit(*line);
+}
+
 uint64_t threadCpuNs() {
   timespec ts{};
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
