@@ -14,6 +14,11 @@ constexpr uint64_t kSampleType = PERF_SAMPLE_TID | PERF_SAMPLE_ADDR | PERF_SAMPL
 constexpr uint64_t kIbsPeriodUnit = 16;     // IbsOpMaxCnt counts in units of 16 ops
 constexpr uint64_t kIbsOpMinPeriod = 0x90;  // perf_ibs_op.min_period
 constexpr uint64_t kIbsOpCntCtl = 1ULL << 19;  // count dispatched ops, not cycles
+// INTEL_ARCH_EVENT_MASK part of the load-latency event the kernel ties to mem-loads-aux
+// (is_mem_loads_event: event 0xcd umask 0x01), and the aux event (event 0x03 umask 0x82, as
+// perf's MEM_LOADS_AUX 0x8203).
+constexpr uint64_t kMemLoadsEvent = 0x01cd;
+constexpr uint64_t kMemLoadsAuxConfig = 0x8203;
 
 void finish(perf_event_attr& a, const PmuPlanInput& in) {
   a.size = sizeof a;
@@ -32,6 +37,10 @@ void readPmuSysfs(const sys::Fs& sysfs, PmuPlanInput& in) {
   if (auto ibs = sys::perf::pmuType(sysfs, "ibs_op")) in.ibsOpType = *ibs;
   // Absent before 6.14 (ENOENT); a format we cannot read as one bit counts as absent too.
   if (auto bit = sys::perf::pmuFormatBit(sysfs, "ibs_op", "swfilt")) in.ibsSwfilt = *bit;
+  // perf decides the same way (is_mem_loads_aux_event: pmu_have_event("cpu"/"cpu_core",
+  // "mem-loads-aux")); the kernel shows the attribute only with PMU_FL_MEM_LOADS_AUX.
+  in.memLoadsAux = sys::perf::pmuHasEvent(sysfs, "cpu", "mem-loads-aux") ||
+                   sys::perf::pmuHasEvent(sysfs, "cpu_core", "mem-loads-aux");
 }
 
 std::vector<std::string> intelLoadEventNames(const std::string& pmu, uint32_t ldlat) {
@@ -73,6 +82,7 @@ Result<PmuPlan> planPmuEvents(const PmuPlanInput& in) {
     }
     plan.events.push_back(a);
     plan.kinds.push_back(AccessKind::Access);
+    plan.groupLeaders.emplace_back();
     plan.description = "AMD IBS Op (ibs_op type " + std::to_string(*in.ibsOpType) + ", " + filter + ")";
     return plan;
   }
@@ -85,6 +95,22 @@ Result<PmuPlan> planPmuEvents(const PmuPlanInput& in) {
     plan.events.push_back(*a);
     plan.kinds.push_back(AccessKind::Load);
     chosen = name;
+    if (in.memLoadsAux && (a->config & 0xffff) == kMemLoadsEvent) {
+      // Counting only: the member samples. Same type and hybrid PMU bits (config[63:32]) as the
+      // load event, so both are on one PMU.
+      perf_event_attr lead;
+      std::memset(&lead, 0, sizeof lead);
+      lead.size = sizeof lead;
+      lead.type = a->type;
+      lead.config = kMemLoadsAuxConfig | (a->config & ~0xffffffffULL);
+      lead.exclude_kernel = 1;
+      lead.exclude_hv = 1;
+      lead.disabled = 1;
+      plan.groupLeaders.push_back(lead);
+      chosen += " (group led by mem-loads-aux)";
+    } else {
+      plan.groupLeaders.emplace_back();
+    }
     break;
   }
   if (plan.events.empty()) return logicError("no PEBS load event known to libpfm4 for core PMU " + in.corePmu);
@@ -96,6 +122,7 @@ Result<PmuPlan> planPmuEvents(const PmuPlanInput& in) {
       a->precise_ip = 2;
       plan.events.push_back(*a);
       plan.kinds.push_back(AccessKind::Store);
+      plan.groupLeaders.emplace_back();
       chosen += ", " + name;
       break;
     }

@@ -7,6 +7,7 @@
 
 #include "core/Buffers.h"
 #include "core/Log.h"
+#include "sources/EventOpen.h"
 #include "sources/PerfDecode.h"
 #include "tt_events.h"
 
@@ -212,22 +213,32 @@ Result<void> SamplingSource::calibrate() {
 SamplingSource::~SamplingSource() {
   agg_.reset();  // detach the BPF links before the event fds close
   events_.clear();
+  leaders_.clear();
 }
 
 Result<void> SamplingSource::openEvents(uint32_t ringPages) {
   events_.clear();
+  leaders_.clear();
   eventSampleType_.clear();
   auto cpus = sys::perf::onlineCpus(sysfs_);
   if (!cpus) return cpus.error();
   eventKind_.clear();
+  using Handle = std::unique_ptr<sys::perf::PerfEvent>;
+  const EventOpener<Handle> opener{
+      [&](const perf_event_attr& attr, int cpu, int groupFd, bool isLeader) {
+        return sys::perf::PerfEvent::open(attr, -1, cpu, isLeader ? 0 : ringPages, groupFd);
+      },
+      [](const Handle& h) { return h->fd(); }};
   for (size_t k = 0; k < options_.events.size(); ++k) {
     const AccessKind kind = k < options_.eventKinds.size() ? options_.eventKinds[k] : options_.defaultKind;
+    const bool led = k < options_.groupLeaders.size() && options_.groupLeaders[k].has_value();
     for (int cpu : *cpus) {
       perf_event_attr a = options_.events[k];
       a.disabled = 1;
-      auto ev = sys::perf::PerfEvent::open(a, -1, cpu, ringPages);
+      auto ev = openOnCpu<Handle>(a, led ? &*options_.groupLeaders[k] : nullptr, cpu, opener);
       if (!ev) return ev.error();
-      events_.push_back(std::move(*ev));
+      if (ev->leader) leaders_.push_back(std::move(*ev->leader));
+      events_.push_back(std::move(ev->event));
       eventSampleType_.push_back(a.sample_type);
       eventKind_.push_back(kind);
     }
@@ -269,6 +280,16 @@ void SamplingSource::open() {
     }
   }
   aggregation_ = agg_ ? Aggregation::InKernel : Aggregation::UserRing;
+  // Members count only while their leader is enabled too.
+  for (const auto& ev : leaders_) {
+    if (auto e = ev->enable(); !e) {
+      status_ = {false, options_.eventDescription + ": group leader: " + e.error().message()};
+      events_.clear();
+      leaders_.clear();
+      agg_.reset();
+      return;
+    }
+  }
   for (const auto& ev : events_) {
     if (auto e = ev->enable(); !e) {
       status_ = {false, options_.eventDescription + ": " + e.error().message()};

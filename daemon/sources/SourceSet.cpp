@@ -67,6 +67,7 @@ std::unique_ptr<Source> openPmu(const pb::SourcesConfig& c, const sys::Fs& sysfs
   o.name = "pmu";
   o.events = plan->events;
   o.eventKinds = plan->kinds;
+  o.groupLeaders = plan->groupLeaders;
   o.periodGranularity = plan->periodGranularity;
   o.periodMinimum = plan->minPeriod;
   o.eventDescription = plan->description;

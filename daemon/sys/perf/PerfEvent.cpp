@@ -15,16 +15,17 @@
 namespace tt::sys::perf {
 
 Result<std::unique_ptr<PerfEvent>> PerfEvent::open(const perf_event_attr& attr, pid_t pid, int cpu,
-                                                   uint32_t ringPages) {
+                                                   uint32_t ringPages, int groupFd) {
   if (ringPages != 0 && (ringPages & (ringPages - 1)) != 0)
     return logicError("perf ring of " + std::to_string(ringPages) + " pages: must be a power of two");
   perf_event_attr a = attr;
   a.size = sizeof(a);
-  const int fd = static_cast<int>(::syscall(SYS_perf_event_open, &a, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+  const int fd = static_cast<int>(::syscall(SYS_perf_event_open, &a, pid, cpu, groupFd, PERF_FLAG_FD_CLOEXEC));
   if (fd < 0)
     return errnoError("perf_event_open type " + std::to_string(a.type) + " config 0x" +
                       [&] { char b[32]; snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(a.config)); return std::string(b); }() +
-                      " pid " + std::to_string(pid) + " cpu " + std::to_string(cpu));
+                      " pid " + std::to_string(pid) + " cpu " + std::to_string(cpu) +
+                      (groupFd >= 0 ? " in a group" : ""));
   void* ring = nullptr;
   size_t mmapBytes = 0, dataBytes = 0;
   if (ringPages != 0) {
@@ -145,6 +146,10 @@ Result<PmuConfigBit> pmuFormatBit(const Fs& sysfs, const std::string& pmu, const
   auto line = sysfs.readLine("bus/event_source/devices/" + pmu + "/format/" + field);
   if (!line) return line.error();
   return parsePmuFormatBit(*line);
+}
+
+bool pmuHasEvent(const Fs& sysfs, const std::string& pmu, const std::string& event) {
+  return sysfs.exists("bus/event_source/devices/" + pmu + "/events/" + event);
 }
 
 uint64_t threadCpuNs() {

@@ -26,9 +26,10 @@ namespace tt::sys::perf {
 class PerfEvent {
  public:
   // Opens `attr` for (pid, cpu) (pid -1 = all processes on cpu). ringPages = 0: no ring (a BPF
-  // program consumes the samples in the kernel); otherwise a power of two.
+  // program consumes the samples in the kernel); otherwise a power of two. groupFd: the fd of an
+  // open event on the same CPU to lead this one's group (-1: a group of its own).
   [[nodiscard]] static Result<std::unique_ptr<PerfEvent>> open(const perf_event_attr& attr, pid_t pid, int cpu,
-                                                               uint32_t ringPages);
+                                                               uint32_t ringPages, int groupFd = -1);
   ~PerfEvent();
   PerfEvent(const PerfEvent&) = delete;
   PerfEvent& operator=(const PerfEvent&) = delete;
@@ -75,6 +76,8 @@ struct PmuConfigBit {
 [[nodiscard]] Result<PmuConfigBit> parsePmuFormatBit(std::string_view spec);
 // The one-bit format field `field` of `pmu`; ENOENT when the kernel does not define it.
 [[nodiscard]] Result<PmuConfigBit> pmuFormatBit(const Fs& sysfs, const std::string& pmu, const std::string& field);
+// Whether `pmu` lists the named event (bus/event_source/devices/<pmu>/events/<event>).
+[[nodiscard]] bool pmuHasEvent(const Fs& sysfs, const std::string& pmu, const std::string& event);
 
 // CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID), nanoseconds.
 [[nodiscard]] uint64_t threadCpuNs();

@@ -1,14 +1,18 @@
 // What the PMU plan and the sampling source do with what the kernel accepts, checked without a
 // PMU (this machine has none): the AMD IBS Op plan against fake sysfs trees (swfilt or not), the
-// period granularity the source keeps, and the kernel-address filter.
+// period granularity the source keeps, the open order of a group led by mem-loads-aux against a
+// fake opener, and the kernel-address filter.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "sources/EventOpen.h"
 #include "sources/PmuEvents.h"
 #include "sources/SamplingSource.h"
 
@@ -94,6 +98,21 @@ TEST_F(FakeSysfs, UnreadableSwfiltCountsAsAbsent) {
   EXPECT_EQ(plan->events[0].config2, 0U);
 }
 
+TEST_F(FakeSysfs, MemLoadsAuxFromTheCpuOrCpuCorePmu) {
+  PmuPlanInput in;
+  readPmuSysfs(sys::Fs(root_.string()), in);
+  EXPECT_FALSE(in.memLoadsAux);
+  EXPECT_FALSE(in.ibsOpType.has_value());
+  write("bus/event_source/devices/cpu_core/events/mem-loads-aux", "event=0x03,umask=0x82\n");
+  readPmuSysfs(sys::Fs(root_.string()), in);
+  EXPECT_TRUE(in.memLoadsAux);
+  fs::remove_all(root_ / "bus");
+  write("bus/event_source/devices/cpu/events/mem-loads-aux", "event=0x03,umask=0x82\n");
+  PmuPlanInput again;
+  readPmuSysfs(sys::Fs(root_.string()), again);
+  EXPECT_TRUE(again.memLoadsAux);
+}
+
 TEST(PmuFormatBit, ParsesOneBitFields) {
   auto b = sys::perf::parsePmuFormatBit("config2:0");
   ASSERT_TRUE(b.ok());
@@ -158,6 +177,83 @@ TEST(SamplingSourcePeriod, BoundsAndLiveLimitsKeepTheGranularity) {
   EXPECT_EQ(s.period(), 2992U);  // the maximum rounded down
   EXPECT_EQ(s.lowestPeriod(), 0x90U);
   EXPECT_EQ(s.counters().period, s.period());
+}
+
+// A fake kernel: records every open; refuses what `refuse` says.
+struct FakeKernel {
+  struct Call {
+    perf_event_attr attr;
+    int cpu;
+    int groupFd;
+    bool isLeader;
+  };
+  std::vector<Call> calls;
+  std::function<std::optional<Error>(const perf_event_attr&, int groupFd)> refuse;
+  int nextFd = 100;
+
+  EventOpener<int> opener() {
+    return {[this](const perf_event_attr& a, int cpu, int groupFd, bool isLeader) -> Result<int> {
+              calls.push_back({a, cpu, groupFd, isLeader});
+              if (refuse)
+                if (auto e = refuse(a, groupFd)) return *e;
+              return nextFd++;
+            },
+            [](const int& fd) { return fd; }};
+  }
+};
+
+perf_event_attr loadAttr(bool phys) {
+  perf_event_attr a{};
+  a.size = sizeof a;
+  a.type = PERF_TYPE_RAW;
+  a.config = 0x1cd;
+  a.sample_period = 10007;
+  a.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_ADDR | PERF_SAMPLE_DATA_SRC | (phys ? PERF_SAMPLE_PHYS_ADDR : 0);
+  return a;
+}
+
+TEST(EventOpen, LeaderIsOpenedFirstAndLeadsTheSamplingEvent) {
+  FakeKernel k;
+  // As intel_pmu_hw_config: the load event without a leader is ENODATA.
+  k.refuse = [](const perf_event_attr& a, int groupFd) -> std::optional<Error> {
+    if (a.config == 0x1cd && groupFd < 0) return systemError(ENODATA, "perf_event_open");
+    return std::nullopt;
+  };
+  perf_event_attr lead{};
+  lead.type = PERF_TYPE_RAW;
+  lead.config = 0x8203;
+  const perf_event_attr a = loadAttr(false);
+  auto r = openOnCpu<int>(a, &lead, 3, k.opener());
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  ASSERT_EQ(k.calls.size(), 2U);
+  EXPECT_EQ(k.calls[0].attr.config, 0x8203U);
+  EXPECT_TRUE(k.calls[0].isLeader);
+  EXPECT_EQ(k.calls[0].groupFd, -1);
+  EXPECT_EQ(k.calls[0].cpu, 3);
+  EXPECT_EQ(k.calls[1].attr.config, 0x1cdU);
+  EXPECT_FALSE(k.calls[1].isLeader);
+  EXPECT_EQ(k.calls[1].groupFd, 100);  // the leader's fd
+  EXPECT_EQ(k.calls[1].cpu, 3);
+  ASSERT_TRUE(r->leader.has_value());
+  EXPECT_EQ(*r->leader, 100);
+  EXPECT_EQ(r->event, 101);
+
+  // Without the leader the fake kernel refuses, as the real one does on those CPUs.
+  EXPECT_FALSE(openOnCpu<int>(loadAttr(false), nullptr, 3, k.opener()).ok());
+}
+
+TEST(EventOpen, LeaderFailureOpensNothingElse) {
+  FakeKernel k;
+  k.refuse = [](const perf_event_attr& a, int) -> std::optional<Error> {
+    if (a.config == 0x8203) return systemError(ENOENT, "perf_event_open");
+    return std::nullopt;
+  };
+  perf_event_attr lead{};
+  lead.config = 0x8203;
+  auto r = openOnCpu<int>(loadAttr(false), &lead, 0, k.opener());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("group leader"), std::string::npos) << r.error().message();
+  EXPECT_EQ(k.calls.size(), 1U);
 }
 
 // IBS without swfilt samples kernel mode; the user-ring reader drops kernel data addresses.
