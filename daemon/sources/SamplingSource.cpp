@@ -233,10 +233,15 @@ Result<void> SamplingSource::openEvents(uint32_t ringPages) {
     const AccessKind kind = k < options_.eventKinds.size() ? options_.eventKinds[k] : options_.defaultKind;
     const bool led = k < options_.groupLeaders.size() && options_.groupLeaders[k].has_value();
     for (int cpu : *cpus) {
-      perf_event_attr a = options_.events[k];
+      perf_event_attr& a = options_.events[k];  // PHYS_ADDR dropped here stays dropped on reopen
       a.disabled = 1;
-      auto ev = openOnCpu<Handle>(a, led ? &*options_.groupLeaders[k] : nullptr, cpu, opener);
+      std::optional<Error> physRefused;
+      auto ev = openOnCpu<Handle>(a, led ? &*options_.groupLeaders[k] : nullptr, cpu, opener, physRefused);
       if (!ev) return ev.error();
+      if (physRefused) {
+        physAddrDropped_ = physRefused->message();
+        TT_LOG(Warn) << options_.name << ": PERF_SAMPLE_PHYS_ADDR refused, sampling without it: " << physAddrDropped_;
+      }
       if (ev->leader) leaders_.push_back(std::move(*ev->leader));
       events_.push_back(std::move(ev->event));
       eventSampleType_.push_back(a.sample_type);
@@ -338,6 +343,7 @@ void SamplingSource::open() {
     else
       d << ", no tier: data_src readers did not load (" << agg_->dataSrcReaderError() << ")";
   }
+  if (!physAddrDropped_.empty()) d << ", no physical addresses (PERF_SAMPLE_PHYS_ADDR refused: " << physAddrDropped_ << ")";
   status_ = {true, d.str()};
   lastCounts_.assign(events_.size(), 0);
   uint64_t events = 0, overflows = 0;

@@ -142,6 +142,7 @@ class SamplingSource final : public Source {
   Aggregation aggregation_ = Aggregation::UserRing;
   std::vector<std::unique_ptr<sys::perf::PerfEvent>> events_;
   std::vector<std::unique_ptr<sys::perf::PerfEvent>> leaders_;  // group leaders (no samples)
+  std::string physAddrDropped_;  // why the events sample without PHYS_ADDR, when they had to
   std::vector<uint64_t> eventSampleType_;  // parallel to events_
   std::vector<AccessKind> eventKind_;       // parallel to events_
   std::unique_ptr<sys::bpf::PerfSampleAgg> agg_;

@@ -1,7 +1,7 @@
 // What the PMU plan and the sampling source do with what the kernel accepts, checked without a
 // PMU (this machine has none): the AMD IBS Op plan against fake sysfs trees (swfilt or not), the
-// period granularity the source keeps, the open order of a group led by mem-loads-aux against a
-// fake opener, and the kernel-address filter.
+// period granularity the source keeps, the open order of a group led by mem-loads-aux and the
+// PERF_SAMPLE_PHYS_ADDR fallback against a fake opener, and the kernel-address filter.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -222,8 +222,9 @@ TEST(EventOpen, LeaderIsOpenedFirstAndLeadsTheSamplingEvent) {
   perf_event_attr lead{};
   lead.type = PERF_TYPE_RAW;
   lead.config = 0x8203;
-  const perf_event_attr a = loadAttr(false);
-  auto r = openOnCpu<int>(a, &lead, 3, k.opener());
+  perf_event_attr a = loadAttr(false);
+  std::optional<Error> refused;
+  auto r = openOnCpu<int>(a, &lead, 3, k.opener(), refused);
   ASSERT_TRUE(r.ok()) << r.error().message();
   ASSERT_EQ(k.calls.size(), 2U);
   EXPECT_EQ(k.calls[0].attr.config, 0x8203U);
@@ -237,9 +238,11 @@ TEST(EventOpen, LeaderIsOpenedFirstAndLeadsTheSamplingEvent) {
   ASSERT_TRUE(r->leader.has_value());
   EXPECT_EQ(*r->leader, 100);
   EXPECT_EQ(r->event, 101);
+  EXPECT_FALSE(refused.has_value());
 
   // Without the leader the fake kernel refuses, as the real one does on those CPUs.
-  EXPECT_FALSE(openOnCpu<int>(loadAttr(false), nullptr, 3, k.opener()).ok());
+  perf_event_attr alone = loadAttr(false);
+  EXPECT_FALSE(openOnCpu<int>(alone, nullptr, 3, k.opener(), refused).ok());
 }
 
 TEST(EventOpen, LeaderFailureOpensNothingElse) {
@@ -250,9 +253,52 @@ TEST(EventOpen, LeaderFailureOpensNothingElse) {
   };
   perf_event_attr lead{};
   lead.config = 0x8203;
-  auto r = openOnCpu<int>(loadAttr(false), &lead, 0, k.opener());
+  perf_event_attr a = loadAttr(false);
+  std::optional<Error> refused;
+  auto r = openOnCpu<int>(a, &lead, 0, k.opener(), refused);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message().find("group leader"), std::string::npos) << r.error().message();
+  EXPECT_EQ(k.calls.size(), 1U);
+}
+
+TEST(EventOpen, PhysAddrRefusedIsRetriedWithoutIt) {
+  FakeKernel k;
+  k.refuse = [](const perf_event_attr& a, int) -> std::optional<Error> {
+    if (a.sample_type & PERF_SAMPLE_PHYS_ADDR) return systemError(EACCES, "perf_event_open");
+    return std::nullopt;
+  };
+  perf_event_attr a = loadAttr(true);
+  std::optional<Error> refused;
+  auto r = openOnCpu<int>(a, nullptr, 0, k.opener(), refused);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  ASSERT_EQ(k.calls.size(), 2U);
+  EXPECT_NE(k.calls[0].attr.sample_type & PERF_SAMPLE_PHYS_ADDR, 0U);
+  EXPECT_EQ(k.calls[1].attr.sample_type & PERF_SAMPLE_PHYS_ADDR, 0U);
+  EXPECT_EQ(k.calls[1].attr.sample_type, loadAttr(false).sample_type);  // nothing else dropped
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->code, EACCES);
+  // The caller's attr no longer asks for it: the next CPU opens at once.
+  EXPECT_EQ(a.sample_type & PERF_SAMPLE_PHYS_ADDR, 0U);
+  refused.reset();
+  ASSERT_TRUE(openOnCpu<int>(a, nullptr, 1, k.opener(), refused).ok());
+  EXPECT_EQ(k.calls.size(), 3U);
+  EXPECT_FALSE(refused.has_value());
+}
+
+TEST(EventOpen, RefusalForAnotherReasonIsNotBlamedOnPhysAddr) {
+  FakeKernel k;
+  k.refuse = [](const perf_event_attr&, int) -> std::optional<Error> { return systemError(ENOENT, "no such PMU"); };
+  perf_event_attr a = loadAttr(true);
+  std::optional<Error> refused;
+  auto r = openOnCpu<int>(a, nullptr, 0, k.opener(), refused);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ENOENT);
+  EXPECT_FALSE(refused.has_value());
+  EXPECT_NE(a.sample_type & PERF_SAMPLE_PHYS_ADDR, 0U);  // still asked for
+  // An event without PHYS_ADDR is not retried.
+  perf_event_attr plain = loadAttr(false);
+  k.calls.clear();
+  EXPECT_FALSE(openOnCpu<int>(plain, nullptr, 0, k.opener(), refused).ok());
   EXPECT_EQ(k.calls.size(), 1U);
 }
 
