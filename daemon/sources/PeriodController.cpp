@@ -6,20 +6,33 @@
 
 namespace tt::sources {
 
+namespace {
+
+uint64_t roundUpTo(uint64_t v, uint64_t unit) {
+  if (unit <= 1 || v % unit == 0) return v;
+  const uint64_t down = v - v % unit;
+  return down > UINT64_MAX - unit ? down : down + unit;
+}
+
+}  // namespace
+
 PeriodController::PeriodController(uint64_t initialPeriod, const PeriodLimits& limits)
     : limits_(limits), period_(initialPeriod) {
   period_ = clamp(static_cast<double>(initialPeriod));
 }
 
 uint64_t PeriodController::lowestPeriod() const {
-  return std::min(limits_.maxPeriod, std::max(limits_.minPeriod, limits_.floorPeriod));
+  return roundUpTo(std::min(limits_.maxPeriod, std::max(limits_.minPeriod, limits_.floorPeriod)), limits_.granularity);
 }
 
 uint64_t PeriodController::clamp(double period) const {
+  const uint64_t unit = std::max<uint64_t>(1, limits_.granularity);
+  const uint64_t lowest = lowestPeriod();
+  const uint64_t highest = std::max(lowest, limits_.maxPeriod - limits_.maxPeriod % unit);
   // In double first: a large cost ratio times a large period must not wrap.
-  const double lo = static_cast<double>(lowestPeriod());
-  const double hi = static_cast<double>(std::max(limits_.maxPeriod, lowestPeriod()));
-  return static_cast<uint64_t>(std::clamp(std::ceil(period), lo, hi));
+  const auto p = static_cast<uint64_t>(
+      std::clamp(std::ceil(period), static_cast<double>(lowest), static_cast<double>(highest)));
+  return std::min(highest, roundUpTo(p, unit));
 }
 
 uint64_t PeriodController::setLimits(const PeriodLimits& limits) {

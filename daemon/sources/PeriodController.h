@@ -39,6 +39,10 @@ struct PeriodLimits {
   double sampleCostNs = 0;     // kernel-side cost of one sample
   double eventCountNs = 0;     // kernel-side cost of counting one event (sampled or not)
   uint64_t floorPeriod = 1;    // storm floor; the effective minimum is max(minPeriod, floorPeriod)
+  // Every period is a multiple of it (IBS counts in units of 16 ops and refuses other periods):
+  // the bounds are rounded inwards (the minimum up, the maximum down, never below the minimum)
+  // and every period up, so a halving still lowers the period and a raise still raises it.
+  uint64_t granularity = 1;
 };
 
 // What one epoch cost, as measured by the source.

@@ -1,5 +1,6 @@
 #include "sources/PmuEvents.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "sys/perf/PfmEncoder.h"
@@ -9,6 +10,15 @@ namespace tt::sources {
 namespace {
 
 constexpr uint64_t kSampleType = PERF_SAMPLE_TID | PERF_SAMPLE_ADDR | PERF_SAMPLE_WEIGHT | PERF_SAMPLE_DATA_SRC;
+
+constexpr uint64_t kIbsPeriodUnit = 16;     // IbsOpMaxCnt counts in units of 16 ops
+constexpr uint64_t kIbsOpMinPeriod = 0x90;  // perf_ibs_op.min_period
+constexpr uint64_t kIbsOpCntCtl = 1ULL << 19;  // count dispatched ops, not cycles
+// INTEL_ARCH_EVENT_MASK part of the load-latency event the kernel ties to mem-loads-aux
+// (is_mem_loads_event: event 0xcd umask 0x01), and the aux event (event 0x03 umask 0x82, as
+// perf's MEM_LOADS_AUX 0x8203).
+constexpr uint64_t kMemLoadsEvent = 0x01cd;
+constexpr uint64_t kMemLoadsAuxConfig = 0x8203;
 
 void finish(perf_event_attr& a, const PmuPlanInput& in) {
   a.size = sizeof a;
@@ -22,6 +32,16 @@ void finish(perf_event_attr& a, const PmuPlanInput& in) {
 bool isAmd(const std::string& pmu) { return pmu.rfind("amd64", 0) == 0; }
 
 }  // namespace
+
+void readPmuSysfs(const sys::Fs& sysfs, PmuPlanInput& in) {
+  if (auto ibs = sys::perf::pmuType(sysfs, "ibs_op")) in.ibsOpType = *ibs;
+  // Absent before 6.14 (ENOENT); a format we cannot read as one bit counts as absent too.
+  if (auto bit = sys::perf::pmuFormatBit(sysfs, "ibs_op", "swfilt")) in.ibsSwfilt = *bit;
+  // perf decides the same way (is_mem_loads_aux_event: pmu_have_event("cpu"/"cpu_core",
+  // "mem-loads-aux")); the kernel shows the attribute only with PMU_FL_MEM_LOADS_AUX.
+  in.memLoadsAux = sys::perf::pmuHasEvent(sysfs, "cpu", "mem-loads-aux") ||
+                   sys::perf::pmuHasEvent(sysfs, "cpu_core", "mem-loads-aux");
+}
 
 std::vector<std::string> intelLoadEventNames(const std::string& pmu, uint32_t ldlat) {
   const std::string lat = ":ldlat=" + std::to_string(ldlat);
@@ -43,13 +63,27 @@ Result<PmuPlan> planPmuEvents(const PmuPlanInput& in) {
     perf_event_attr a;
     std::memset(&a, 0, sizeof a);
     a.type = *in.ibsOpType;
-    a.config = 1ULL << 19;  // IbsOpCntCtl: count dispatched ops, not cycles
+    a.config = kIbsOpCntCtl;
     finish(a, in);
-    // IBS periods are in units of 16 ops, at least 0x10.
-    a.sample_period = std::max<uint64_t>(0x10, in.period & ~0xfULL);
+    plan.periodGranularity = kIbsPeriodUnit;
+    plan.minPeriod = kIbsOpMinPeriod;
+    a.sample_period = std::max<uint64_t>(kIbsOpMinPeriod, in.period & ~(kIbsPeriodUnit - 1));
+    std::string filter;
+    if (in.ibsSwfilt) {
+      __u64* words[] = {&a.config, &a.config1, &a.config2};
+      *words[in.ibsSwfilt->word] |= uint64_t{1} << in.ibsSwfilt->bit;
+      filter = "user mode only (swfilt)";
+    } else {
+      // NO_EXCLUDE: every exclude flag must stay clear; kernel-mode ops are sampled and the
+      // readers drop their kernel data addresses.
+      a.exclude_kernel = 0;
+      a.exclude_hv = 0;
+      filter = "no swfilt: kernel data addresses dropped by the reader";
+    }
     plan.events.push_back(a);
     plan.kinds.push_back(AccessKind::Access);
-    plan.description = "AMD IBS Op (ibs_op type " + std::to_string(*in.ibsOpType) + ")";
+    plan.groupLeaders.emplace_back();
+    plan.description = "AMD IBS Op (ibs_op type " + std::to_string(*in.ibsOpType) + ", " + filter + ")";
     return plan;
   }
   std::string chosen;
@@ -61,6 +95,22 @@ Result<PmuPlan> planPmuEvents(const PmuPlanInput& in) {
     plan.events.push_back(*a);
     plan.kinds.push_back(AccessKind::Load);
     chosen = name;
+    if (in.memLoadsAux && (a->config & 0xffff) == kMemLoadsEvent) {
+      // Counting only: the member samples. Same type and hybrid PMU bits (config[63:32]) as the
+      // load event, so both are on one PMU.
+      perf_event_attr lead;
+      std::memset(&lead, 0, sizeof lead);
+      lead.size = sizeof lead;
+      lead.type = a->type;
+      lead.config = kMemLoadsAuxConfig | (a->config & ~0xffffffffULL);
+      lead.exclude_kernel = 1;
+      lead.exclude_hv = 1;
+      lead.disabled = 1;
+      plan.groupLeaders.push_back(lead);
+      chosen += " (group led by mem-loads-aux)";
+    } else {
+      plan.groupLeaders.emplace_back();
+    }
     break;
   }
   if (plan.events.empty()) return logicError("no PEBS load event known to libpfm4 for core PMU " + in.corePmu);
@@ -72,6 +122,7 @@ Result<PmuPlan> planPmuEvents(const PmuPlanInput& in) {
       a->precise_ip = 2;
       plan.events.push_back(*a);
       plan.kinds.push_back(AccessKind::Store);
+      plan.groupLeaders.emplace_back();
       chosen += ", " + name;
       break;
     }

@@ -7,6 +7,7 @@
 
 #include "core/Buffers.h"
 #include "core/Log.h"
+#include "sources/EventOpen.h"
 #include "sources/PerfDecode.h"
 #include "tt_events.h"
 
@@ -107,8 +108,9 @@ SamplingSource::SamplingSource(SamplingOptions options, sys::Fs sysfs)
 
 PeriodLimits SamplingSource::periodLimits() const {
   PeriodLimits l;
-  l.minPeriod = options_.minPeriod;
+  l.minPeriod = std::max(options_.minPeriod, options_.periodMinimum);
   l.maxPeriod = options_.maxPeriod;
+  l.granularity = options_.periodGranularity;
   l.budgetPercent = options_.cpuBudgetPercent;
   l.sampleCostNs = calibratedCostNs_ > 0 ? calibratedCostNs_ : options_.sampleCostNs;
   l.eventCountNs = calibratedCostNs_ > 0 ? eventCountNs_ : 0;
@@ -204,22 +206,37 @@ Result<void> SamplingSource::calibrate() {
 SamplingSource::~SamplingSource() {
   agg_.reset();  // detach the BPF links before the event fds close
   events_.clear();
+  leaders_.clear();
 }
 
 Result<void> SamplingSource::openEvents(uint32_t ringPages) {
   events_.clear();
+  leaders_.clear();
   eventSampleType_.clear();
   auto cpus = sys::perf::onlineCpus(sysfs_);
   if (!cpus) return cpus.error();
   eventKind_.clear();
+  using Handle = std::unique_ptr<sys::perf::PerfEvent>;
+  const EventOpener<Handle> opener{
+      [&](const perf_event_attr& attr, int cpu, int groupFd, bool isLeader) {
+        return sys::perf::PerfEvent::open(attr, -1, cpu, isLeader ? 0 : ringPages, groupFd);
+      },
+      [](const Handle& h) { return h->fd(); }};
   for (size_t k = 0; k < options_.events.size(); ++k) {
     const AccessKind kind = k < options_.eventKinds.size() ? options_.eventKinds[k] : options_.defaultKind;
+    const bool led = k < options_.groupLeaders.size() && options_.groupLeaders[k].has_value();
     for (int cpu : *cpus) {
-      perf_event_attr a = options_.events[k];
+      perf_event_attr& a = options_.events[k];  // PHYS_ADDR dropped here stays dropped on reopen
       a.disabled = 1;
-      auto ev = sys::perf::PerfEvent::open(a, -1, cpu, ringPages);
+      std::optional<Error> physRefused;
+      auto ev = openOnCpu<Handle>(a, led ? &*options_.groupLeaders[k] : nullptr, cpu, opener, physRefused);
       if (!ev) return ev.error();
-      events_.push_back(std::move(*ev));
+      if (physRefused) {
+        physAddrDropped_ = physRefused->message();
+        TT_LOG(Warn) << options_.name << ": PERF_SAMPLE_PHYS_ADDR refused, sampling without it: " << physAddrDropped_;
+      }
+      if (ev->leader) leaders_.push_back(std::move(*ev->leader));
+      events_.push_back(std::move(ev->event));
       eventSampleType_.push_back(a.sample_type);
       eventKind_.push_back(kind);
     }
@@ -261,6 +278,16 @@ void SamplingSource::open() {
     }
   }
   aggregation_ = agg_ ? Aggregation::InKernel : Aggregation::UserRing;
+  // Members count only while their leader is enabled too.
+  for (const auto& ev : leaders_) {
+    if (auto e = ev->enable(); !e) {
+      status_ = {false, options_.eventDescription + ": group leader: " + e.error().message()};
+      events_.clear();
+      leaders_.clear();
+      agg_.reset();
+      return;
+    }
+  }
   for (const auto& ev : events_) {
     if (auto e = ev->enable(); !e) {
       status_ = {false, options_.eventDescription + ": " + e.error().message()};
@@ -309,6 +336,7 @@ void SamplingSource::open() {
     else
       d << ", no tier: data_src readers did not load (" << agg_->dataSrcReaderError() << ")";
   }
+  if (!physAddrDropped_.empty()) d << ", no physical addresses (PERF_SAMPLE_PHYS_ADDR refused: " << physAddrDropped_ << ")";
   status_ = {true, d.str()};
   lastCounts_.assign(events_.size(), 0);
   uint64_t events = 0, overflows = 0;
@@ -348,7 +376,8 @@ void SamplingSource::handleRecord(std::span<const uint8_t> record, uint64_t samp
   switch (rec->type) {
     case RecordType::Sample: {
       const PerfSample& s = rec->sample;
-      if (s.addr == 0 || !tracked_.contains(static_cast<pid_t>(s.pid))) return;
+      // Kernel data addresses: IBS without swfilt samples kernel mode (see PmuEvents.h).
+      if (s.addr == 0 || isKernelAddress(s.addr) || !tracked_.contains(static_cast<pid_t>(s.pid))) return;
       ++counters_.samples;
       const bool hasSrc = (sampleType & PERF_SAMPLE_DATA_SRC) != 0;
       // As on the in-kernel path: data_src's op where it names one (IBS ops), else the event's kind.

@@ -20,6 +20,7 @@
 #include <linux/perf_event.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -55,6 +56,14 @@ struct SamplingOptions {
   // a sample's kind from its data_src where that names a load or a store (IBS ops), and the
   // event's kind here otherwise (PEBS loads and stores are separate events).
   std::vector<AccessKind> eventKinds;
+  // Parallel to `events` (missing entries: none): a non-sampling event opened first on each CPU
+  // to lead that event's group (PmuPlan::groupLeaders). Kept open and enabled beside the events;
+  // no ring, no BPF program, no period changes.
+  std::vector<std::optional<perf_event_attr>> groupLeaders;
+  // Every period a multiple of periodGranularity and at least periodMinimum, whatever the
+  // configured bounds (PmuPlan: what the PMU accepts, IBS 16 and 0x90).
+  uint64_t periodGranularity = 1;
+  uint64_t periodMinimum = 1;
 };
 
 // The software page-fault event every `period` faults, sampling TID|ADDR (user-space faults only).
@@ -77,6 +86,10 @@ struct SamplingOptions {
 // EvidenceAggregator::flush. Reorders `chunks`. Returns the number of records appended.
 size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind, uint64_t period,
                            std::vector<AccessEvidence>& out);
+// A data address in the kernel half (x86-64: the top bit set). IBS without swfilt samples kernel
+// mode too; such addresses are never pages of a tracked process, and reporting them would leak
+// kernel layout into the evidence.
+[[nodiscard]] constexpr bool isKernelAddress(uint64_t addr) { return (addr >> 63) != 0; }
 // count x period as an evidence weight (AccessEvidence::weight), saturating at UINT32_MAX.
 [[nodiscard]] uint32_t scaledWeight(uint64_t count, uint64_t period);
 
@@ -132,6 +145,8 @@ class SamplingSource final : public Source {
   SourceCounters counters_;
   Aggregation aggregation_ = Aggregation::UserRing;
   std::vector<std::unique_ptr<sys::perf::PerfEvent>> events_;
+  std::vector<std::unique_ptr<sys::perf::PerfEvent>> leaders_;  // group leaders (no samples)
+  std::string physAddrDropped_;  // why the events sample without PHYS_ADDR, when they had to
   std::vector<uint64_t> eventSampleType_;  // parallel to events_
   std::vector<AccessKind> eventKind_;       // parallel to events_
   std::unique_ptr<sys::bpf::PerfSampleAgg> agg_;

@@ -56,7 +56,7 @@ std::unique_ptr<Source> openPmu(const pb::SourcesConfig& c, const sys::Fs& sysfs
   if (auto init = sys::perf::pfmInitialize(); !init)
     return std::make_unique<UnavailableSource>("pmu", init.error().message());
   in.corePmu = sys::perf::pfmHostPmuName();
-  if (auto ibs = sys::perf::pmuType(sysfs, "ibs_op")) in.ibsOpType = *ibs;
+  readPmuSysfs(sysfs, in);
   in.period = p.initial_period();
   in.loadLatencyCycles = p.load_latency_cycles();
   in.sampleStores = p.sample_stores();
@@ -67,6 +67,9 @@ std::unique_ptr<Source> openPmu(const pb::SourcesConfig& c, const sys::Fs& sysfs
   o.name = "pmu";
   o.events = plan->events;
   o.eventKinds = plan->kinds;
+  o.groupLeaders = plan->groupLeaders;
+  o.periodGranularity = plan->periodGranularity;
+  o.periodMinimum = plan->minPeriod;
   o.eventDescription = plan->description;
   o.aggregation = aggregationOf(c);
   o.ringPages = p.ring_pages();

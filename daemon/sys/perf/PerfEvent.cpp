@@ -15,16 +15,17 @@
 namespace tt::sys::perf {
 
 Result<std::unique_ptr<PerfEvent>> PerfEvent::open(const perf_event_attr& attr, pid_t pid, int cpu,
-                                                   uint32_t ringPages) {
+                                                   uint32_t ringPages, int groupFd) {
   if (ringPages != 0 && (ringPages & (ringPages - 1)) != 0)
     return logicError("perf ring of " + std::to_string(ringPages) + " pages: must be a power of two");
   perf_event_attr a = attr;
   a.size = sizeof(a);
-  const int fd = static_cast<int>(::syscall(SYS_perf_event_open, &a, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC));
+  const int fd = static_cast<int>(::syscall(SYS_perf_event_open, &a, pid, cpu, groupFd, PERF_FLAG_FD_CLOEXEC));
   if (fd < 0)
     return errnoError("perf_event_open type " + std::to_string(a.type) + " config 0x" +
                       [&] { char b[32]; snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(a.config)); return std::string(b); }() +
-                      " pid " + std::to_string(pid) + " cpu " + std::to_string(cpu));
+                      " pid " + std::to_string(pid) + " cpu " + std::to_string(cpu) +
+                      (groupFd >= 0 ? " in a group" : ""));
   void* ring = nullptr;
   size_t mmapBytes = 0, dataBytes = 0;
   if (ringPages != 0) {
@@ -122,6 +123,33 @@ Result<uint32_t> pmuType(const Fs& sysfs, const std::string& pmu) {
   auto type = parseUint(*line);
   if (!type) return withContext(type.error(), "PMU " + pmu + " type");
   return static_cast<uint32_t>(*type);
+}
+
+Result<PmuConfigBit> parsePmuFormatBit(std::string_view spec) {
+  const auto bad = [&] { return logicError("PMU format \"" + std::string(spec) + "\": not configN:bit"); };
+  const size_t colon = spec.find(':');
+  if (colon == std::string_view::npos || spec.substr(0, 6) != "config") return bad();
+  PmuConfigBit b;
+  const std::string_view word = spec.substr(6, colon - 6);
+  if (!word.empty()) {
+    auto w = parseUint(word);
+    if (!w || *w > 2) return bad();
+    b.word = static_cast<unsigned>(*w);
+  }
+  auto bit = parseUint(spec.substr(colon + 1));  // a range "0-7" does not parse: not one bit
+  if (!bit || *bit > 63) return bad();
+  b.bit = static_cast<unsigned>(*bit);
+  return b;
+}
+
+Result<PmuConfigBit> pmuFormatBit(const Fs& sysfs, const std::string& pmu, const std::string& field) {
+  auto line = sysfs.readLine("bus/event_source/devices/" + pmu + "/format/" + field);
+  if (!line) return line.error();
+  return parsePmuFormatBit(*line);
+}
+
+bool pmuHasEvent(const Fs& sysfs, const std::string& pmu, const std::string& event) {
+  return sysfs.exists("bus/event_source/devices/" + pmu + "/events/" + event);
 }
 
 uint64_t threadCpuNs() {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/Result.h"
@@ -25,9 +26,10 @@ namespace tt::sys::perf {
 class PerfEvent {
  public:
   // Opens `attr` for (pid, cpu) (pid -1 = all processes on cpu). ringPages = 0: no ring (a BPF
-  // program consumes the samples in the kernel); otherwise a power of two.
+  // program consumes the samples in the kernel); otherwise a power of two. groupFd: the fd of an
+  // open event on the same CPU to lead this one's group (-1: a group of its own).
   [[nodiscard]] static Result<std::unique_ptr<PerfEvent>> open(const perf_event_attr& attr, pid_t pid, int cpu,
-                                                               uint32_t ringPages);
+                                                               uint32_t ringPages, int groupFd = -1);
   ~PerfEvent();
   PerfEvent(const PerfEvent&) = delete;
   PerfEvent& operator=(const PerfEvent&) = delete;
@@ -63,6 +65,19 @@ class PerfEvent {
 // The dynamic PMU type of a named event source (/sys/bus/event_source/devices/<pmu>/type),
 // e.g. "ibs_op" on AMD; ENOENT when the PMU is absent.
 [[nodiscard]] Result<uint32_t> pmuType(const Fs& sysfs, const std::string& pmu);
+
+// One bit of a PMU's sysfs format attribute (bus/event_source/devices/<pmu>/format/<field>, e.g.
+// ibs_op's swfilt "config2:0"): which attr word (0 config, 1 config1, 2 config2) and bit.
+struct PmuConfigBit {
+  unsigned word = 0;
+  unsigned bit = 0;
+};
+// Parses "configN:B" / "config:B"; a field spanning several bits ("config:0-7") is an error.
+[[nodiscard]] Result<PmuConfigBit> parsePmuFormatBit(std::string_view spec);
+// The one-bit format field `field` of `pmu`; ENOENT when the kernel does not define it.
+[[nodiscard]] Result<PmuConfigBit> pmuFormatBit(const Fs& sysfs, const std::string& pmu, const std::string& field);
+// Whether `pmu` lists the named event (bus/event_source/devices/<pmu>/events/<event>).
+[[nodiscard]] bool pmuHasEvent(const Fs& sysfs, const std::string& pmu, const std::string& event);
 
 // CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID), nanoseconds.
 [[nodiscard]] uint64_t threadCpuNs();

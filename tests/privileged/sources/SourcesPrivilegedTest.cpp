@@ -195,6 +195,30 @@ TEST(SourcesPrivileged, SoftwareFaultSamplingThroughInKernelAggregation) {
   EXPECT_EQ(stats->mapFull, 0U);
 }
 
+// A sampling event in a group led by a counting event, as mem-loads-aux leads the PEBS load
+// event on Sapphire Rapids / Alder Lake (no PMU here: a software event stands in for each). The
+// leader is opened first on every CPU and must be enabled for the member to count; on both paths
+// the member's samples arrive (the BPF program and the ring are the member's, not the leader's).
+TEST(SourcesPrivileged, EventsLedByACountingGroupLeaderSampleOnBothPaths) {
+  TT_REQUIRE_ROOT();
+  for (const Aggregation aggregation : {Aggregation::UserRing, Aggregation::InKernel}) {
+    SamplingOptions o = softwareFaultOptions(1, aggregation);
+    o.ringPages = 1024;
+    perf_event_attr lead{};
+    lead.size = sizeof lead;
+    lead.type = PERF_TYPE_SOFTWARE;
+    lead.config = PERF_COUNT_SW_PAGE_FAULTS;  // counting only: sample_period 0
+    lead.exclude_kernel = 1;
+    lead.disabled = 1;
+    o.groupLeaders = {lead};
+    SamplingSource source(o, sys::Fs("/sys"));
+    source.open();
+    ASSERT_TRUE(source.status().available) << source.status().detail;
+    ASSERT_EQ(source.aggregation(), aggregation) << source.status().detail;
+    exercise(source);
+  }
+}
+
 // Per-page counts: every fault of the child is sampled (period 1), so each page's evidence weight
 // is its number of faults in the epoch; the in-kernel path's per-page counters stop at 255.
 void expectPerPageWeights(SamplingSource& source, uint64_t cap) {

@@ -196,6 +196,40 @@ TEST(PeriodController, RespectsMinAndMaxPeriod) {
   EXPECT_EQ(fixed.period(), 8U);
 }
 
+// IBS takes only multiples of 16 (perf_ibs_check_period): with a granularity every period the
+// controller gives is one, from bounds that are not (the default min_period 1009), through
+// raises, halvings and throttling; and the rounding never stalls a move.
+TEST(PeriodController, EveryPeriodIsAMultipleOfTheGranularity) {
+  PeriodLimits l = limits(1009, 1000003);
+  l.granularity = 16;
+  PeriodController c(10007, l);
+  EXPECT_EQ(c.period(), 10016U);  // the initial period rounded up
+  EXPECT_EQ(c.lowestPeriod(), 1024U);
+  std::vector<uint64_t> seen{c.period()};
+  for (int i = 0; i < 40; ++i) seen.push_back(c.update(epochAt(c.period(), SimLoad{0})));  // idle: halvings
+  EXPECT_EQ(c.period(), 1024U);  // down to the rounded minimum, not stuck above it
+  // Over the budget: raised, onto a multiple.
+  const uint64_t before = c.period();
+  const double budgetSamples = 3.0 / 100 * 1e9 / 2000;  // samples per second at the budget
+  seen.push_back(c.update(epochAt(before, SimLoad{1.05 * budgetSamples * static_cast<double>(before)})));
+  EXPECT_GT(c.period(), before);
+  for (int i = 0; i < 5; ++i) seen.push_back(c.update(epochAt(c.period(), SimLoad{1e12})));  // storm
+  EXPECT_EQ(c.period(), 1000000U);  // the maximum rounded down
+  EpochCost throttled = epochAt(c.period(), SimLoad{0});
+  throttled.throttled = true;
+  c.setLimits(l);
+  seen.push_back(c.update(throttled));
+  for (uint64_t p : seen) {
+    EXPECT_EQ(p % 16, 0U) << p;
+    EXPECT_GE(p, 1024U);
+    EXPECT_LE(p, 1000000U);
+  }
+  // Bounds closer together than one unit: the rounded minimum wins.
+  PeriodLimits narrow = limits(1009, 1010);
+  narrow.granularity = 16;
+  EXPECT_EQ(c.setLimits(narrow), 1024U);
+}
+
 TEST(PeriodController, DoesNotOscillateUnderNoisyLoad) {
   // Stated band: under a load whose epoch-to-epoch noise stays within +-25%, the period changes
   // only while converging (at most two epochs) and the true mean cost stays in [budget/4, budget].

@@ -101,6 +101,51 @@ TEST(PmuPlan, IntelPlanHasPebsLoadsAndStores) {
                      std::to_string(st) + ":64:load|2:5003:" + std::to_string(st) + ":0:store");
 }
 
+// Load-latency sampling on PMUs with PMU_FL_MEM_LOADS_AUX (the kernel lists cpu/events/
+// mem-loads-aux) needs a group led by mem-loads-aux, or perf_event_open fails with ENODATA
+// (intel_pmu_hw_config). The leader is planned for the load event only, from what sysfs says.
+struct AuxCase {
+  std::string pmu;
+  bool sysfsListsAux;
+  std::string expected;  // per event: "lead" + type:config:period:sample_type, or "-"
+};
+
+class MemLoadsAuxPlan : public ::testing::TestWithParam<AuxCase> {};
+
+TEST_P(MemLoadsAuxPlan, LeaderOnlyWhereTheKernelRequiresIt) {
+  const auto& c = GetParam();
+  const std::string out = inChildWithPmu(c.pmu, [&] {
+    PmuPlanInput in;
+    in.corePmu = c.pmu;
+    in.memLoadsAux = c.sysfsListsAux;
+    auto plan = planPmuEvents(in);
+    if (!plan) return "error: " + plan.error().message();
+    if (plan->groupLeaders.size() != plan->events.size()) return std::string("leaders not parallel to events");
+    std::string s;
+    for (size_t i = 0; i < plan->events.size(); ++i) {
+      const auto& lead = plan->groupLeaders[i];
+      char buf[96];
+      if (lead)
+        std::snprintf(buf, sizeof buf, "lead %u:0x%llx:%llu:%llu:%s;", lead->type, static_cast<unsigned long long>(lead->config),
+                      static_cast<unsigned long long>(lead->sample_period), static_cast<unsigned long long>(lead->sample_type),
+                      plan->kinds[i] == AccessKind::Load ? "for-load" : "for-other");
+      else
+        std::snprintf(buf, sizeof buf, "-;");
+      s += buf;
+    }
+    return s;
+  });
+  EXPECT_EQ(out, c.expected);
+}
+
+// The aux event is event 0x03 umask 0x82 (config 0x8203, perf's MEM_LOADS_AUX), counting only.
+INSTANTIATE_TEST_SUITE_P(
+    IntelModels, MemLoadsAuxPlan,
+    ::testing::Values(AuxCase{"spr", true, "lead 4:0x8203:0:0:for-load;-;"},
+                      AuxCase{"spr", false, "-;-;"},  // sysfs decides, as perf does
+                      AuxCase{"skx", false, "-;-;"},
+                      AuxCase{"icl", false, "-;-;"}));
+
 TEST(PmuPlan, AmdUsesIbsOpTypeFromSysfs) {
   PmuPlanInput in;
   in.corePmu = "amd64_fam19h_zen3";

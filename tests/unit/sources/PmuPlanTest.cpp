@@ -1,0 +1,316 @@
+// What the PMU plan and the sampling source do with what the kernel accepts, checked without a
+// PMU (this machine has none): the AMD IBS Op plan against fake sysfs trees (swfilt or not), the
+// period granularity the source keeps, the open order of a group led by mem-loads-aux and the
+// PERF_SAMPLE_PHYS_ADDR fallback against a fake opener, and the kernel-address filter.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "sources/EventOpen.h"
+#include "sources/PmuEvents.h"
+#include "sources/SamplingSource.h"
+
+namespace tt::sources {
+namespace {
+
+namespace fs = std::filesystem;
+
+class FakeSysfs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("tt-pmu-" + std::to_string(::getpid()) + "-" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  void write(const std::string& rel, const std::string& text) {
+    fs::create_directories((root_ / rel).parent_path());
+    std::ofstream(root_ / rel) << text;
+  }
+  PmuPlanInput amdInput() {
+    PmuPlanInput in;
+    in.corePmu = "amd64_fam19h_zen3";
+    readPmuSysfs(sys::Fs(root_.string()), in);
+    return in;
+  }
+  fs::path root_;
+};
+
+TEST_F(FakeSysfs, IbsWithSwfiltSetsItsBitAndKeepsExcludeKernel) {
+  write("bus/event_source/devices/ibs_op/type", "11\n");
+  write("bus/event_source/devices/ibs_op/format/swfilt", "config2:0\n");
+  const PmuPlanInput in = amdInput();
+  ASSERT_TRUE(in.ibsSwfilt.has_value());
+  auto plan = planPmuEvents(in);
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  ASSERT_EQ(plan->events.size(), 1U);
+  const perf_event_attr& a = plan->events[0];
+  EXPECT_EQ(a.type, 11U);
+  EXPECT_EQ(a.config2, 1U);  // config2:0, as the format file says
+  EXPECT_EQ(a.exclude_kernel, 1U);
+  EXPECT_EQ(a.exclude_hv, 1U);
+  EXPECT_NE(plan->description.find("swfilt"), std::string::npos) << plan->description;
+}
+
+TEST_F(FakeSysfs, IbsSwfiltBitIsTakenFromTheFormatFile) {
+  write("bus/event_source/devices/ibs_op/type", "11\n");
+  write("bus/event_source/devices/ibs_op/format/swfilt", "config1:5\n");
+  auto plan = planPmuEvents(amdInput());
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  EXPECT_EQ(plan->events[0].config1, uint64_t{1} << 5);
+  EXPECT_EQ(plan->events[0].config2, 0U);
+  EXPECT_EQ(plan->events[0].exclude_kernel, 1U);
+}
+
+// Before 6.14 ibs_op has PERF_PMU_CAP_NO_EXCLUDE and no swfilt: any exclude flag is EINVAL.
+TEST_F(FakeSysfs, IbsWithoutSwfiltSetsNoExcludeFlag) {
+  write("bus/event_source/devices/ibs_op/type", "11\n");
+  const PmuPlanInput in = amdInput();
+  ASSERT_TRUE(in.ibsOpType.has_value());
+  EXPECT_EQ(*in.ibsOpType, 11U);
+  EXPECT_FALSE(in.ibsSwfilt.has_value());
+  auto plan = planPmuEvents(in);
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  const perf_event_attr& a = plan->events[0];
+  EXPECT_EQ(a.exclude_kernel, 0U);
+  EXPECT_EQ(a.exclude_hv, 0U);
+  EXPECT_EQ(a.exclude_user, 0U);
+  EXPECT_EQ(a.exclude_idle, 0U);
+  EXPECT_EQ(a.exclude_host, 0U);
+  EXPECT_EQ(a.exclude_guest, 0U);
+  EXPECT_EQ(a.config2, 0U);
+  EXPECT_EQ(a.config1, 0U);
+}
+
+TEST_F(FakeSysfs, UnreadableSwfiltCountsAsAbsent) {
+  write("bus/event_source/devices/ibs_op/type", "11\n");
+  write("bus/event_source/devices/ibs_op/format/swfilt", "config2:0-3\n");  // not one bit
+  auto plan = planPmuEvents(amdInput());
+  ASSERT_TRUE(plan.ok()) << plan.error().message();
+  EXPECT_EQ(plan->events[0].exclude_kernel, 0U);
+  EXPECT_EQ(plan->events[0].config2, 0U);
+}
+
+TEST_F(FakeSysfs, MemLoadsAuxFromTheCpuOrCpuCorePmu) {
+  PmuPlanInput in;
+  readPmuSysfs(sys::Fs(root_.string()), in);
+  EXPECT_FALSE(in.memLoadsAux);
+  EXPECT_FALSE(in.ibsOpType.has_value());
+  write("bus/event_source/devices/cpu_core/events/mem-loads-aux", "event=0x03,umask=0x82\n");
+  readPmuSysfs(sys::Fs(root_.string()), in);
+  EXPECT_TRUE(in.memLoadsAux);
+  fs::remove_all(root_ / "bus");
+  write("bus/event_source/devices/cpu/events/mem-loads-aux", "event=0x03,umask=0x82\n");
+  PmuPlanInput again;
+  readPmuSysfs(sys::Fs(root_.string()), again);
+  EXPECT_TRUE(again.memLoadsAux);
+}
+
+TEST(PmuFormatBit, ParsesOneBitFields) {
+  auto b = sys::perf::parsePmuFormatBit("config2:0");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->word, 2U);
+  EXPECT_EQ(b->bit, 0U);
+  b = sys::perf::parsePmuFormatBit("config:19");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->word, 0U);
+  EXPECT_EQ(b->bit, 19U);
+  for (const char* bad : {"config:0-7", "config3:0", "config2:64", "event:1", "config2", ""})
+    EXPECT_FALSE(sys::perf::parsePmuFormatBit(bad).ok()) << bad;
+}
+
+// IBS counts in units of 16 ops; perf_ibs_check_period refuses any other period (and under
+// ibs_op's min_period 0x90) on PERF_EVENT_IOC_PERIOD.
+TEST(PmuPlan, IbsPlanStatesItsPeriodGranularity) {
+  PmuPlanInput in;
+  in.corePmu = "amd64_fam19h_zen3";
+  in.ibsOpType = 11;
+  in.period = 100;  // the configured floor of initial_period
+  auto plan = planPmuEvents(in);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->periodGranularity, 16U);
+  EXPECT_EQ(plan->minPeriod, 0x90U);
+  EXPECT_EQ(plan->events[0].sample_period, 0x90U);
+  in.period = 10007;
+  plan = planPmuEvents(in);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->events[0].sample_period, 10000U);
+}
+
+perf_event_attr sampledAttr(uint64_t period) {
+  perf_event_attr a{};
+  a.size = sizeof a;
+  a.type = 11;
+  a.sample_period = period;
+  a.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_ADDR;
+  return a;
+}
+
+// The source's bounds and every period it sets are multiples of the granularity. Not opened:
+// the recorded period is what PERF_EVENT_IOC_PERIOD would be given.
+TEST(SamplingSourcePeriod, BoundsAndLiveLimitsKeepTheGranularity) {
+  SamplingOptions o;
+  o.name = "pmu";
+  o.events = {sampledAttr(10000)};
+  o.minPeriod = 1009;  // the default pmu.min_period: not a multiple of 16
+  o.maxPeriod = 1000003;
+  o.periodGranularity = 16;
+  o.periodMinimum = 0x90;
+  SamplingSource s(o, sys::Fs("/nonexistent"));
+  EXPECT_EQ(s.period(), 10000U);
+  EXPECT_EQ(s.lowestPeriod(), 1024U);
+  SamplingLimits l;
+  l.minPeriod = 20001;  // pushes the period up to a bound that is not a multiple
+  l.maxPeriod = 1000003;
+  ASSERT_TRUE(s.setSamplingLimits(l).ok());
+  EXPECT_EQ(s.period(), 20016U);
+  l.minPeriod = 1;  // under the PMU's minimum
+  l.maxPeriod = 3001;
+  ASSERT_TRUE(s.setSamplingLimits(l).ok());
+  EXPECT_EQ(s.period(), 2992U);  // the maximum rounded down
+  EXPECT_EQ(s.lowestPeriod(), 0x90U);
+  EXPECT_EQ(s.counters().period, s.period());
+}
+
+// A fake kernel: records every open; refuses what `refuse` says.
+struct FakeKernel {
+  struct Call {
+    perf_event_attr attr;
+    int cpu;
+    int groupFd;
+    bool isLeader;
+  };
+  std::vector<Call> calls;
+  std::function<std::optional<Error>(const perf_event_attr&, int groupFd)> refuse;
+  int nextFd = 100;
+
+  EventOpener<int> opener() {
+    return {[this](const perf_event_attr& a, int cpu, int groupFd, bool isLeader) -> Result<int> {
+              calls.push_back({a, cpu, groupFd, isLeader});
+              if (refuse)
+                if (auto e = refuse(a, groupFd)) return *e;
+              return nextFd++;
+            },
+            [](const int& fd) { return fd; }};
+  }
+};
+
+perf_event_attr loadAttr(bool phys) {
+  perf_event_attr a{};
+  a.size = sizeof a;
+  a.type = PERF_TYPE_RAW;
+  a.config = 0x1cd;
+  a.sample_period = 10007;
+  a.sample_type = PERF_SAMPLE_TID | PERF_SAMPLE_ADDR | PERF_SAMPLE_DATA_SRC | (phys ? PERF_SAMPLE_PHYS_ADDR : 0);
+  return a;
+}
+
+TEST(EventOpen, LeaderIsOpenedFirstAndLeadsTheSamplingEvent) {
+  FakeKernel k;
+  // As intel_pmu_hw_config: the load event without a leader is ENODATA.
+  k.refuse = [](const perf_event_attr& a, int groupFd) -> std::optional<Error> {
+    if (a.config == 0x1cd && groupFd < 0) return systemError(ENODATA, "perf_event_open");
+    return std::nullopt;
+  };
+  perf_event_attr lead{};
+  lead.type = PERF_TYPE_RAW;
+  lead.config = 0x8203;
+  perf_event_attr a = loadAttr(false);
+  std::optional<Error> refused;
+  auto r = openOnCpu<int>(a, &lead, 3, k.opener(), refused);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  ASSERT_EQ(k.calls.size(), 2U);
+  EXPECT_EQ(k.calls[0].attr.config, 0x8203U);
+  EXPECT_TRUE(k.calls[0].isLeader);
+  EXPECT_EQ(k.calls[0].groupFd, -1);
+  EXPECT_EQ(k.calls[0].cpu, 3);
+  EXPECT_EQ(k.calls[1].attr.config, 0x1cdU);
+  EXPECT_FALSE(k.calls[1].isLeader);
+  EXPECT_EQ(k.calls[1].groupFd, 100);  // the leader's fd
+  EXPECT_EQ(k.calls[1].cpu, 3);
+  ASSERT_TRUE(r->leader.has_value());
+  EXPECT_EQ(*r->leader, 100);
+  EXPECT_EQ(r->event, 101);
+  EXPECT_FALSE(refused.has_value());
+
+  // Without the leader the fake kernel refuses, as the real one does on those CPUs.
+  perf_event_attr alone = loadAttr(false);
+  EXPECT_FALSE(openOnCpu<int>(alone, nullptr, 3, k.opener(), refused).ok());
+}
+
+TEST(EventOpen, LeaderFailureOpensNothingElse) {
+  FakeKernel k;
+  k.refuse = [](const perf_event_attr& a, int) -> std::optional<Error> {
+    if (a.config == 0x8203) return systemError(ENOENT, "perf_event_open");
+    return std::nullopt;
+  };
+  perf_event_attr lead{};
+  lead.config = 0x8203;
+  perf_event_attr a = loadAttr(false);
+  std::optional<Error> refused;
+  auto r = openOnCpu<int>(a, &lead, 0, k.opener(), refused);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("group leader"), std::string::npos) << r.error().message();
+  EXPECT_EQ(k.calls.size(), 1U);
+}
+
+TEST(EventOpen, PhysAddrRefusedIsRetriedWithoutIt) {
+  FakeKernel k;
+  k.refuse = [](const perf_event_attr& a, int) -> std::optional<Error> {
+    if (a.sample_type & PERF_SAMPLE_PHYS_ADDR) return systemError(EACCES, "perf_event_open");
+    return std::nullopt;
+  };
+  perf_event_attr a = loadAttr(true);
+  std::optional<Error> refused;
+  auto r = openOnCpu<int>(a, nullptr, 0, k.opener(), refused);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  ASSERT_EQ(k.calls.size(), 2U);
+  EXPECT_NE(k.calls[0].attr.sample_type & PERF_SAMPLE_PHYS_ADDR, 0U);
+  EXPECT_EQ(k.calls[1].attr.sample_type & PERF_SAMPLE_PHYS_ADDR, 0U);
+  EXPECT_EQ(k.calls[1].attr.sample_type, loadAttr(false).sample_type);  // nothing else dropped
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->code, EACCES);
+  // The caller's attr no longer asks for it: the next CPU opens at once.
+  EXPECT_EQ(a.sample_type & PERF_SAMPLE_PHYS_ADDR, 0U);
+  refused.reset();
+  ASSERT_TRUE(openOnCpu<int>(a, nullptr, 1, k.opener(), refused).ok());
+  EXPECT_EQ(k.calls.size(), 3U);
+  EXPECT_FALSE(refused.has_value());
+}
+
+TEST(EventOpen, RefusalForAnotherReasonIsNotBlamedOnPhysAddr) {
+  FakeKernel k;
+  k.refuse = [](const perf_event_attr&, int) -> std::optional<Error> { return systemError(ENOENT, "no such PMU"); };
+  perf_event_attr a = loadAttr(true);
+  std::optional<Error> refused;
+  auto r = openOnCpu<int>(a, nullptr, 0, k.opener(), refused);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ENOENT);
+  EXPECT_FALSE(refused.has_value());
+  EXPECT_NE(a.sample_type & PERF_SAMPLE_PHYS_ADDR, 0U);  // still asked for
+  // An event without PHYS_ADDR is not retried.
+  perf_event_attr plain = loadAttr(false);
+  k.calls.clear();
+  EXPECT_FALSE(openOnCpu<int>(plain, nullptr, 0, k.opener(), refused).ok());
+  EXPECT_EQ(k.calls.size(), 1U);
+}
+
+// IBS without swfilt samples kernel mode; the user-ring reader drops kernel data addresses.
+TEST(KernelAddress, TopBitMarksTheKernelHalf) {
+  EXPECT_TRUE(isKernelAddress(0xffff888000001000ULL));  // direct map
+  EXPECT_TRUE(isKernelAddress(0xffffffff81000000ULL));  // kernel text
+  EXPECT_TRUE(isKernelAddress(0x8000000000000000ULL));
+  EXPECT_FALSE(isKernelAddress(0x00007fffffffe000ULL));  // top of the user stack
+  EXPECT_FALSE(isKernelAddress(0x0000555555554000ULL));
+  EXPECT_FALSE(isKernelAddress(0x7fffffffffffffffULL));
+}
+
+}  // namespace
+}  // namespace tt::sources
