@@ -13,7 +13,8 @@
 //    plain "compute + memory stall" model.
 //  - A migration copies 4 KiB per page at min(copy engine rate, source read bw, destination write
 //    bw); the non-overlapped share is charged directly, the overlapped share runs beside the
-//    application and is charged as bandwidth it steals from both tiers.
+//    application and is charged as bandwidth it steals from both tiers, in the windows the copy
+//    runs in (the replay's copy queue, Simulator.h).
 #pragma once
 
 #include <cstdint>

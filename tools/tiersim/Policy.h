@@ -52,12 +52,21 @@ struct TierInfo {
 struct EpochContext {
   uint64_t nowNs = 0;
   uint64_t epoch = 0;
-  std::vector<TierInfo> tiers;            // index = TierId
-  const std::vector<TierId>* tierOf = nullptr;  // current tier of every page (never-touched pages: 0; see present)
+  // index = TierId. usedPages counts where pages will be once the copy queue has drained (pages
+  // resident, plus queued copies in, minus queued copies out), so capacityPages - usedPages is
+  // the room a new move into the tier can still be accepted into.
+  std::vector<TierInfo> tiers;
+  // Tier that serves every page now (never-touched pages: 0; see present). A page whose copy is
+  // queued or in flight shows its old tier until the copy completes; emitting the same move
+  // again is a no-op, a different one replaces the queued copy (see SimConfig::migrationOverlap).
+  const std::vector<TierId>* tierOf = nullptr;
   const std::vector<uint8_t>* present = nullptr; // 1 if the page has been touched (allocated)
   // Migration bandwidth the simulator charges, bytes per ns, fast<-slow and fast->slow.
   double promoteBytesPerNs = 0;
   double demoteBytesPerNs = 0;
+  // Copies accepted in earlier epochs and not yet completed (the one in flight included): the
+  // copy engine's backlog. Added with the copy queue; policies that ignore it still work.
+  uint64_t queuedPages = 0;
   // PTE accessed ("young") bit of every page: the simulator sets it on every access; a policy that
   // emulates kernel LRU aging (the TPP-like one) tests and clears it, as page_referenced() does.
   // Added after the first version of this interface; policies that do not age an LRU ignore it.
@@ -101,8 +110,9 @@ class Policy {
   virtual void onMark(const IterationMark& mark) = 0;
 
   // Once per epoch (configurable, e.g. 10 ms simulated): append the moves wanted now. The simulator
-  // applies them in order, charging copy time against its migration bandwidth; a promotion to a
-  // full tier is refused (counted) unless the policy demotes first in the same list.
+  // queues them in order behind earlier epochs' copies and copies them at its migration
+  // bandwidth; each page changes tier when its copy completes. A move to a full tier is refused
+  // (counted) unless the policy demotes out of it first in the same list (or an earlier one).
   virtual void onEpoch(const EpochContext& context, std::vector<PageMove>& moves) = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <random>
 
 namespace tt::tiersim {
@@ -20,6 +21,29 @@ struct StepAccumulator {
   uint64_t totalLines = 0;
 };
 
+// One page copy accepted from a policy, waiting for or occupying the copy engine.
+struct Copy {
+  PageId page = 0;
+  TierId from = 0;
+  TierId to = 0;
+  double copyNs = 0;      // the whole copy at the pair's rate
+  double doneNs = 0;      // engine time spent on it so far
+  bool started = false;   // its critical-path share has been charged
+  bool cancelled = false; // replaced by a newer move of the page before it started
+};
+
+// A stretch of simulated time during which the engine copied from one tier to another: the
+// bandwidth it stole is charged to the cost-model window(s) it falls in.
+struct CopySpan {
+  double startNs = 0;
+  double endNs = 0;
+  TierId from = 0;
+  TierId to = 0;
+  double bytesPerNs = 0;
+};
+
+constexpr uint64_t kNoCopy = 0;
+
 class Replay {
  public:
   Replay(const Trace& trace, Policy& policy, const SimConfig& config)
@@ -29,8 +53,15 @@ class Replay {
 
  private:
   [[nodiscard]] double now(uint64_t traceTimeNs) const { return static_cast<double>(traceTimeNs) + extraNs_; }
-  void closeWindow(double computeNs);
+  void closeWindow(double computeNs, double endSimNs);
   void runEpoch(double nowNs);
+  // The copy engine: runs queued copies in order until simulated time `targetNs` (or, when
+  // `traceBased`, until trace time `targetNs` + extraNs_, which moves as copies charge time).
+  void advanceEngine(double targetNs, bool traceBased);
+  void acceptMove(const PageMove& move);
+  void completeCopy(const Copy& copy);
+  [[nodiscard]] Copy* queuedCopy(PageId page);
+  [[nodiscard]] uint64_t roomFor(TierId tier) const;
   void scanForHints(double nowNs);
   void onAccess(const SimAccess& access);
   void onMark(const IterationMark& mark);
@@ -41,13 +72,25 @@ class Replay {
   const SimConfig& config_;
   std::mt19937_64 rng_;
 
-  std::vector<TierInfo> tiers_;
+  std::vector<TierInfo> tiers_;   // usedPages: committed (resident + queued in - queued out)
+  std::vector<uint64_t> resident_;  // pages whose tier this is now
+  std::vector<uint64_t> incoming_;  // queued or in-flight copies into the tier
   std::vector<TierId> tierOf_;
   std::vector<uint8_t> present_;
   std::vector<uint8_t> accessed_;
   std::vector<double> hintArmedAt_;  // 0: not armed; else the scan time + 1
   std::vector<TierTraffic> traffic_;
   std::vector<PageMove> moves_;
+
+  // The copy queue: FIFO, one copy at a time (a move_pages thread). copySeq_[page] is the
+  // sequence number of the page's live entry (kNoCopy: none); queue_.front() has frontSeq_.
+  std::deque<Copy> queue_;
+  std::vector<uint64_t> copySeq_;
+  uint64_t frontSeq_ = 1;
+  uint64_t nextSeq_ = 1;
+  uint64_t queuedPages_ = 0;       // live entries (in flight included)
+  double engineNs_ = 0;            // simulated time the engine has run up to
+  std::deque<CopySpan> spans_;     // engine activity not yet charged to a window
 
   double extraNs_ = 0;            // simulated time = trace time + extraNs_
   uint64_t windowStart_ = 0;
@@ -73,10 +116,12 @@ TierId Replay::placeFirstTouch(PageId page) {
   TierId tier = policy_.firstTouchTier(page, tiers_);
   if (tier >= tiers_.size()) tier = static_cast<TierId>(tiers_.size() - 1);
   // The kernel falls back to the next node in the tier order when the preferred one is full.
-  while (tiers_[tier].usedPages >= tiers_[tier].capacityPages && tier + 1U < tiers_.size()) ++tier;
-  if (tiers_[tier].usedPages >= tiers_[tier].capacityPages) {
+  // A page is allocated now, so queued demotions out of a tier give it no room yet (see roomFor).
+  auto full = [&](size_t t) { return resident_[t] + incoming_[t] >= tiers_[t].capacityPages; };
+  while (full(tier) && tier + 1U < tiers_.size()) ++tier;
+  if (full(tier)) {
     for (size_t t = 0; t < tiers_.size(); ++t) {
-      if (tiers_[t].usedPages < tiers_[t].capacityPages) {
+      if (!full(t)) {
         tier = static_cast<TierId>(t);
         break;
       }
@@ -85,7 +130,23 @@ TierId Replay::placeFirstTouch(PageId page) {
   return tier;
 }
 
-void Replay::closeWindow(double computeNs) {
+void Replay::closeWindow(double computeNs, double endSimNs) {
+  // The copy engine's stolen bandwidth up to the window's end, at the engine's rate. Copying done
+  // while this window's own stall is paid falls in the next window: that stall is known only once
+  // the window's bytes are.
+  const double overlap = std::clamp(config_.migrationOverlap, 0.0, 1.0);
+  while (!spans_.empty() && spans_.front().startNs < endSimNs) {
+    CopySpan& span = spans_.front();
+    const double end = std::min(span.endNs, endSimNs);
+    const double bytes = overlap * (end - span.startNs) * span.bytesPerNs;
+    traffic_[span.from].extraReadBytes += bytes;
+    traffic_[span.to].extraWriteBytes += bytes;
+    if (end < span.endNs) {
+      span.startNs = end;
+      break;
+    }
+    spans_.pop_front();
+  }
   double stall = 0;
   bool any = false;
   for (size_t t = 0; t < traffic_.size(); ++t) {
@@ -136,39 +197,138 @@ void Replay::runEpoch(double nowNs) {
                                              config_.migrationCopyBytesPerNs);
   context.demoteBytesPerNs = copyBytesPerNs(config_.tiers[0].spec, config_.tiers[1].spec,
                                             config_.migrationCopyBytesPerNs);
+  context.queuedPages = queuedPages_;
   moves_.clear();
   policy_.onEpoch(context, moves_);
-  double copyNs = 0;
-  const double overlap = std::clamp(config_.migrationOverlap, 0.0, 1.0);
-  for (const auto& move : moves_) {
-    if (move.page >= trace_.totalPages || present_[move.page] == 0 || move.to >= tiers_.size()) {
-      ++result_.refusedMoves;
-      continue;
-    }
-    const TierId from = tierOf_[move.page];
-    if (from == move.to) continue;
-    if (tiers_[move.to].usedPages >= tiers_[move.to].capacityPages) {
-      ++result_.refusedMoves;
-      continue;
-    }
-    --tiers_[from].usedPages;
-    ++tiers_[move.to].usedPages;
-    tierOf_[move.page] = move.to;
-    if (move.to < from) {
-      ++result_.promotedPages;
-    } else {
-      ++result_.demotedPages;
-      if (!hintArmedAt_.empty()) hintArmedAt_[move.page] = 0;
-    }
-    copyNs += kPageBytes / copyBytesPerNs(config_.tiers[from].spec, config_.tiers[move.to].spec,
-                                          config_.migrationCopyBytesPerNs);
-    traffic_[from].extraReadBytes += overlap * kPageBytes;
-    traffic_[move.to].extraWriteBytes += overlap * kPageBytes;
-    step_.migratedBytes += static_cast<uint64_t>(kPageBytes);
+  for (const auto& move : moves_) acceptMove(move);
+}
+
+uint64_t Replay::roomFor(TierId tier) const {
+  // Where every page will be once the queue has drained. The engine copies in order, so the
+  // queued moves out of a tier complete before any move queued after them into it starts: a
+  // demotion listed before a promotion makes its room, as move_pages does for a swap.
+  const uint64_t committed = tiers_[tier].usedPages;
+  return tiers_[tier].capacityPages > committed ? tiers_[tier].capacityPages - committed : 0;
+}
+
+Copy* Replay::queuedCopy(PageId page) {
+  const uint64_t seq = copySeq_[page];
+  if (seq == kNoCopy) return nullptr;
+  return &queue_[seq - frontSeq_];
+}
+
+void Replay::acceptMove(const PageMove& move) {
+  if (move.page >= trace_.totalPages || present_[move.page] == 0 || move.to >= tiers_.size()) {
+    ++result_.refusedMoves;
+    return;
   }
-  const double charged = (1.0 - overlap) * copyNs;
-  extraNs_ += charged;
-  step_.migrationNs += charged;
+  const PageId page = move.page;
+  if (Copy* queued = queuedCopy(page); queued != nullptr) {
+    if (queued->to == move.to) return;  // already on its way there
+    // A page whose copy has started cannot be re-targeted (move_pages holds the page until the
+    // copy ends); the policy sees it in its old tier and may ask again once it has landed.
+    if (queued->started) {
+      ++result_.refusedMoves;
+      return;
+    }
+    // The newer move replaces the queued one. Taking it out keeps the page in its old tier for
+    // good, and moves queued after it may already count on the room it was to free: refused like
+    // a move to a full tier unless the old tier holds the page whatever the queue does. That is
+    // so when its resident pages plus every copy into it fit: before this copy the page occupies
+    // the tier anyway, and after it at least this copy has left it.
+    const TierId from = queued->from;
+    if (resident_[from] + incoming_[from] > tiers_[from].capacityPages) {
+      ++result_.refusedMoves;
+      return;
+    }
+    queued->cancelled = true;
+    copySeq_[page] = kNoCopy;
+    --queuedPages_;
+    --incoming_[queued->to];
+    --tiers_[queued->to].usedPages;
+    ++tiers_[from].usedPages;
+    ++result_.cancelledMoves;
+    if (move.to == from) return;
+  }
+  const TierId from = tierOf_[page];
+  if (from == move.to) return;
+  if (roomFor(move.to) == 0) {
+    ++result_.refusedMoves;
+    return;
+  }
+  Copy copy;
+  copy.page = page;
+  copy.from = from;
+  copy.to = move.to;
+  copy.copyNs = kPageBytes / copyBytesPerNs(config_.tiers[from].spec, config_.tiers[move.to].spec,
+                                            config_.migrationCopyBytesPerNs);
+  queue_.push_back(copy);
+  copySeq_[page] = nextSeq_++;
+  ++queuedPages_;
+  ++incoming_[move.to];
+  ++tiers_[move.to].usedPages;
+  --tiers_[from].usedPages;
+}
+
+void Replay::completeCopy(const Copy& copy) {
+  // The destination was reserved on acceptance; the source is freed now.
+  --resident_[copy.from];
+  ++resident_[copy.to];
+  --incoming_[copy.to];
+  --queuedPages_;
+  copySeq_[copy.page] = kNoCopy;
+  tierOf_[copy.page] = copy.to;
+  if (copy.to < copy.from) {
+    ++result_.promotedPages;
+  } else {
+    ++result_.demotedPages;
+    if (!hintArmedAt_.empty()) hintArmedAt_[copy.page] = 0;
+  }
+  step_.migratedBytes += static_cast<uint64_t>(kPageBytes);
+}
+
+void Replay::advanceEngine(double targetNs, bool traceBased) {
+  const double overlap = std::clamp(config_.migrationOverlap, 0.0, 1.0);
+  auto target = [&] { return traceBased ? targetNs + extraNs_ : targetNs; };
+  while (!queue_.empty()) {
+    Copy& copy = queue_.front();
+    if (copy.cancelled) {
+      queue_.pop_front();
+      ++frontSeq_;
+      continue;
+    }
+    if (engineNs_ >= target()) break;
+    if (!copy.started) {
+      // The share of the copy on the application's critical path (the thread's CPU time, page
+      // locks, TLB shootdowns) is charged as time when the copy starts: simulated time moves on
+      // while the trace does not, and the engine copies meanwhile.
+      copy.started = true;
+      const double charged = (1.0 - overlap) * copy.copyNs;
+      extraNs_ += charged;
+      step_.migrationNs += charged;
+    }
+    const double remaining = copy.copyNs - copy.doneNs;
+    const double available = target() - engineNs_;
+    const bool finishes = remaining <= available;
+    const double end = finishes ? engineNs_ + remaining : target();
+    if (!spans_.empty() && spans_.back().endNs == engineNs_ && spans_.back().from == copy.from &&
+        spans_.back().to == copy.to) {
+      spans_.back().endNs = end;
+    } else {
+      spans_.push_back(CopySpan{engineNs_, end, copy.from, copy.to, kPageBytes / copy.copyNs});
+    }
+    engineNs_ = end;
+    if (!finishes) {  // the target came first
+      copy.doneNs += available;
+      break;
+    }
+    const Copy done = copy;
+    queue_.pop_front();
+    ++frontSeq_;
+    completeCopy(done);
+  }
+  // An idle engine starts the next copy when it is accepted, not in the past.
+  if (queuedPages_ == 0) engineNs_ = std::max(engineNs_, target());
 }
 
 void Replay::onMark(const IterationMark& traceMark) {
@@ -207,6 +367,7 @@ void Replay::onAccess(const SimAccess& access) {
     present_[page] = 1;
     tierOf_[page] = tier;
     ++tiers_[tier].usedPages;
+    ++resident_[tier];
   }
   const TierId tier = tierOf_[page];
   const uint64_t lines = static_cast<uint64_t>(access.count) * trace_.samplePeriod;
@@ -261,6 +422,9 @@ SimResult Replay::run(bool offline) {
     info.readBandwidthBytesPerNs = spec.readBandwidthBytesPerNs;
     info.writeBandwidthBytesPerNs = spec.writeBandwidthBytesPerNs;
   }
+  resident_.assign(tierCount, 0);
+  incoming_.assign(tierCount, 0);
+  copySeq_.assign(total, kNoCopy);
   tierOf_.assign(total, 0);
   present_.assign(total, 0);
   accessed_.assign(total, 0);
@@ -284,21 +448,30 @@ SimResult Replay::run(bool offline) {
     const bool takeMark = m < marks.size() && (a >= accesses.size() || marks[m].timestampNs <= accesses[a].timeNs);
     const uint64_t t = takeMark ? marks[m].timestampNs : accesses[a].timeNs;
     currentTraceNs_ = t;
-    // Epochs due by now run first, so the bandwidth their copies steal is charged in the window
-    // that closes next, inside the step that paid for it.
+    // Epochs due by now run first (as before the copy queue), the engine running up to each.
     while (now(t) >= nextEpochNs_) {
+      advanceEngine(nextEpochNs_, false);
       runEpoch(nextEpochNs_);
       nextEpochNs_ += epochNs;
     }
     if (t >= windowEnd_) {
-      closeWindow(static_cast<double>(windowEnd_ - windowStart_));
+      advanceEngine(static_cast<double>(windowEnd_), true);
+      closeWindow(static_cast<double>(windowEnd_ - windowStart_), now(windowEnd_));
+      // A stretch without accesses is a window of its own: only the engine's copies use memory
+      // in it, at the engine's rate (before the copy queue they all landed in the next window).
+      if (t > windowEnd_) {
+        advanceEngine(static_cast<double>(t), true);
+        closeWindow(static_cast<double>(t - windowEnd_), now(t));
+      }
       windowStart_ = t;
       windowEnd_ = t + window;
     }
+    // Copies that complete by now change their page's tier before this access is served.
+    advanceEngine(static_cast<double>(t), true);
     if (takeMark) {
       // A step's last window closes with the step, so its stall is charged to that step.
       if (marks[m].type == MarkType::StepEnd) {
-        closeWindow(static_cast<double>(t - windowStart_));
+        closeWindow(static_cast<double>(t - windowStart_), now(t));
         windowStart_ = t;
         windowEnd_ = t + window;
       }
@@ -307,8 +480,9 @@ SimResult Replay::run(bool offline) {
       onAccess(accesses[a++]);
     }
   }
-  closeWindow(static_cast<double>(currentTraceNs_ - windowStart_));
+  closeWindow(static_cast<double>(currentTraceNs_ - windowStart_), now(currentTraceNs_));
   result_.epochs = epoch_;
+  result_.queuedPagesAtEnd = queuedPages_;
   result_.totalTimeNs = now(currentTraceNs_);
 
   const auto& steps = result_.steps;

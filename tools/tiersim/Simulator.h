@@ -34,6 +34,14 @@ struct SimConfig {
   double migrationCopyBytesPerNs = 2.0;
   // Share of the copy time that overlaps the application (a background migration thread): charged
   // as stolen bandwidth instead of time. The rest is on the critical path.
+  // Copies are not instant: the moves a policy emits are queued in order and one engine copies
+  // them at copyBytesPerNs(from, to, migrationCopyBytesPerNs) in simulated time. A page changes
+  // tier when its own copy completes (accesses before are served by the old tier); the
+  // destination is reserved on acceptance, the source freed on completion. When a copy starts,
+  // (1 - overlap) x its copy time is charged as time; its overlap x 4 KiB of stolen read (source)
+  // and write (destination) traffic is charged to the cost-model windows it runs in, at the
+  // engine's rate. A newer move of a queued page replaces the queued one (a move back to the
+  // page's current tier just cancels it); a move of the page being copied is refused.
   double migrationOverlap = 0.5;
   uint64_t seed = 1;
   uint64_t warmupSteps = 0;                // steps excluded from the summary
@@ -46,9 +54,9 @@ struct StepStats {
   double timeNs = 0;          // simulated, StepBegin to StepEnd
   double computeNs = 0;       // trace time, StepBegin to StepEnd
   double stallNs = 0;         // memory stall added
-  double migrationNs = 0;     // migration copy time on the critical path
+  double migrationNs = 0;     // migration copy time on the critical path (copies started in the step)
   double hintFaultNs = 0;
-  uint64_t migratedBytes = 0;
+  uint64_t migratedBytes = 0;  // copies completed in the step
   uint64_t fastLines = 0;     // cache-line accesses served by tier 0
   uint64_t totalLines = 0;
 };
@@ -64,7 +72,9 @@ struct SimResult {
   double fastHitFraction = 0;        // share of line accesses served by tier 0
   uint64_t promotedPages = 0;        // to a faster tier, whole run
   uint64_t demotedPages = 0;
-  uint64_t refusedMoves = 0;         // to a full tier, or of an untouched page
+  uint64_t refusedMoves = 0;         // to a full tier, of an untouched page, or of a page being copied
+  uint64_t cancelledMoves = 0;       // queued copies replaced by a newer move of the page
+  uint64_t queuedPagesAtEnd = 0;     // copies accepted but not completed when the trace ended
   uint64_t samples = 0;
   uint64_t hintFaults = 0;
   uint64_t epochs = 0;

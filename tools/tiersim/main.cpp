@@ -231,12 +231,14 @@ int main(int argc, char** argv) {
                   static_cast<double>(s.migratedBytes) / (1 << 20),
                   s.totalLines ? static_cast<double>(s.fastLines) / static_cast<double>(s.totalLines) : 0.0);
     }
-    std::printf("mean step %.3f ms, migrated %.2f MiB/step, promoted %llu, demoted %llu, refused %llu, samples %llu, "
-                "hint faults %llu\n",
+    std::printf("mean step %.3f ms, migrated %.2f MiB/step, promoted %llu, demoted %llu, refused %llu, "
+                "cancelled %llu, still queued at the end %llu, samples %llu, hint faults %llu\n",
                 result->meanStepNs / 1e6, result->meanMigratedBytesPerStep / (1 << 20),
                 static_cast<unsigned long long>(result->promotedPages),
                 static_cast<unsigned long long>(result->demotedPages),
                 static_cast<unsigned long long>(result->refusedMoves),
+                static_cast<unsigned long long>(result->cancelledMoves),
+                static_cast<unsigned long long>(result->queuedPagesAtEnd),
                 static_cast<unsigned long long>(result->samples), static_cast<unsigned long long>(result->hintFaults));
     return 0;
   }

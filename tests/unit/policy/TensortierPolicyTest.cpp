@@ -83,7 +83,13 @@ TEST(TensortierPolicy, LearnsTheTwoPhaseScheduleAndSwapsAheadOfNeed) {
   ASSERT_EQ(policy->name(), "tensortier");
   auto result = simulate(trace, *policy, config, false);
   ASSERT_TRUE(result) << result.error().message();
-  EXPECT_EQ(result->refusedMoves, 0u);
+  // Since the simulator's copy queue a swap of the two tensors takes about 1 ms of copy engine
+  // time, longer than the adapter's 250 us between plans. The planner sees a page in its current
+  // tier until its copy completes, so a plan made mid-swap (e.g. as the phase turns) can ask for
+  // promotions into room that still-queued promotions have reserved; the simulator refuses those
+  // rather than over-commit DRAM, and the planner asks again at its next plan. They must stay a
+  // small share of the moves (before the queue, with instant moves, there were none).
+  EXPECT_LT(result->refusedMoves, result->promotedPages / 20);
   EXPECT_GT(result->promotedPages, 10 * kPagesPerTensor) << "it must swap the tensors every step";
   EXPECT_GT(result->fastHitFraction, 0.8) << "share of line accesses served by DRAM after warm-up";
   NeverMove still;

@@ -51,12 +51,17 @@ inline SimConfig twoTierConfig(uint64_t fastPages) {
 class ScriptedPolicy : public Policy {
  public:
   std::function<void(const EpochContext&, std::vector<PageMove>&)> epoch;
+  // When set, where a page goes on first touch (else the default: the fastest tier with room).
+  std::function<TierId(PageId)> firstTouch;
   std::vector<SimAccess> samples;
   std::vector<SimAccess> hints;
   std::vector<IterationMark> marks;
   [[nodiscard]] std::string name() const override { return "scripted"; }
   void init(const std::vector<TraceRegion>&, uint64_t, const std::vector<TierInfo>&,
             const std::vector<SimAccess>*) override {}
+  [[nodiscard]] TierId firstTouchTier(PageId page, const std::vector<TierInfo>& tiers) const override {
+    return firstTouch ? firstTouch(page) : Policy::firstTouchTier(page, tiers);
+  }
   void onSample(const SimAccess& access) override { samples.push_back(access); }
   void onHintFault(const SimAccess& access) override { hints.push_back(access); }
   void onMark(const IterationMark& mark) override { marks.push_back(mark); }

@@ -14,7 +14,10 @@
 //   - the copies of an epoch are charged to the simulator's window that closes next; the oracle
 //     prices them in the windows just before and just after the replay's trace time and takes the
 //     worse (it does not know which of the two the simulator closes), adding the copies of earlier
-//     epochs charged to the same window.
+//     epochs charged to the same window. Since the simulator's copy queue, copies run at the
+//     engine's rate from the epoch on and their bytes are spread over the windows they run in, so
+//     this over-prices a batch (all of it in one window), and a page lands when its copy ends,
+//     not at the epoch; the oracle is not re-tuned for that (it stays a yardstick, priced as before).
 //
 // How an access is valued: a window's "memory weight" is the share of a slow-minus-fast stall
 // difference that shows up in its time, computed once, from the trace alone, with every access of
@@ -27,7 +30,8 @@
 // access saves count x (per-line roofline saving, AutoTm.cpp) x weight.
 //
 // What it moves (Belady's rule for prefetching, on the weighted accesses): every epoch, with the
-// copy engine's time since the last epoch as budget (no banking of idle engine time),
+// copy engine's time since the last epoch as budget, less the simulator's backlog of queued copies
+// (no banking of idle engine time),
 //   - promotes the slow page whose next weighted access (within `horizonSteps` steps) is soonest,
 //     into free fast room, if the saving of its weighted accesses in the horizon beats the move's cost;
 //   - otherwise swaps it with the fast page whose next weighted access is furthest (none in the
@@ -79,7 +83,12 @@ class PrefetchOraclePolicy : public StaticStartOracle {
   void onEpoch(const EpochContext& c, std::vector<PageMove>& moves) override {
     if (trace_ == nullptr) return;
     if (!profiled_) profile(c.linesPerCount);
-    const double engineNs = static_cast<double>(c.nowNs - std::min(c.nowNs, lastEpochNs_));
+    // The engine's time since the last epoch, less the copies still queued from earlier epochs
+    // (the simulator copies in order, so new moves wait behind them).
+    const double backlogNs = static_cast<double>(c.queuedPages) * kPageBytes /
+                             std::max(1e-9, std::min(c.promoteBytesPerNs, c.demoteBytesPerNs));
+    const double engineNs =
+        std::max(0.0, static_cast<double>(c.nowNs - std::min(c.nowNs, lastEpochNs_)) - backlogNs);
     lastEpochNs_ = c.nowNs;
     learnStepLength(c.traceNowNs);
     if (stepTraceNs_ <= 0) return;
