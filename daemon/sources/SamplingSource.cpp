@@ -1,6 +1,7 @@
 #include "sources/SamplingSource.h"
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <sstream>
 #include <tuple>
@@ -79,6 +80,10 @@ size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKin
     size_t last = first + 1;
     while (last < chunks.size() && chunks[last].tgid == chunks[first].tgid && chunks[last].base == chunks[first].base)
       ++last;
+    // Blocks of events without a tier (software events) have no bits at all: skip the lookups.
+    std::array<bool, 8> tiered{};
+    for (size_t b = first; b < last && b - first < tiered.size(); ++b)
+      tiered[b - first] = std::any_of(chunks[b].tiers.begin(), chunks[b].tiers.end(), [](uint64_t w) { return w != 0; });
     for (uint32_t i = 0; i < sys::bpf::kChunkPages; ++i)
       for (size_t b = first; b < last; ++b) {
         const auto& c = chunks[b];
@@ -88,7 +93,7 @@ size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKin
         e.page = c.base + uint64_t{i} * kBasePageSize;
         e.weight = scaledWeight(c.counts[i], period);
         e.kind = sampleKindOf(c.kind, kind);
-        e.servedBy = servedBy(c, i);
+        e.servedBy = b - first >= tiered.size() || tiered[b - first] ? servedBy(c, i) : ServedBy::Unknown;
       }
     first = last;
   }

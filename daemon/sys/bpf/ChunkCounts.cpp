@@ -36,9 +36,7 @@ ChunkCounts blockOf(const tt_chunk_key& key, const tt_u8* count, const void* tie
 }
 
 ChunkCounts blockOf(const tt_chunk_key& key, const uint8_t* value) {
-  tt_chunk_counts v;
-  std::memcpy(&v, value, sizeof v);
-  return blockOf(key, v.count, v.tier);
+  return blockOf(key, value + offsetof(tt_chunk_counts, count), value + offsetof(tt_chunk_counts, tier));
 }
 
 }  // namespace
