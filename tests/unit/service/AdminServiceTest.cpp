@@ -154,6 +154,27 @@ TEST_F(AdminServiceTest, RecordIsForAdminsAndOnlyOfRegisteredProcesses) {
 
 // What the heat model learned is visible: feature weights in status, each process's step clock
 // and phase in processes (as of the last epoch).
+// The reply an ordinary (non-admin) client gets to `request` from a daemon with this registry and
+// loop.
+pb::DaemonMessage ask(tt::registry::Registry& registry, tt::service::EpochLoop& loop, const pb::ClientMessage& request) {
+  tt::service::AdminContext ctx;
+  ctx.registry = &registry;
+  ctx.epochLoop = &loop;
+  tt::service::AdminService admin(std::move(ctx));
+  tt::ipc::Session session;
+  session.peer = {99, 1000, 1000};
+  session.hello = true;
+  pb::DaemonMessage reply;
+  admin.handleAdmin(session, request, reply);
+  return reply;
+}
+
+pb::DaemonMessage askStatus(tt::registry::Registry& registry, tt::service::EpochLoop& loop) {
+  pb::ClientMessage request;
+  request.mutable_status();
+  return ask(registry, loop, request);
+}
+
 TEST(AdminServiceHeat, StatusShowsFeatureWeightsAndProcessesShowTheStepClock) {
   tt::test::FakeAddressSpace space;
   space.map(10, kBase, kBase + (1ULL << 20));
@@ -165,28 +186,16 @@ TEST(AdminServiceHeat, StatusShowsFeatureWeightsAndProcessesShowTheStepClock) {
   tt::service::EpochLoop loop(registry, {nullptr, &policy, nullptr, nullptr}, metrics);
   registry.attachProcess({10, 1000, 1000}, "trainer", false);
   loop.runOnce(1'000'000'000);
-  tt::service::AdminContext ctx;
-  ctx.registry = &registry;
-  ctx.epochLoop = &loop;
-  tt::service::AdminService admin(std::move(ctx));
-  tt::ipc::Session session;
-  session.peer = {99, 1000, 1000};
-  session.hello = true;
-
-  pb::ClientMessage status;
-  status.mutable_status();
-  pb::DaemonMessage reply;
-  admin.handleAdmin(session, status, reply);
+  const pb::DaemonMessage reply = askStatus(registry, loop);
   ASSERT_EQ(reply.status().feature_weights_size(), 4) << reply.DebugString();
   EXPECT_EQ(reply.status().feature_weights(3).name(), "reuse");
   EXPECT_DOUBLE_EQ(reply.status().feature_weights(3).weight(), 0.3);
 
   pb::ClientMessage processes;
   processes.mutable_processes();
-  reply.Clear();
-  admin.handleAdmin(session, processes, reply);
-  ASSERT_EQ(reply.processes().processes_size(), 1) << reply.DebugString();
-  const auto& p = reply.processes().processes(0);
+  const pb::DaemonMessage listed = ask(registry, loop, processes);
+  ASSERT_EQ(listed.processes().processes_size(), 1) << listed.DebugString();
+  const auto& p = listed.processes().processes(0);
   EXPECT_EQ(p.step_period_us(), 250'000u);
   EXPECT_EQ(p.step_period_source(), "marks");
   EXPECT_DOUBLE_EQ(p.step_period_confidence(), 1.0);
@@ -360,17 +369,7 @@ TEST(AdminServiceSources, StatusCarriesStartNotesThrottlingAndSystemMigrationsTo
   tt::metrics::Registry metrics;
   tt::service::EpochLoop loop(registry, {&evidence, nullptr, nullptr, nullptr}, metrics);
   loop.runOnce(1'000'000'000);
-  tt::service::AdminContext ctx;
-  ctx.registry = &registry;
-  ctx.epochLoop = &loop;
-  tt::service::AdminService admin(std::move(ctx));
-  tt::ipc::Session session;
-  session.peer = {99, 1000, 1000};
-  session.hello = true;
-  pb::ClientMessage request;
-  request.mutable_status();
-  pb::DaemonMessage reply;
-  admin.handleAdmin(session, request, reply);
+  const pb::DaemonMessage reply = askStatus(registry, loop);
   ASSERT_TRUE(reply.has_status()) << reply.DebugString();
   const auto& st = reply.status();
   ASSERT_EQ(st.source_notes_size(), 2) << st.DebugString();
