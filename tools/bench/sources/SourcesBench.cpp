@@ -299,11 +299,18 @@ struct CostResult {
   size_t evidence = 0;
 };
 
+// The evidence buffer collect() appends to, kept across runs as the daemon's epoch loop keeps its
+// own across epochs (EpochLoop::evidence_, released only when four times larger than an epoch's
+// need): a fresh buffer per run charged every path the page faults of first touching it, ~8 ns
+// per record, which a running daemon does not pay each epoch.
+std::vector<AccessEvidence> gEvidence;
+
 // Starts `w` and collects from `source` (none: just waits) every `epochMs` until the workload is
 // done, then once more. Returns the collecting thread's CPU in collect() (ns); the workload's
 // elapsed seconds go to `workloadSec`, the evidence records collected to `evidence`.
 uint64_t collectWhileRunning(Source* source, Workload& w, int epochMs, double& workloadSec, size_t& evidence) {
-  std::vector<AccessEvidence> out;
+  std::vector<AccessEvidence>& out = gEvidence;
+  out.clear();
   uint64_t daemonNs = 0;
   auto collectOnce = [&] {
     const uint64_t c0 = sys::perf::threadCpuNs();
