@@ -99,9 +99,26 @@ Result<PerfRecord> decodeRecord(std::span<const uint8_t> bytes, uint64_t sampleT
   }
 }
 
-ServedBy servedByFromDataSrc(uint64_t dataSrc) {
-  // The decoding itself is shared with the in-kernel path (bpf/tt_data_src.h).
-  switch (tt_tier_of_data_src(dataSrc)) {
+uint32_t sampleKindCode(AccessKind kind) {
+  switch (kind) {
+    case AccessKind::Load: return TT_KIND_LOAD;
+    case AccessKind::Store: return TT_KIND_STORE;
+    case AccessKind::Access: return TT_KIND_ACCESS;
+    default: return TT_KIND_DEFAULT;
+  }
+}
+
+AccessKind sampleKindOf(uint32_t code, AccessKind defaultKind) {
+  switch (code) {
+    case TT_KIND_LOAD: return AccessKind::Load;
+    case TT_KIND_STORE: return AccessKind::Store;
+    case TT_KIND_ACCESS: return AccessKind::Access;
+    default: return defaultKind;
+  }
+}
+
+ServedBy servedByOfTier(uint32_t tier) {
+  switch (tier) {
     case TT_TIER_CACHE: return ServedBy::Cache;
     case TT_TIER_FAST: return ServedBy::FastTier;
     case TT_TIER_REMOTE_RAM: return ServedBy::RemoteRam;
@@ -110,12 +127,13 @@ ServedBy servedByFromDataSrc(uint64_t dataSrc) {
   }
 }
 
+ServedBy servedByFromDataSrc(uint64_t dataSrc) {
+  // The decoding itself is shared with the in-kernel path (bpf/tt_data_src.h).
+  return servedByOfTier(tt_tier_of_data_src(dataSrc));
+}
+
 AccessKind accessKindFromDataSrc(uint64_t dataSrc) {
-  switch (tt_kind_of_data_src(dataSrc)) {
-    case TT_KIND_LOAD: return AccessKind::Load;
-    case TT_KIND_STORE: return AccessKind::Store;
-    default: return AccessKind::Access;
-  }
+  return sampleKindOf(tt_kind_of_data_src(dataSrc), AccessKind::Access);
 }
 
 }  // namespace tt::sources

@@ -44,6 +44,13 @@ struct PerfRecord {
 // node's DRAM (remote: the mem_remote bit with RAM, or the legacy REM_RAM levels), PMEM and CXL
 // (slow). Unknown when the PMU left the level unset (N/A).
 [[nodiscard]] ServedBy servedByFromDataSrc(uint64_t dataSrc);
+// The memory an enum tt_sample_tier code names (the decoder's output, and the in-kernel path's
+// count blocks).
+[[nodiscard]] ServedBy servedByOfTier(uint32_t tier);
+// enum tt_sample_kind code of an evidence kind (the in-kernel path's attach cookie), and back;
+// TT_KIND_DEFAULT (and unknown codes) map back to `defaultKind`.
+[[nodiscard]] uint32_t sampleKindCode(AccessKind kind);
+[[nodiscard]] AccessKind sampleKindOf(uint32_t code, AccessKind defaultKind);
 // Load/store from mem_op; nullopt-like: Access when neither bit is set.
 [[nodiscard]] AccessKind accessKindFromDataSrc(uint64_t dataSrc);
 

@@ -29,34 +29,6 @@ uint32_t scaledWeight(uint64_t count, uint64_t period) {
   return count > UINT32_MAX / p ? UINT32_MAX : static_cast<uint32_t>(count * p);
 }
 
-uint32_t sampleKindCode(AccessKind kind) {
-  switch (kind) {
-    case AccessKind::Load: return TT_KIND_LOAD;
-    case AccessKind::Store: return TT_KIND_STORE;
-    case AccessKind::Access: return TT_KIND_ACCESS;
-    default: return TT_KIND_DEFAULT;
-  }
-}
-
-AccessKind sampleKindOf(uint32_t code, AccessKind defaultKind) {
-  switch (code) {
-    case TT_KIND_LOAD: return AccessKind::Load;
-    case TT_KIND_STORE: return AccessKind::Store;
-    case TT_KIND_ACCESS: return AccessKind::Access;
-    default: return defaultKind;
-  }
-}
-
-ServedBy servedByOfTier(uint32_t tier) {
-  switch (tier) {
-    case TT_TIER_CACHE: return ServedBy::Cache;
-    case TT_TIER_FAST: return ServedBy::FastTier;
-    case TT_TIER_REMOTE_RAM: return ServedBy::RemoteRam;
-    case TT_TIER_SLOW: return ServedBy::SlowTier;
-    default: return ServedBy::Unknown;
-  }
-}
-
 size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind, uint64_t period,
                            std::vector<AccessEvidence>& out) {
   std::sort(chunks.begin(), chunks.end(), [](const auto& a, const auto& b) {

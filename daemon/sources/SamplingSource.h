@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "sources/PeriodController.h"
+#include "sources/PerfDecode.h"
 #include "sources/Source.h"
 #include "sys/Fs.h"
 #include "sys/bpf/PerfSampleAgg.h"
@@ -71,13 +72,6 @@ struct SamplingOptions {
 // A software page-fault source sampling every `period` faults (fixed: min = max = period); the
 // caller widens the period bounds and sets the budget where they should adapt.
 [[nodiscard]] SamplingOptions softwareFaultOptions(uint64_t period, Aggregation aggregation);
-
-// enum tt_sample_kind code of an evidence kind (the in-kernel path's attach cookie), and back;
-// TT_KIND_DEFAULT maps back to `defaultKind`.
-[[nodiscard]] uint32_t sampleKindCode(AccessKind kind);
-[[nodiscard]] AccessKind sampleKindOf(uint32_t code, AccessKind defaultKind);
-// The memory an enum tt_sample_tier code names (the in-kernel path's count blocks).
-[[nodiscard]] ServedBy servedByOfTier(uint32_t tier);
 
 // Expands drained count blocks into one evidence record per sampled page and kind (weight = the
 // page's sample count x `period`, the accesses it stands for, saturating; the kind is the block's,

@@ -5,6 +5,10 @@
 
 namespace tt::sources {
 
+namespace {
+
+// Of two memories that served accesses to one page, the slower (slow tier, another node's DRAM,
+// local DRAM, cache, unknown): what the page costs is what matters to placement.
 ServedBy slowerOf(ServedBy a, ServedBy b) {
   auto rank = [](ServedBy s) {
     switch (s) {
@@ -18,6 +22,8 @@ ServedBy slowerOf(ServedBy a, ServedBy b) {
   };
   return rank(b) > rank(a) ? b : a;
 }
+
+}  // namespace
 
 void EvidenceAggregator::add(pid_t tgid, uint64_t address, AccessKind kind, uint32_t weight, ServedBy servedBy,
                              uint16_t latencyCycles) {

@@ -97,10 +97,6 @@ class Source {
   virtual void setRanges(pid_t /*tgid*/, const std::vector<std::pair<uint64_t, uint64_t>>& /*ranges*/) {}
 };
 
-// Of two memories that served accesses to one page, the slower (slow tier, another node's DRAM,
-// local DRAM, cache, unknown): what the page costs is what matters to placement.
-[[nodiscard]] ServedBy slowerOf(ServedBy a, ServedBy b);
-
 // Aggregates evidence per (tgid, page, kind) before it leaves a source: the heat role wants one
 // record per page and epoch, not one per sample.
 class EvidenceAggregator {
