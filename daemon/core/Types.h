@@ -1,11 +1,12 @@
 // Vocabulary shared across roles: what sources report, what clients register, what the planner
 // hands the migration engine. Kept here, in core, so no role depends on another just for a struct.
 //
-// Data flow: sources -> AccessEvidence -> heat -> policy -> MigrationPlan -> migrate.
+// Data flow: sources -> EvidenceBatch (AccessEvidence records, EvidenceBlocks) -> heat -> policy -> MigrationPlan -> migrate.
 #pragma once
 
 #include <sys/types.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,6 +39,69 @@ struct AccessEvidence {
   AccessKind kind = AccessKind::Access;
   ServedBy servedBy = ServedBy::Unknown;
   uint16_t latencyCycles = 0;  // PEBS/IBS load latency when known, else 0
+};
+
+// Evidence for the pages of one aligned 2 MiB chunk of one process and one kind, as in-kernel
+// aggregation counts it: a count per page and a bit per page for each memory that served it.
+// Why blocks and not a record per page: sampled pages come in runs, and the counts arrive from
+// the kernel in this shape already. Expanding them into 24-byte records cost the daemon more per
+// sample than the kernel's counting (docs/benchmarks.md, "Hotness sources"); a block is 1.6 bytes
+// per page, and the heat model folds a run of pages into its unit at once.
+inline constexpr uint32_t kBlockPages = 512;
+inline constexpr uint64_t kBlockBytes = uint64_t{kBlockPages} * kBasePageSize;
+// The memories a block has a bit plane for, fastest first.
+inline constexpr std::array<ServedBy, 4> kBlockTiers = {ServedBy::Cache, ServedBy::FastTier, ServedBy::RemoteRam,
+                                                        ServedBy::SlowTier};
+inline constexpr uint32_t kBlockTierWords = kBlockPages / 64;  // words per bit plane
+
+struct EvidenceBlock {
+  pid_t tgid = 0;
+  AccessKind kind = AccessKind::Access;
+  uint64_t base = 0;            // kBlockBytes aligned virtual address of page 0
+  uint32_t weightPerCount = 1;  // accesses one count stands for (a sampler's period)
+  std::array<uint8_t, kBlockPages> counts{};  // per page; 0: no evidence for the page
+  // Plane p (kBlockTiers[p]) word w bit b: page 64 w + b was served by that memory at least once.
+  std::array<uint64_t, kBlockTiers.size() * kBlockTierWords> served{};
+
+  // counts[page] x weightPerCount, saturating: what one record of the page would weigh.
+  [[nodiscard]] uint32_t weight(uint32_t page) const;
+  // The slowest memory that served the page (Unknown: none known), as a record keeps it.
+  [[nodiscard]] ServedBy servedBy(uint32_t page) const;
+  void setServedBy(uint32_t page, ServedBy by);
+  // Whether any page has a serving memory (software events never do).
+  [[nodiscard]] bool tiered() const;
+  // Pages with evidence.
+  [[nodiscard]] size_t pages() const;
+  // The record the page would have been (count 0 gives a record of weight 0).
+  [[nodiscard]] AccessEvidence record(uint32_t page) const;
+};
+
+// One epoch's evidence from every source: records (one per tgid, page, kind) and blocks (one per
+// tgid, chunk, kind). A page may have a record from one source and a block entry from another,
+// as it may have records from two sources.
+struct EvidenceBatch {
+  std::vector<AccessEvidence> records;
+  std::vector<EvidenceBlock> blocks;
+
+  void clear() {
+    records.clear();
+    blocks.clear();
+  }
+  [[nodiscard]] bool empty() const { return records.empty() && blocks.empty(); }
+  // Pages with evidence: records plus the blocks' pages with a count.
+  [[nodiscard]] size_t pages() const;
+  // Accesses all of it stands for.
+  [[nodiscard]] uint64_t weight() const;
+  // Calls f(const AccessEvidence&) for every record, then for every block page with a count, in
+  // page order: for consumers that want records (the recorder, tests).
+  template <typename F>
+  void forEachRecord(F&& f) const {
+    for (const AccessEvidence& e : records) f(e);
+    for (const EvidenceBlock& b : blocks)
+      for (uint32_t i = 0; i < kBlockPages; ++i)
+        if (b.counts[i] != 0) f(b.record(i));
+  }
+  [[nodiscard]] std::vector<AccessEvidence> flattened() const;
 };
 
 // ---- Regions registered by clients (daemon/registry, client_lib) ---------------------------------

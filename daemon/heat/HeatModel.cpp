@@ -183,10 +183,32 @@ void HeatModel::addPrior(Unit& unit, Process& proc, uint64_t nowNs, double acces
 }
 
 void HeatModel::ingest(std::span<const AccessEvidence> batch, uint64_t nowNs, double scale) {
+  startAt(nowNs);
+  ingestRecords(batch, nowNs, scale);
+  trimPages(nowNs);
+}
+
+void HeatModel::ingest(const EvidenceBatch& batch, uint64_t nowNs, double scale) {
+  startAt(nowNs);
+  ingestRecords(batch.records, nowNs, scale);
+  for (const EvidenceBlock& block : batch.blocks) ingestBlock(block, nowNs, scale);
+  trimPages(nowNs);
+}
+
+void HeatModel::startAt(uint64_t nowNs) {
   if (!started_) {
     started_ = true;
     lastEpochNs_ = nowNs;
   }
+}
+
+void HeatModel::addPageAccess(pid_t tgid, uint64_t page, const Process& proc, uint64_t nowNs, double accesses) {
+  PageState& ps = pages_[pageKey(tgid, page)];
+  ps.heat = ps.heat * decayFactor(ps.lastNs, nowNs, proc.halfLifeNs) + accesses;
+  ps.lastNs = std::max(ps.lastNs, nowNs);
+}
+
+void HeatModel::ingestRecords(std::span<const AccessEvidence> batch, uint64_t nowNs, double scale) {
   pid_t lastTgid = -1;
   Process* proc = nullptr;
   for (const AccessEvidence& ev : batch) {
@@ -197,9 +219,7 @@ void HeatModel::ingest(std::span<const AccessEvidence> batch, uint64_t nowNs, do
     }
     const double accesses = static_cast<double>(ev.weight) * scale;
     const uint64_t page = ev.page - ev.page % kBasePageSize;
-    PageState& ps = pages_[pageKey(ev.tgid, page)];
-    ps.heat = ps.heat * decayFactor(ps.lastNs, nowNs, proc->halfLifeNs) + accesses;
-    ps.lastNs = std::max(ps.lastNs, nowNs);
+    addPageAccess(ev.tgid, page, *proc, nowNs, accesses);
     Unit* unit = unitFor(ev.tgid, page);
     addAccess(*unit, *proc, nowNs, accesses);
     proc->samples.add(nowNs, unit->start ^ (static_cast<uint64_t>(ev.tgid) << 48), accesses);
@@ -207,6 +227,42 @@ void HeatModel::ingest(std::span<const AccessEvidence> batch, uint64_t nowNs, do
     proc->evidenceThisEpoch = true;
     proc->evidenceInStep = true;
   }
+}
+
+// A block's pages are a run of addresses: the unit is looked up once per unit the run crosses
+// (a chunk is one unit unless regions split it), and each unit and the period detector get the
+// run's accesses at once. The result is the records' (the unit's updates are sums), up to the
+// order of floating-point additions.
+void HeatModel::ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double scale) {
+  Process& proc = process(block.tgid);
+  rollSteps(proc, block.tgid, nowNs);
+  Unit* unit = nullptr;
+  double unitAccesses = 0;
+  auto flushUnit = [&] {
+    if (unit == nullptr) return;
+    addAccess(*unit, proc, nowNs, unitAccesses);
+    proc.samples.add(nowNs, unit->start ^ (static_cast<uint64_t>(block.tgid) << 48), unitAccesses);
+  };
+  for (uint32_t i = 0; i < kBlockPages; ++i) {
+    if (block.counts[i] == 0) continue;
+    const uint64_t page = block.base + uint64_t{i} * kBasePageSize;
+    const double accesses = static_cast<double>(block.weight(i)) * scale;
+    addPageAccess(block.tgid, page, proc, nowNs, accesses);
+    if (unit == nullptr || page < unit->start || page >= unit->start + unit->length) {
+      flushUnit();
+      unit = unitFor(block.tgid, page);
+      unitAccesses = 0;
+    }
+    unitAccesses += accesses;
+  }
+  flushUnit();
+  if (unit == nullptr) return;
+  proc.sampled = true;
+  proc.evidenceThisEpoch = true;
+  proc.evidenceInStep = true;
+}
+
+void HeatModel::trimPages(uint64_t nowNs) {
   if (pages_.size() > config_.max_tracked_pages()) {
     // Forget the colder half: the page map is for the CLI and chunk detail, not for correctness.
     std::vector<std::pair<double, uint64_t>> heats;

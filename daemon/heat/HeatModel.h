@@ -112,6 +112,8 @@ class HeatModel {
   // A batch of evidence observed at `nowNs` (CLOCK_MONOTONIC). Fault and Hint evidence counts like
   // an access. `scale` multiplies every weight (a sampler that delivers 1 in N sets N).
   void ingest(std::span<const AccessEvidence> batch, uint64_t nowNs, double scale = 1.0);
+  // An epoch's records and blocks (a block page counts as the record it stands for).
+  void ingest(const EvidenceBatch& batch, uint64_t nowNs, double scale = 1.0);
   void onMark(const IterationMark& mark);
   // Bytes per second the migration engine achieved recently; sizes the look-ahead horizon.
   void setMigrationBandwidth(double bytesPerSecond);
@@ -183,6 +185,11 @@ class HeatModel {
   };
 
   Process& process(pid_t tgid);
+  void startAt(uint64_t nowNs);
+  void ingestRecords(std::span<const AccessEvidence> batch, uint64_t nowNs, double scale);
+  void ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double scale);
+  void addPageAccess(pid_t tgid, uint64_t page, const Process& proc, uint64_t nowNs, double accesses);
+  void trimPages(uint64_t nowNs);
   Unit* unitFor(pid_t tgid, uint64_t page);
   void addAccess(Unit& unit, Process& proc, uint64_t nowNs, double accesses);
   void addPrior(Unit& unit, Process& proc, uint64_t nowNs, double accesses);

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <span>
+#include <tuple>
 
 namespace {
 
@@ -308,6 +310,80 @@ TEST(HeatModel, HottestPagesAreOrdered) {
   EXPECT_EQ(top[0].page, 0x2000u);
   EXPECT_EQ(top[1].page, 0x1000u);
   EXPECT_EQ(top[0].tgid, kTgid);
+}
+
+// In-kernel sources hand over blocks (a count per page of a 2 MiB chunk) instead of one record per
+// page; the model folds a block's run of pages into each unit at once. That must be the same
+// model: fed the same evidence as records and as blocks, over steps with marks, regions that
+// split a chunk and a second process, the two agree on every unit, page and weight.
+TEST(HeatModel, BlocksAreTheRecordsTheyStandFor) {
+  const auto config = baseConfig();
+  HeatModel byRecords(config), byBlocks(config);
+  constexpr uint64_t kChunk = tt::kBlockBytes;
+  constexpr uint64_t kBase = 64 * kChunk;
+  // A region in the middle of the first chunk splits it into three units; the second chunk is
+  // one unregistered unit; the third belongs to another process.
+  for (HeatModel* m : {&byRecords, &byBlocks}) ASSERT_TRUE(m->addRegion(region(1, kBase + 100 * kPage, 50)).ok());
+  constexpr pid_t kOther = kTgid + 1;
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<uint32_t> count(0, 6);
+  const uint64_t period = 100 * kMs;
+  for (uint64_t step = 0; step < 12; ++step) {
+    const uint64_t t0 = (step + 1) * period;
+    for (HeatModel* m : {&byRecords, &byBlocks}) m->onMark(mark(MarkType::StepBegin, step, t0));
+    for (uint64_t epoch = 0; epoch < 4; ++epoch) {
+      const uint64_t now = t0 + (epoch + 1) * 25 * kMs;
+      tt::EvidenceBatch blocks;
+      for (auto [tgid, base, kind] : {std::tuple{kTgid, kBase, tt::AccessKind::Load},
+                                      std::tuple{kTgid, kBase, tt::AccessKind::Store},
+                                      std::tuple{kTgid, kBase + kChunk, tt::AccessKind::Fault},
+                                      std::tuple{kOther, kBase + 2 * kChunk, tt::AccessKind::Load}}) {
+        tt::EvidenceBlock& b = blocks.blocks.emplace_back();
+        b.tgid = tgid;
+        b.base = base;
+        b.kind = kind;
+        b.weightPerCount = 3;
+        // Phase-dependent: the region is busy in the first half of the step only.
+        for (uint32_t i = 0; i < tt::kBlockPages; ++i) {
+          const bool inRegion = base == kBase && i >= 100 && i < 150;
+          const uint32_t n = count(rng);
+          b.counts[i] = static_cast<uint8_t>(inRegion && epoch >= 2 ? 0 : n % 4 == 0 ? n : 0);
+        }
+      }
+      const auto records = blocks.flattened();
+      ASSERT_GT(records.size(), 100U);
+      byRecords.ingest(std::span<const AccessEvidence>(records), now);
+      byBlocks.ingest(blocks, now);
+      byRecords.advanceEpoch(now);
+      byBlocks.advanceEpoch(now);
+    }
+  }
+  const HeatSnapshot& a = byRecords.snapshot();
+  const HeatSnapshot& b = byBlocks.snapshot();
+  ASSERT_EQ(a.units.size(), b.units.size());
+  ASSERT_EQ(a.units.size(), 5U);  // three in the first chunk, one each in the others
+  auto near = [](double x, double y) { return std::abs(x - y) <= 1e-9 * std::max({1.0, std::abs(x), std::abs(y)}); };
+  for (size_t i = 0; i < a.units.size(); ++i) {
+    const UnitHeat& x = a.units[i];
+    const UnitHeat& y = b.units[i];
+    EXPECT_EQ(x.tgid, y.tgid);
+    EXPECT_EQ(x.start, y.start);
+    EXPECT_EQ(x.length, y.length);
+    EXPECT_GT(x.heat, 0) << i;
+    EXPECT_TRUE(near(x.heat, y.heat)) << i << ": " << x.heat << " vs " << y.heat;
+    EXPECT_TRUE(near(x.score, y.score)) << i;
+    EXPECT_TRUE(near(x.expectedAccessesPerPage, y.expectedAccessesPerPage)) << i;
+    EXPECT_TRUE(near(x.accessesPerPagePerStep, y.accessesPerPagePerStep)) << i;
+    EXPECT_EQ(x.nextUseInNs, y.nextUseInNs) << i;
+    for (size_t f = 0; f < tt::heat::kFeatureCount; ++f) EXPECT_TRUE(near(x.features[f], y.features[f])) << i << " " << f;
+  }
+  for (size_t f = 0; f < tt::heat::kFeatureCount; ++f) EXPECT_TRUE(near(a.weights[f], b.weights[f])) << f;
+  ASSERT_EQ(a.processes.size(), b.processes.size());
+  for (size_t p = 0; p < a.processes.size(); ++p) EXPECT_EQ(a.processes[p].clock.periodNs, b.processes[p].clock.periodNs);
+  const uint64_t end = 13 * period;
+  for (uint64_t page = kBase; page < kBase + 2 * kChunk; page += kPage)
+    ASSERT_TRUE(near(byRecords.pageHeat(kTgid, page, end), byBlocks.pageHeat(kTgid, page, end))) << std::hex << page;
+  EXPECT_GT(byBlocks.pageHeat(kOther, kBase + 2 * kChunk + 4 * kPage, end) + byBlocks.pageHeat(kOther, kBase + 2 * kChunk, end), 0);
 }
 
 }  // namespace
