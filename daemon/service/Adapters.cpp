@@ -15,7 +15,7 @@ bool isFast(const topology::Topology& topology, int node) {
 }
 }  // namespace
 
-Result<void> SourceSetEvidence::collect(std::vector<AccessEvidence>& out) {
+Result<void> SourceSetEvidence::collect(EvidenceBatch& out) {
   auto collected = set_->collect(out);
   moves_.clear();
   set_->takeKernelMoves(moves_);

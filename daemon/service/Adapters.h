@@ -37,7 +37,7 @@ class SourceSetEvidence final : public EvidenceSource {
   }
   // Also takes the kernel's own page moves the sources saw and adds them to the totals status()
   // reports, so the sources' buffers of them are emptied every epoch.
-  Result<void> collect(std::vector<AccessEvidence>& out) override;
+  Result<void> collect(EvidenceBatch& out) override;
   std::vector<SourceReport> status() const override;
   std::vector<std::string> notes() const override { return set_->extraLines(); }
   Result<void> applyConfig(const tensortier::v1::SourcesConfig& config) override;
@@ -73,7 +73,7 @@ class HeatPlannerPolicy final : public PlacementPolicy {
   Result<void> addRegion(const RegionInfo& region) override { return heat_.addRegion(region); }
   void removeRegion(uint64_t regionId) override { heat_.removeRegion(regionId); }
   void removeProcess(pid_t tgid) override { heat_.removeProcess(tgid); }
-  void observe(std::span<const AccessEvidence> evidence, uint64_t nowNs) override { heat_.ingest(evidence, nowNs); }
+  void observe(const EvidenceBatch& evidence, uint64_t nowNs) override { heat_.ingest(evidence, nowNs); }
   void onMark(const IterationMark& mark) override { heat_.onMark(mark); }
   MigrationPlan plan(uint64_t nowNs, double migrationBytesPerSec, std::span<const ManualPin> pins) override;
   std::vector<std::pair<uint64_t, double>> regionHeat() const override;
@@ -144,7 +144,7 @@ class RecorderSink final : public TraceSink {
   void onRegion(const RegionInfo& region) override { recorder_.onRegion(region); }
   void onMark(const IterationMark& mark) override { recorder_.onMark(mark); }
   void onProcessExit(pid_t tgid, uint64_t nowNs) override { recorder_.onProcessExit(tgid, nowNs); }
-  void onEvidence(std::span<const AccessEvidence> evidence, uint64_t nowNs) override {
+  void onEvidence(const EvidenceBatch& evidence, uint64_t nowNs) override {
     recorder_.onEvidence(evidence, nowNs);
   }
   void endEpoch(uint64_t nowNs) override { recorder_.endEpoch(nowNs); }

@@ -184,7 +184,8 @@ void EpochLoop::runOnce(uint64_t nowNs) {
   lastNowNs_ = nowNs;
   applyEvents(nowNs);
 
-  releaseIfOversized(evidence_, 4096);  // a 1 GiB first-touch storm is 6 MiB of records
+  releaseIfOversized(evidence_.records, 4096);  // a scan of 1 GiB can be 6 MiB of records
+  releaseIfOversized(evidence_.blocks, 64);      // a 1 GiB first-touch storm is 512 blocks of 840 bytes
   evidence_.clear();
   if (stages_.source) {
     if (auto r = stages_.source->collect(evidence_); !r) {
@@ -201,9 +202,8 @@ void EpochLoop::runOnce(uint64_t nowNs) {
   const double bandwidth = updateBandwidth(counters);
 
   if (log::enabled(log::Level::Debug) && !evidence_.empty()) {
-    uint64_t weight = 0;
-    for (const auto& e : evidence_) weight += e.weight;
-    TT_LOG(Debug) << "epoch: " << evidence_.size() << " evidence records, weight " << weight;
+    TT_LOG(Debug) << "epoch: evidence for " << evidence_.pages() << " pages (" << evidence_.records.size()
+                  << " records, " << evidence_.blocks.size() << " blocks), weight " << evidence_.weight();
   }
   uint64_t moves = 0;
   PolicyView view;

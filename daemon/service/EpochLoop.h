@@ -138,7 +138,7 @@ class EpochLoop {
   std::map<pid_t, uint64_t> fastBytes_;
 
   // Epoch-thread state.
-  std::vector<AccessEvidence> evidence_;
+  EvidenceBatch evidence_;
   std::unordered_map<pid_t, std::map<uint64_t, RegionInfo>> regions_;  // mirror, by start
   ExecutorCounters lastCounters_;
   double measuredBandwidth_ = 0;  // bytes/s, smoothed; 0 = not measured yet

@@ -47,7 +47,7 @@ class EvidenceSource {
   // The registered regions of a tracked process, [start, end) sorted and merged, after each change.
   virtual void setRanges(pid_t tgid, const std::vector<std::pair<uint64_t, uint64_t>>& ranges) = 0;
   // Appends the evidence gathered since the previous call.
-  [[nodiscard]] virtual Result<void> collect(std::vector<AccessEvidence>& out) = 0;
+  [[nodiscard]] virtual Result<void> collect(EvidenceBatch& out) = 0;
   [[nodiscard]] virtual std::vector<SourceReport> status() const = 0;
   // What the sources logged at start besides each source's own line: kernel tiering, topology,
   // sources not opened and why. Fixed after start.
@@ -97,7 +97,7 @@ class PlacementPolicy {
   [[nodiscard]] virtual Result<void> addRegion(const RegionInfo& region) = 0;
   virtual void removeRegion(uint64_t regionId) = 0;
   virtual void removeProcess(pid_t tgid) = 0;
-  virtual void observe(std::span<const AccessEvidence> evidence, uint64_t nowNs) = 0;
+  virtual void observe(const EvidenceBatch& evidence, uint64_t nowNs) = 0;
   virtual void onMark(const IterationMark& mark) = 0;
   // Closes the epoch at `nowNs` and returns the moves to make now (generation is set by the loop).
   // No move may touch a pinned range; its fast bytes count against the budgets.
@@ -147,7 +147,7 @@ class TraceSink {
   virtual void onRegion(const RegionInfo& region) = 0;
   virtual void onMark(const IterationMark& mark) = 0;
   virtual void onProcessExit(pid_t tgid, uint64_t nowNs) = 0;
-  virtual void onEvidence(std::span<const AccessEvidence> evidence, uint64_t nowNs) = 0;
+  virtual void onEvidence(const EvidenceBatch& evidence, uint64_t nowNs) = 0;
   virtual void endEpoch(uint64_t nowNs) = 0;
 };
 

@@ -50,7 +50,7 @@ Result<void> DamonSource::removeProcess(pid_t tgid) {
   return r;
 }
 
-Result<void> DamonSource::collect(std::vector<AccessEvidence>& out) {
+Result<void> DamonSource::collect(EvidenceBatch& out) {
   std::string errors;
   for (const auto& [tgid, slot] : slots_) {
     auto regions = damon_.regions(slot);
@@ -68,7 +68,7 @@ Result<void> DamonSource::collect(std::vector<AccessEvidence>& out) {
         e.page = page;
         e.kind = AccessKind::Access;
         e.weight = r.nrAccesses;
-        out.push_back(e);
+        out.records.push_back(e);
         ++counters_.evidence;
       }
     }

@@ -21,7 +21,7 @@ class DamonSource final : public Source {
   const SourceStatus& status() const override { return status_; }
   Result<void> addProcess(pid_t tgid) override;
   Result<void> removeProcess(pid_t tgid) override;
-  Result<void> collect(std::vector<AccessEvidence>& out) override;
+  Result<void> collect(EvidenceBatch& out) override;
   SourceCounters counters() const override { return counters_; }
   ~DamonSource() override;
 

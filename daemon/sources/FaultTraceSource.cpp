@@ -29,39 +29,34 @@ SystemMigrations toSystemMigrations(const sys::bpf::MigrationTotals& totals) {
   return m;
 }
 
-uint64_t appendNotPresentFaults(std::vector<sys::bpf::ChunkCounts>& blocks, FaultedPages& faulted,
-                                std::vector<AccessEvidence>& out) {
-  std::sort(blocks.begin(), blocks.end(),
-            [](const auto& a, const auto& b) { return std::tie(a.tgid, a.base) < std::tie(b.tgid, b.base); });
-  // At most two records a page (Fault and Hint); reserved up front so a storm's evidence is not
-  // copied by doubling.
-  size_t pages = 0;
-  for (const auto& block : blocks)
-    pages += static_cast<size_t>(std::count_if(block.counts.begin(), block.counts.end(), [](uint8_t n) { return n != 0; }));
-  out.reserve(out.size() + 2 * pages);
+uint64_t appendNotPresentFaults(const std::vector<sys::bpf::ChunkCounts>& blocks, FaultedPages& faulted,
+                                std::vector<EvidenceBlock>& out) {
+  static_assert(sys::bpf::kChunkPages == kBlockPages);
   uint64_t events = 0;
-  auto append = [&](pid_t tgid, uint64_t page, AccessKind kind, uint32_t weight) {
-    AccessEvidence& e = out.emplace_back();
-    e.tgid = tgid;
-    e.page = page;
-    e.kind = kind;
-    e.weight = weight;
-  };
   for (const auto& block : blocks) {
     const auto tgid = static_cast<pid_t>(block.tgid);
     auto& bits = faulted[tgid][block.base >> 21];
-    for (uint32_t i = 0; i < sys::bpf::kChunkPages; ++i) {
-      uint32_t count = block.counts[i];
+    EvidenceBlock fault, hint;
+    fault.tgid = hint.tgid = tgid;
+    fault.base = hint.base = block.base;
+    fault.kind = AccessKind::Fault;
+    hint.kind = AccessKind::Hint;
+    bool anyFault = false, anyHint = false;
+    for (uint32_t i = 0; i < kBlockPages; ++i) {
+      uint8_t count = block.counts[i];
       if (count == 0) continue;
       events += count;
-      const uint64_t page = block.base + uint64_t{i} * kBasePageSize;
       if (!bits.test(i)) {
-        append(tgid, page, AccessKind::Fault, 1);
+        fault.counts[i] = 1;
+        anyFault = true;
         bits.set(i);
         --count;
       }
-      if (count > 0) append(tgid, page, AccessKind::Hint, count);
+      hint.counts[i] = count;
+      anyHint |= count > 0;
     }
+    if (anyFault) out.push_back(fault);
+    if (anyHint) out.push_back(hint);
   }
   return events;
 }
@@ -93,7 +88,7 @@ Result<void> FaultTraceSource::removeProcess(pid_t tgid) {
   return trace_->untrack(tgid);
 }
 
-Result<void> FaultTraceSource::collect(std::vector<AccessEvidence>& out) {
+Result<void> FaultTraceSource::collect(EvidenceBatch& out) {
   if (!trace_) return {};
   // First touches (and, on x86, NUMA hinting faults: both not present) arrive as per-page counts.
   blocks_.clear();
@@ -102,8 +97,8 @@ Result<void> FaultTraceSource::collect(std::vector<AccessEvidence>& out) {
   // report the error after the rest of the epoch's work.
   std::optional<Error> drainError;
   if (!drained) drainError = drained.error();
-  const size_t before = out.size();
-  const uint64_t events = appendNotPresentFaults(blocks_, seen_, out);
+  const size_t blocksBefore = out.blocks.size();
+  const uint64_t events = appendNotPresentFaults(blocks_, seen_, out.blocks);
   releaseIfOversized(blocks_, 1024);  // a storm's blocks (up to maxChunks of 528 bytes) are not kept
   auto n = trace_->poll([&](const tt_event& e) {
     const auto tgid = static_cast<pid_t>(e.tgid);
@@ -122,8 +117,8 @@ Result<void> FaultTraceSource::collect(std::vector<AccessEvidence>& out) {
   });
   if (!n) return n.error();
   counters_.samples += events + *n;
-  counters_.evidence += out.size() - before;
-  counters_.evidence += pending_.flush(out);
+  for (size_t b = blocksBefore; b < out.blocks.size(); ++b) counters_.evidence += out.blocks[b].pages();
+  counters_.evidence += pending_.flush(out.records);
   if (auto totals = trace_->migrationTotals()) {
     counters_.lost = totals->dropped + totals->firstTouchChunksFull;
     systemMigrations_ = toSystemMigrations(*totals);

@@ -27,14 +27,13 @@ namespace tt::sources {
 // tgid -> 2 MiB chunk -> bit per 4 KiB page that faulted before.
 using FaultedPages = std::unordered_map<pid_t, std::unordered_map<uint64_t, std::bitset<512>>>;
 
-// Turns drained not-present fault counts into evidence appended to `out`, sorted by (tgid, page,
-// kind) like EvidenceAggregator::flush (written directly: a first-touch storm is one record per
-// page, and a hash-map merge cost ~100 ns per fault): the first fault ever seen of a page is its
-// first touch (Fault, weight 1), every other one a Hint (a NUMA hinting fault, or a re-fault after
-// reclaim or zap); `faulted` remembers pages across epochs. Reorders `blocks`. Returns the faults
-// counted.
-uint64_t appendNotPresentFaults(std::vector<sys::bpf::ChunkCounts>& blocks, FaultedPages& faulted,
-                                std::vector<AccessEvidence>& out);
+// Turns drained not-present fault counts into evidence blocks appended to `out` (blocks, not
+// records: a first-touch storm is every page of its chunks): the first fault ever seen of a page
+// is its first touch (a Fault block, count 1), every other one a Hint (a Hint block: NUMA hinting
+// faults, or re-faults after reclaim or zap); `faulted` remembers pages across epochs. Appends a
+// chunk's Fault and Hint blocks only when they have a page. Returns the faults counted.
+uint64_t appendNotPresentFaults(const std::vector<sys::bpf::ChunkCounts>& blocks, FaultedPages& faulted,
+                                std::vector<EvidenceBlock>& out);
 
 class FaultTraceSource final : public Source {
  public:
@@ -45,7 +44,7 @@ class FaultTraceSource final : public Source {
   const SourceStatus& status() const override { return status_; }
   Result<void> addProcess(pid_t tgid) override;
   Result<void> removeProcess(pid_t tgid) override;
-  Result<void> collect(std::vector<AccessEvidence>& out) override;
+  Result<void> collect(EvidenceBatch& out) override;
   SourceCounters counters() const override { return counters_; }
   void takeKernelMoves(std::vector<KernelMove>& out) override;
   [[nodiscard]] Result<sys::bpf::MigrationTotals> migrationTotals() const;

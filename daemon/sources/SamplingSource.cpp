@@ -29,47 +29,30 @@ uint32_t scaledWeight(uint64_t count, uint64_t period) {
   return count > UINT32_MAX / p ? UINT32_MAX : static_cast<uint32_t>(count * p);
 }
 
-size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind, uint64_t period,
-                           std::vector<AccessEvidence>& out) {
-  std::sort(chunks.begin(), chunks.end(), [](const auto& a, const auto& b) {
-    return std::tie(a.tgid, a.base, a.kind) < std::tie(b.tgid, b.base, b.kind);
-  });
-  const size_t before = out.size();
-  // Exact reservation: growing by doubling would hold up to twice the epoch's evidence.
+// The kernel's blocks and the evidence blocks have the same shape: the counts and the tier planes
+// are copied as they are. The planes line up because both list the memories fastest first
+// (enum tt_sample_tier from 1; kBlockTiers), which ChunkEvidenceTest checks through servedBy.
+static_assert(sys::bpf::kChunkPages == kBlockPages);
+static_assert(sys::bpf::kTierWords == kBlockTiers.size() * kBlockTierWords);
+static_assert(TT_TIER_CACHE == 1 && TT_TIER_FAST == 2 && TT_TIER_REMOTE_RAM == 3 && TT_TIER_SLOW == 4);
+
+size_t appendChunkBlocks(const std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind, uint64_t period,
+                         std::vector<EvidenceBlock>& out) {
   size_t pages = 0;
-  for (const auto& c : chunks)
-    pages += static_cast<size_t>(std::count_if(c.counts.begin(), c.counts.end(), [](uint8_t n) { return n != 0; }));
-  out.reserve(before + pages);
-  // The slowest memory that served a page, as the ring path's EvidenceAggregator keeps it.
-  auto servedBy = [](const sys::bpf::ChunkCounts& c, uint32_t page) {
-    for (uint32_t tier : {TT_TIER_SLOW, TT_TIER_REMOTE_RAM, TT_TIER_FAST, TT_TIER_CACHE})
-      if (c.servedBy(page, tier)) return servedByOfTier(tier);
-    return ServedBy::Unknown;
-  };
-  // Blocks of one chunk with different kinds (PEBS loads and stores) are walked page by page
-  // together, so the records stay sorted by page.
-  for (size_t first = 0; first < chunks.size();) {
-    size_t last = first + 1;
-    while (last < chunks.size() && chunks[last].tgid == chunks[first].tgid && chunks[last].base == chunks[first].base)
-      ++last;
-    // Blocks of events without a tier (software events) have no bits at all: skip the lookups.
-    std::array<bool, 8> tiered{};
-    for (size_t b = first; b < last && b - first < tiered.size(); ++b)
-      tiered[b - first] = std::any_of(chunks[b].tiers.begin(), chunks[b].tiers.end(), [](uint64_t w) { return w != 0; });
-    for (uint32_t i = 0; i < sys::bpf::kChunkPages; ++i)
-      for (size_t b = first; b < last; ++b) {
-        const auto& c = chunks[b];
-        if (c.counts[i] == 0) continue;
-        AccessEvidence& e = out.emplace_back();
-        e.tgid = static_cast<pid_t>(c.tgid);
-        e.page = c.base + uint64_t{i} * kBasePageSize;
-        e.weight = scaledWeight(c.counts[i], period);
-        e.kind = sampleKindOf(c.kind, kind);
-        e.servedBy = b - first >= tiered.size() || tiered[b - first] ? servedBy(c, i) : ServedBy::Unknown;
-      }
-    first = last;
+  out.reserve(out.size() + chunks.size());
+  for (const auto& c : chunks) {
+    EvidenceBlock& b = out.emplace_back();
+    b.tgid = static_cast<pid_t>(c.tgid);
+    b.kind = sampleKindOf(c.kind, kind);
+    b.base = c.base;
+    b.weightPerCount = static_cast<uint32_t>(std::clamp<uint64_t>(period, 1, UINT32_MAX));
+    b.counts = c.counts;
+    std::copy(c.tiers.begin(), c.tiers.end(), b.served.begin());
+    const size_t n = b.pages();
+    if (n == 0) out.pop_back();  // a block whose counts were all merged away
+    pages += n;
   }
-  return out.size() - before;
+  return pages;
 }
 
 SamplingSource::SamplingSource(SamplingOptions options, sys::Fs sysfs)
@@ -374,7 +357,7 @@ void SamplingSource::handleRecord(std::span<const uint8_t> record, uint64_t samp
   }
 }
 
-Result<void> SamplingSource::collect(std::vector<AccessEvidence>& out) {
+Result<void> SamplingSource::collect(EvidenceBatch& out) {
   if (!status_.available) return {};
   const uint64_t cpu0 = sys::perf::threadCpuNs();
   std::optional<Error> drainError;
@@ -382,9 +365,9 @@ Result<void> SamplingSource::collect(std::vector<AccessEvidence>& out) {
     chunks_.clear();
     auto n = agg_->drain(chunks_);
     if (!n) drainError = n.error();  // blocks drained before the error are deleted: keep them
-    // Blocks are unique per (tgid, kind, chunk): the pages go straight to `out`, weighted by the
+    // Blocks are unique per (tgid, kind, chunk): they go to `out` as they are, weighted by the
     // period the samples were taken at.
-    counters_.evidence += appendChunkEvidence(chunks_, options_.defaultKind, period_, out);
+    counters_.evidence += appendChunkBlocks(chunks_, options_.defaultKind, period_, out.blocks);
     releaseIfOversized(chunks_, 1024);  // up to mapEntries blocks of 528 bytes
     // Samples as the program saw them: counts in the blocks saturate, the program's stats do not.
     if (auto st = agg_->stats()) {
@@ -415,7 +398,7 @@ Result<void> SamplingSource::collect(std::vector<AccessEvidence>& out) {
       events_[i]->drain([&](std::span<const uint8_t> r) { handleRecord(r, st, kind); });
     }
   }
-  counters_.evidence += pending_.flush(out);
+  counters_.evidence += pending_.flush(out.records);
   // BPF run time is not added: the calibrated per-sample cost already contains it (the program
   // runs in the faulting thread), and run-time stats are normally off.
   EpochCost epoch;

@@ -73,13 +73,12 @@ struct SamplingOptions {
 // caller widens the period bounds and sets the budget where they should adapt.
 [[nodiscard]] SamplingOptions softwareFaultOptions(uint64_t period, Aggregation aggregation);
 
-// Expands drained count blocks into one evidence record per sampled page and kind (weight = the
-// page's sample count x `period`, the accesses it stands for, saturating; the kind is the block's,
-// `kind` for blocks of the default kind; servedBy the slowest memory the block's tier bits name
-// for the page), appended to `out` sorted by (tgid, page, kind) like
-// EvidenceAggregator::flush. Reorders `chunks`. Returns the number of records appended.
-size_t appendChunkEvidence(std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind, uint64_t period,
-                           std::vector<AccessEvidence>& out);
+// Turns drained count blocks into evidence blocks appended to `out`, one per (tgid, kind, chunk)
+// as drained: the counts and tier bits as the kernel kept them, each count standing for `period`
+// accesses (EvidenceBlock::weightPerCount), the kind the block's, `kind` for blocks of the default
+// kind. Returns the pages with evidence.
+size_t appendChunkBlocks(const std::vector<sys::bpf::ChunkCounts>& chunks, AccessKind kind, uint64_t period,
+                         std::vector<EvidenceBlock>& out);
 // A data address in the kernel half (x86-64: the top bit set). IBS without swfilt samples kernel
 // mode too; such addresses are never pages of a tracked process, and reporting them would leak
 // kernel layout into the evidence.
@@ -102,7 +101,7 @@ class SamplingSource final : public Source {
   const SourceStatus& status() const override { return status_; }
   Result<void> addProcess(pid_t tgid) override;
   Result<void> removeProcess(pid_t tgid) override;
-  Result<void> collect(std::vector<AccessEvidence>& out) override;
+  Result<void> collect(EvidenceBatch& out) override;
   SourceCounters counters() const override { return counters_; }
   Result<void> setSamplingLimits(const SamplingLimits& limits) override;
 

@@ -45,7 +45,7 @@ Result<std::vector<std::pair<uint64_t, uint64_t>>> SoftDirtySource::scanRanges(p
   return ranges;
 }
 
-Result<void> SoftDirtySource::collect(std::vector<AccessEvidence>& out) {
+Result<void> SoftDirtySource::collect(EvidenceBatch& out) {
   if (!status_.available) return {};
   std::string errors;
   for (auto it = processes_.begin(); it != processes_.end();) {
@@ -78,7 +78,7 @@ Result<void> SoftDirtySource::collect(std::vector<AccessEvidence>& out) {
         e.tgid = tgid;
         e.page = page;
         e.kind = AccessKind::Store;
-        out.push_back(e);
+        out.records.push_back(e);
       }
       counters_.samples += dirty_.size();
       counters_.evidence += dirty_.size();

@@ -24,7 +24,7 @@ class SoftDirtySource final : public Source {
   const SourceStatus& status() const override { return status_; }
   Result<void> addProcess(pid_t tgid) override;
   Result<void> removeProcess(pid_t tgid) override;
-  Result<void> collect(std::vector<AccessEvidence>& out) override;
+  Result<void> collect(EvidenceBatch& out) override;
   SourceCounters counters() const override { return counters_; }
 
   // Restricts the scan of `tgid` to these [start, end) ranges (its registered regions): no smaps

@@ -1,10 +1,11 @@
-// A hotness source: one kernel signal turned into page-level AccessEvidence for tracked processes.
+// A hotness source: one kernel signal turned into page-level evidence for tracked processes.
 //
 // Every source has the same life: constructed with its config, open() once (reports, never
 // throws, why it cannot run), then addProcess/removeProcess at run time (BPF map updates, not
 // reloads) and collect() once per epoch, which appends the evidence gathered since the previous
 // call, aggregated per (tgid, page, kind). All calls come from one thread (the daemon's epoch
-// loop); sources start no threads of their own.
+// loop); sources start no threads of their own. Evidence is records (one per tgid, page, kind) or,
+// where the kernel already counted per chunk, blocks (EvidenceBlock): the batch holds both.
 #pragma once
 
 #include <sys/types.h>
@@ -27,7 +28,7 @@ struct SourceStatus {
 };
 
 struct SourceCounters {
-  uint64_t evidence = 0;     // evidence records produced
+  uint64_t evidence = 0;     // pages with evidence produced (records, and block pages with a count)
   uint64_t samples = 0;      // raw samples / events seen for tracked processes
   uint64_t lost = 0;         // records the kernel dropped (ring full)
   uint64_t throttled = 0;    // PERF_RECORD_THROTTLE seen
@@ -81,7 +82,7 @@ class Source {
   [[nodiscard]] virtual const SourceStatus& status() const = 0;
   [[nodiscard]] virtual Result<void> addProcess(pid_t tgid) = 0;
   [[nodiscard]] virtual Result<void> removeProcess(pid_t tgid) = 0;
-  [[nodiscard]] virtual Result<void> collect(std::vector<AccessEvidence>& out) = 0;
+  [[nodiscard]] virtual Result<void> collect(EvidenceBatch& out) = 0;
   [[nodiscard]] virtual SourceCounters counters() const { return {}; }
   // Live tuning of a sampling source: new budget and period bounds; the current period is clamped
   // into them at once (PERF_EVENT_IOC_PERIOD). Sources that do not sample ignore it.

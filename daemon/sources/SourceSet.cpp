@@ -43,7 +43,7 @@ class UnavailableSource final : public Source {
   const SourceStatus& status() const override { return status_; }
   Result<void> addProcess(pid_t) override { return {}; }
   Result<void> removeProcess(pid_t) override { return {}; }
-  Result<void> collect(std::vector<AccessEvidence>&) override { return {}; }
+  Result<void> collect(EvidenceBatch&) override { return {}; }
 
  private:
   std::string name_;
@@ -391,7 +391,7 @@ void SourceSet::setRanges(pid_t tgid, const std::vector<std::pair<uint64_t, uint
     if (s->status().available) s->setRanges(tgid, ranges);
 }
 
-Result<void> SourceSet::collect(std::vector<AccessEvidence>& out) {
+Result<void> SourceSet::collect(EvidenceBatch& out) {
   std::string errors;
   for (auto& s : sources_) {
     if (!s->status().available) continue;

@@ -59,7 +59,7 @@ class SourceSet {
 
   // Appends the evidence of every available source since the last call. Errors are logged per
   // source (rate-limited) and returned joined, evidence from the others is kept.
-  [[nodiscard]] Result<void> collect(std::vector<AccessEvidence>& out);
+  [[nodiscard]] Result<void> collect(EvidenceBatch& out);
   // Kernel page moves of tracked processes since the last call (fault-trace source).
   void takeKernelMoves(std::vector<KernelMove>& out);
 

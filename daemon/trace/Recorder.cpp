@@ -230,20 +230,29 @@ void Recorder::onMark(const IterationMark& mark) {
   ++it->second->info.marks;
 }
 
-void Recorder::onEvidence(std::span<const AccessEvidence> evidence, uint64_t nowNs) {
+void Recorder::onEvidence(const EvidenceBatch& evidence, uint64_t nowNs) {
   std::lock_guard lock(mutex_);
   if (active_.empty()) return;
-  for (const AccessEvidence& e : evidence) {
-    auto it = active_.find(e.tgid);
-    if (it == active_.end() || !it->second->info.ended.empty()) continue;
-    Recording& rec = *it->second;
-    // Marks of this epoch were written before its evidence; the writer needs accesses in time
-    // order, and marks carry the client's own (earlier) timestamps.
+  auto recordingOf = [this](pid_t tgid) -> Recording* {
+    auto it = active_.find(tgid);
+    return it == active_.end() || !it->second->info.ended.empty() ? nullptr : it->second.get();
+  };
+  // Marks of this epoch were written before its evidence; the writer needs accesses in time
+  // order, and marks carry the client's own (earlier) timestamps.
+  auto add = [&](Recording& rec, const AccessEvidence& e) {
     if (auto r = rec.writer.addAccess(nowNs, e.page, e.weight, e.kind == AccessKind::Store); !r) {
       failLocked(rec, r.error());
-      continue;
+      return;
     }
     ++rec.info.accesses;
+  };
+  for (const AccessEvidence& e : evidence.records)
+    if (Recording* rec = recordingOf(e.tgid)) add(*rec, e);
+  // Block pages are recorded as the records they stand for: a trace has one access per page.
+  for (const EvidenceBlock& b : evidence.blocks) {
+    Recording* rec = recordingOf(b.tgid);
+    for (uint32_t i = 0; rec != nullptr && i < kBlockPages; ++i)
+      if (b.counts[i] != 0) add(*rec, b.record(i));
   }
 }
 

@@ -99,7 +99,7 @@ class Recorder {
   // ---- epoch-thread hooks ----
   void onRegion(const RegionInfo& region);
   void onMark(const IterationMark& mark);
-  void onEvidence(std::span<const AccessEvidence> evidence, uint64_t nowNs);
+  void onEvidence(const EvidenceBatch& evidence, uint64_t nowNs);
   void onProcessExit(pid_t tgid, uint64_t nowNs);
   // Closes the epoch's chunk of every recording and ends those past a limit.
   void endEpoch(uint64_t nowNs);

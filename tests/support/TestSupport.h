@@ -4,8 +4,23 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
+
+#include "core/Result.h"
+#include "core/Types.h"
 
 namespace tt::test {
+
+// Collects from a source (anything with collect(EvidenceBatch&)) and appends what it reported as
+// records, blocks flattened page by page: for tests of which pages a source reports, whatever
+// shape it reports them in.
+template <typename Collector>
+[[nodiscard]] Result<void> collectRecords(Collector& source, std::vector<AccessEvidence>& out) {
+  EvidenceBatch batch;
+  auto r = source.collect(batch);
+  batch.forEachRecord([&out](const AccessEvidence& e) { out.push_back(e); });
+  return r;
+}
 
 // Path of a checked-in fixture: fixture("topology/dram_pmem_2socket").
 [[nodiscard]] std::string fixture(const std::string& relative);

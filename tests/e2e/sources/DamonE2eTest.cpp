@@ -33,7 +33,7 @@ TEST(DamonE2e, TellsReReadHotQuarterFromColdRest) {
   for (int round = 0; round < 6; ++round) {
     (void)child.readRangeFor(kPages / 4, kPages / 2, 500);
     std::vector<AccessEvidence> ev;
-    auto r = source.collect(ev);
+    auto r = tt::test::collectRecords(source, ev);
     ASSERT_TRUE(r.ok()) << r.error().message();
     for (const auto& e : ev) {
       if (e.tgid != child.pid() || e.page < child.base() || e.page >= child.base() + kPages * 4096) continue;

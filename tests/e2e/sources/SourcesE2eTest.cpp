@@ -56,10 +56,10 @@ TEST(SourcesE2e, BpfFaultTraceLoadsAndReportsFirstTouches) {
   test::PatternChild child(1024);
   ASSERT_TRUE(source.addProcess(child.pid()).ok());
   std::vector<AccessEvidence> ev;
-  ASSERT_TRUE(source.collect(ev).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, ev).ok());
   ev.clear();
   const auto truth = child.touch(2, 0);
-  ASSERT_TRUE(source.collect(ev).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, ev).ok());
   const Score s = score(ev, child.pid(), child.base(), truth, AccessKind::Fault);
   EXPECT_GE(s.precision, 0.95) << s.reported;
   EXPECT_GE(s.recall, 0.95) << s.reported;
@@ -75,10 +75,10 @@ TEST(SourcesE2e, BpfPerfSampleAggregationLoadsOnSoftwareFaults) {
   test::PatternChild child(1024);
   ASSERT_TRUE(source.addProcess(child.pid()).ok());
   std::vector<AccessEvidence> ev;
-  ASSERT_TRUE(source.collect(ev).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, ev).ok());
   ev.clear();
   const auto truth = child.touch(2, 1);
-  ASSERT_TRUE(source.collect(ev).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, ev).ok());
   const Score s = score(ev, child.pid(), child.base(), truth, AccessKind::Fault);
   EXPECT_GE(s.precision, 0.95) << s.reported;
   EXPECT_GE(s.recall, 0.95) << s.reported;
@@ -102,11 +102,11 @@ TEST(SourcesE2e, BpfPerfSampleBlocksCountPerPageAndSaturate) {
   test::PatternChild child(64);
   ASSERT_TRUE(source.addProcess(child.pid()).ok());
   std::vector<AccessEvidence> ev;
-  ASSERT_TRUE(source.collect(ev).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, ev).ok());
   ev.clear();
   (void)child.refaultRange(0, 1, 300);
   (void)child.refaultRange(8, 16, 7);
-  ASSERT_TRUE(source.collect(ev).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, ev).ok());
   std::map<uint64_t, uint64_t> weight;
   for (const auto& e : ev)
     if (e.tgid == child.pid() && e.page >= child.base() && e.page < child.base() + 64 * 4096) weight[e.page] += e.weight;
@@ -129,18 +129,18 @@ TEST(SourcesE2e, SoftDirtyTellsRewrittenHotQuarterFromColdRest) {
                          std::move(supported));
   ASSERT_TRUE(source.addProcess(child.pid()).ok());
   std::vector<AccessEvidence> ev;
-  ASSERT_TRUE(source.collect(ev).ok());  // first epoch: clears only
+  ASSERT_TRUE(tt::test::collectRecords(source, ev).ok());  // first epoch: clears only
   EXPECT_TRUE(ev.empty());
   // Epoch 2: only the hot quarter is re-written.
   const auto hot = child.writeRange(kPages / 4, kPages / 2);
-  ASSERT_TRUE(source.collect(ev).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, ev).ok());
   const Score s = score(ev, child.pid(), child.base(), hot, AccessKind::Store);
   std::cout << "soft-dirty: " << s.reported << " pages reported, hot quarter " << hot.size() << "\n";
   EXPECT_GE(s.precision, 0.95);
   EXPECT_GE(s.recall, 0.95);
   // Epoch 3: nothing written, nothing reported inside the buffer.
   ev.clear();
-  ASSERT_TRUE(source.collect(ev).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, ev).ok());
   EXPECT_EQ(score(ev, child.pid(), child.base(), hot, AccessKind::Store).reported, 0U);
 }
 
@@ -219,7 +219,7 @@ TEST(SourcesE2e, CooperateModeSeesHintFaultsAndKernelPromotions) {
   std::set<uint64_t> pagesPromoted;
   for (int round = 0; round < 20 && promoted < 4096 * 95 / 100; ++round) {
     (void)child.readRangeFor(0, 4096, 500);
-    ASSERT_TRUE(source.collect(ev).ok());
+    ASSERT_TRUE(tt::test::collectRecords(source, ev).ok());
     // Every page was populated before tracking began, so any not-present fault on the buffer now
     // is a NUMA hinting fault. The source labels it Fault (it never saw the first touch; x86 shows
     // hint faults as not-present faults) or Hint (page faulted before while tracked).

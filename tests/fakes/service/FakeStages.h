@@ -26,9 +26,11 @@ class FakeEvidenceSource final : public service::EvidenceSource {
     return {};
   }
   void setRanges(pid_t tgid, const std::vector<std::pair<uint64_t, uint64_t>>& r) override { ranges[tgid] = r; }
-  Result<void> collect(std::vector<AccessEvidence>& out) override {
-    out.insert(out.end(), next.begin(), next.end());
+  Result<void> collect(EvidenceBatch& out) override {
+    out.records.insert(out.records.end(), next.begin(), next.end());
+    out.blocks.insert(out.blocks.end(), nextBlocks.begin(), nextBlocks.end());
     next.clear();
+    nextBlocks.clear();
     ++collects;
     return {};
   }
@@ -40,7 +42,8 @@ class FakeEvidenceSource final : public service::EvidenceSource {
   std::set<pid_t> tracked;
   std::map<pid_t, std::vector<std::pair<uint64_t, uint64_t>>> ranges;  // as last set
   std::vector<pid_t> removed;
-  std::vector<AccessEvidence> next;  // handed out by the next collect()
+  std::vector<AccessEvidence> next;       // handed out by the next collect()
+  std::vector<EvidenceBlock> nextBlocks;  // likewise
   std::vector<service::SourceReport> reports;
   std::vector<std::string> noteLines;  // what notes() returns
   int collects = 0;
@@ -56,12 +59,13 @@ class FakePolicy final : public service::PlacementPolicy {
   }
   void removeRegion(uint64_t regionId) override { regions.erase(regionId); }
   void removeProcess(pid_t tgid) override { removedProcesses.push_back(tgid); }
-  void observe(std::span<const AccessEvidence> evidence, uint64_t nowNs) override {
+  void observe(const EvidenceBatch& evidence, uint64_t nowNs) override {
     lastObserveNs = nowNs;
-    for (const auto& e : evidence)
+    evidence.forEachRecord([&](const AccessEvidence& e) {
       for (const auto& [id, r] : regions)
         if (r.tgid == e.tgid && e.page >= r.start && e.page < r.start + r.length) heat[id] += e.weight;
-    observed += evidence.size();
+    });
+    observed += evidence.pages();
   }
   void onMark(const IterationMark& mark) override { marks.push_back(mark); }
   MigrationPlan plan(uint64_t, double bandwidth, std::span<const service::ManualPin> pins) override {
@@ -128,8 +132,8 @@ class FakeTraceSink final : public service::TraceSink {
   void onProcessExit(pid_t tgid, uint64_t nowNs) override {
     calls.push_back("exit:" + std::to_string(tgid) + "@" + std::to_string(nowNs));
   }
-  void onEvidence(std::span<const AccessEvidence> evidence, uint64_t nowNs) override {
-    calls.push_back("evidence:" + std::to_string(evidence.size()) + "@" + std::to_string(nowNs));
+  void onEvidence(const EvidenceBatch& evidence, uint64_t nowNs) override {
+    calls.push_back("evidence:" + std::to_string(evidence.pages()) + "@" + std::to_string(nowNs));
   }
   void endEpoch(uint64_t nowNs) override { calls.push_back("end@" + std::to_string(nowNs)); }
   std::vector<std::string> calls;

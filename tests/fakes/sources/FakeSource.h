@@ -26,12 +26,14 @@ class FakeSource final : public sources::Source {
     tracked.erase(tgid);
     return {};
   }
-  // Emits `next` for tracked tgids only, like a real source.
-  Result<void> collect(std::vector<AccessEvidence>& out) override {
+  // Emits `next` and `nextBlocks` for tracked tgids only, like a real source.
+  Result<void> collect(EvidenceBatch& out) override {
     ++collects;
     if (failCollect) return logicError("scripted collect failure");
     for (const auto& e : next)
-      if (tracked.contains(e.tgid)) out.push_back(e);
+      if (tracked.contains(e.tgid)) out.records.push_back(e);
+    for (const auto& b : nextBlocks)
+      if (tracked.contains(b.tgid)) out.blocks.push_back(b);
     return {};
   }
   Result<void> setSamplingLimits(const sources::SamplingLimits& l) override {
@@ -48,6 +50,7 @@ class FakeSource final : public sources::Source {
 
   std::set<pid_t> tracked;
   std::vector<AccessEvidence> next;
+  std::vector<EvidenceBlock> nextBlocks;
   std::vector<sources::KernelMove> moves;
   std::optional<sources::SystemMigrations> migrations;  // what systemMigrations() reports
   sources::SourceCounters reported;                     // what counters() reports

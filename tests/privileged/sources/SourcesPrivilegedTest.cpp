@@ -59,11 +59,11 @@ void exercise(Source& source) {
   ASSERT_TRUE(source.addProcess(tracked.pid()).ok());
 
   std::vector<AccessEvidence> evidence;
-  ASSERT_TRUE(source.collect(evidence).ok());  // drop whatever came before
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());  // drop whatever came before
   evidence.clear();
   const auto truth = tracked.touch(3, 0);  // every third page
   (void)other.touch(3, 0);
-  ASSERT_TRUE(source.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
   const Score s = score(evidence, tracked.pid(), tracked.base(), truth);
   EXPECT_GE(s.precision, 0.95) << source.name() << ": reported " << s.reported << " pages, truth " << truth.size();
   EXPECT_GE(s.recall, 0.95) << source.name() << ": reported " << s.reported << " pages, truth " << truth.size();
@@ -73,7 +73,7 @@ void exercise(Source& source) {
   ASSERT_TRUE(source.addProcess(other.pid()).ok());
   evidence.clear();
   const auto truthOther = other.touch(3, 1);
-  ASSERT_TRUE(source.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
   const Score so = score(evidence, other.pid(), other.base(), truthOther);
   EXPECT_GE(so.precision, 0.95) << source.name() << " after addProcess: reported " << so.reported;
   EXPECT_GE(so.recall, 0.95) << source.name() << " after addProcess: reported " << so.reported;
@@ -82,7 +82,7 @@ void exercise(Source& source) {
   ASSERT_TRUE(source.removeProcess(tracked.pid()).ok());
   evidence.clear();
   (void)tracked.touch(3, 2);
-  ASSERT_TRUE(source.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
   EXPECT_EQ(countOf(evidence, tracked.pid()), 0U) << source.name() << " still reports a removed process";
 }
 
@@ -225,12 +225,12 @@ void expectPerPageWeights(SamplingSource& source, uint64_t cap) {
   test::PatternChild child(64);
   ASSERT_TRUE(source.addProcess(child.pid()).ok());
   std::vector<AccessEvidence> evidence;
-  ASSERT_TRUE(source.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
   evidence.clear();
   constexpr uint32_t kHot = 300, kWarm = 7;
   (void)child.refaultRange(0, 1, kHot);
   (void)child.refaultRange(8, 16, kWarm);
-  ASSERT_TRUE(source.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
   std::map<uint64_t, uint64_t> weight;
   for (const auto& e : evidence)
     if (e.tgid == child.pid() && e.page >= child.base() && e.page < child.base() + 64 * 4096) weight[e.page] += e.weight;
@@ -261,7 +261,7 @@ TEST(SourcesPrivileged, InKernelStagingMergesAlternatingChunksExactly) {
   test::PatternChild child(2 * sys::bpf::kChunkPages);
   ASSERT_TRUE(source->addProcess(child.pid()).ok());
   std::vector<AccessEvidence> evidence;
-  ASSERT_TRUE(source->collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(*source, evidence).ok());
   evidence.clear();
   auto before = source->agg()->stats();
   ASSERT_TRUE(before.ok());
@@ -275,7 +275,7 @@ TEST(SourcesPrivileged, InKernelStagingMergesAlternatingChunksExactly) {
       (void)child.refaultRange(other + 8, other + 16, 1);
     }
   }
-  ASSERT_TRUE(source->collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(*source, evidence).ok());
   auto after = source->agg()->stats();
   ASSERT_TRUE(after.ok());
   std::map<uint64_t, uint64_t> weight;
@@ -307,14 +307,14 @@ TEST(SourcesPrivileged, InKernelFullMapDropsOnlyWhatItCannotStageAndCountsIt) {
   test::PatternChild child(kChunks * sys::bpf::kChunkPages);
   ASSERT_TRUE(source.addProcess(child.pid()).ok());
   std::vector<AccessEvidence> evidence;
-  ASSERT_TRUE(source.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
   evidence.clear();
   auto before = source.agg()->stats();
   ASSERT_TRUE(before.ok());
   const uint64_t lostBefore = source.counters().lost;
   const auto touched = child.touch(sys::bpf::kChunkPages, 0);
   ASSERT_EQ(touched.size(), kChunks);
-  ASSERT_TRUE(source.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
   auto after = source.agg()->stats();
   ASSERT_TRUE(after.ok());
   // The drops are the source's lost samples (status, metrics), like a full ring's.
@@ -331,7 +331,7 @@ TEST(SourcesPrivileged, InKernelFullMapDropsOnlyWhatItCannotStageAndCountsIt) {
   // The next epoch has room again.
   evidence.clear();
   const auto again = child.touch(sys::bpf::kChunkPages, 1);
-  ASSERT_TRUE(source.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
   uint64_t second = 0;
   for (const auto& e : evidence)
     if (e.tgid == child.pid() && again.count(e.page)) second += e.weight;
@@ -350,10 +350,10 @@ TEST(SourcesPrivileged, InKernelSamplesCarryTheirEventsKind) {
   test::PatternChild child(32);
   ASSERT_TRUE(source.addProcess(child.pid()).ok());
   std::vector<AccessEvidence> evidence;
-  ASSERT_TRUE(source.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
   evidence.clear();
   const auto touched = child.touch(1, 0);
-  ASSERT_TRUE(source.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
   size_t stores = 0, others = 0;
   for (const auto& e : evidence) {
     if (e.tgid != child.pid() || !touched.count(e.page)) continue;
@@ -428,8 +428,9 @@ TEST(SourcesPrivileged, WithoutADataSrcReaderSamplesAreCountedWithoutTier) {
   const auto touched = child.touch(1, 0);
   std::vector<sys::bpf::ChunkCounts> blocks;
   ASSERT_TRUE((*agg)->drain(blocks).ok());
-  std::vector<AccessEvidence> evidence;
-  (void)appendChunkEvidence(blocks, AccessKind::Fault, 1, evidence);
+  EvidenceBatch batch;
+  (void)appendChunkBlocks(blocks, AccessKind::Fault, 1, batch.blocks);
+  const auto evidence = batch.flattened();
   size_t stores = 0;
   for (const auto& e : evidence) {
     if (e.tgid != child.pid() || !touched.count(e.page)) continue;
@@ -474,13 +475,13 @@ TEST(SourcesPrivileged, InKernelPathSeesThrottlingThroughItsControlRing) {
   ASSERT_TRUE(source.status().available) << source.status().detail;
   ASSERT_EQ(source.aggregation(), Aggregation::InKernel) << source.status().detail;
   std::vector<AccessEvidence> evidence;
-  ASSERT_TRUE(source.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
   const uint64_t throttledBefore = source.counters().throttled;
   const uint64_t periodBefore = source.period();
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
   volatile uint64_t spin = 0;
   while (std::chrono::steady_clock::now() < until) spin = spin + 1;
-  ASSERT_TRUE(source.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
   EXPECT_GT(source.counters().throttled, throttledBefore) << "no THROTTLE record reached the in-kernel path";
   EXPECT_GT(source.period(), periodBefore) << "a throttled epoch must raise the period";
 }
@@ -499,10 +500,10 @@ TEST(SourcesPrivileged, LiveConfigChangesTheRunningSamplePeriod) {
   test::PatternChild child(kPages);
   ASSERT_TRUE(set.addProcess(child.pid()).ok());
   std::vector<AccessEvidence> evidence;
-  ASSERT_TRUE(set.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(set, evidence).ok());
   const uint64_t before = source->counters().samples;
   const auto firstHalf = child.touch(2, 0);  // one first-touch fault per page
-  ASSERT_TRUE(set.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(set, evidence).ok());
   const uint64_t atPeriod1 = source->counters().samples - before;
   EXPECT_GE(static_cast<double>(atPeriod1), 0.95 * static_cast<double>(firstHalf.size()));
 
@@ -516,7 +517,7 @@ TEST(SourcesPrivileged, LiveConfigChangesTheRunningSamplePeriod) {
 
   const uint64_t mid = source->counters().samples;
   const auto secondHalf = child.touch(2, 1);
-  ASSERT_TRUE(set.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(set, evidence).ok());
   const uint64_t atPeriod8 = source->counters().samples - mid;
   // The events are per CPU and system-wide: faults of other processes on the same CPU advance the
   // same counter, so the child gets at most one sample in kPeriod of its faults (fewer on a busy
@@ -588,7 +589,7 @@ TEST(SourcesPrivileged, StormOverBudgetRaisesThePeriodAtTheNextCollect) {
   ASSERT_TRUE(source.addProcess(child.pid()).ok());
   const auto touched = child.touch(1, 0);  // kPages first-touch faults, every one sampled
   std::vector<AccessEvidence> evidence;
-  ASSERT_TRUE(source.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
   size_t seen = 0;
   for (const auto& e : evidence) seen += e.tgid == child.pid() && touched.count(e.page) ? 1 : 0;
   EXPECT_GE(seen, touched.size() * 95 / 100) << "the storm was sampled at period 1";

@@ -31,12 +31,12 @@ void checkTierReaderOnSoftwareFaults(AccessKind eventKind) {
   PatternChild child(kPages);
   ASSERT_TRUE(source.addProcess(child.pid()).ok());
   std::vector<AccessEvidence> evidence;
-  ASSERT_TRUE(source.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
   evidence.clear();
   auto before = source.agg()->stats();
   ASSERT_TRUE(before.ok());
   const std::set<uint64_t> truth = child.touch(3, 0);
-  ASSERT_TRUE(source.collect(evidence).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
 
   std::set<uint64_t> reported;
   for (const auto& e : evidence) {

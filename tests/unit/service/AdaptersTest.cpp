@@ -39,7 +39,7 @@ TEST(SourceSetEvidence, CountsTheKernelsMovesOnceAndEmptiesTheSourcesBuffers) {
   tt::service::SourceSetEvidence evidence(std::make_unique<tt::sources::SourceSet>(std::move(v)));
   using Why = tt::sources::KernelMove::Why;
   fake->moves = {{7, 0, 5, Why::Promotion}, {7, 0, 2, Why::Demotion}, {8, 0, 1, Why::Syscall}, {7, 0, 4, Why::Other}};
-  std::vector<tt::AccessEvidence> out;
+  tt::EvidenceBatch out;
   ASSERT_TRUE(evidence.collect(out).ok());
   EXPECT_TRUE(fake->moves.empty()) << "taken every epoch";
   ASSERT_TRUE(evidence.collect(out).ok());  // nothing new: nothing counted twice

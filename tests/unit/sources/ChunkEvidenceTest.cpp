@@ -1,5 +1,5 @@
-// Expansion of the in-kernel count blocks (one per tgid and 2 MiB chunk, 512 per-page counters)
-// into per-page evidence: what SamplingSource::collect emits on the in-kernel path.
+// The in-kernel count blocks (one per tgid, kind and 2 MiB chunk, 512 per-page counters) as
+// evidence blocks: what SamplingSource::collect emits on the in-kernel path.
 #include <gtest/gtest.h>
 
 #include "sources/SamplingSource.h"
@@ -19,53 +19,38 @@ ChunkCounts chunk(uint32_t tgid, uint64_t base) {
   return c;
 }
 
-TEST(ChunkEvidence, OneRecordPerSampledPageWeightedByItsCount) {
+TEST(ChunkEvidence, OneBlockPerDrainedChunkWithItsCounts) {
   std::vector<ChunkCounts> chunks;
   chunks.push_back(chunk(7, 3 * kChunkBytes));
   chunks.back().counts[0] = 3;
   chunks.back().counts[kChunkPages - 1] = sys::bpf::kChunkCountMax;  // a saturated counter
-  chunks.push_back(chunk(7, 5 * kChunkBytes));                      // nothing sampled: no records
-  chunks.push_back(chunk(7, 1 * kChunkBytes));
+  chunks.push_back(chunk(7, 5 * kChunkBytes));                      // nothing sampled: no block
+  chunks.push_back(chunk(8, 1 * kChunkBytes));
   chunks.back().counts[100] = 1;
 
-  std::vector<AccessEvidence> out;
-  EXPECT_EQ(appendChunkEvidence(chunks, AccessKind::Load, 1, out), 3U);
+  std::vector<EvidenceBlock> out(1);  // blocks already there stay first
+  out[0].tgid = 99;
+  EXPECT_EQ(appendChunkBlocks(chunks, AccessKind::Load, 1, out), 3U);
   ASSERT_EQ(out.size(), 3U);
-  EXPECT_EQ(out[0].page, 1 * kChunkBytes + 100 * 4096);
-  EXPECT_EQ(out[0].weight, 1U);
-  EXPECT_EQ(out[1].page, 3 * kChunkBytes);
-  EXPECT_EQ(out[1].weight, 3U);
-  EXPECT_EQ(out[2].page, 3 * kChunkBytes + (kChunkPages - 1) * 4096);
-  EXPECT_EQ(out[2].weight, 255U);
-  for (const auto& e : out) {
-    EXPECT_EQ(e.tgid, 7);
-    EXPECT_EQ(e.kind, AccessKind::Load);
-    EXPECT_EQ(e.servedBy, ServedBy::Unknown);
-  }
-}
-
-TEST(ChunkEvidence, SortedByProcessThenPageLikeTheAggregatorsFlush) {
-  std::vector<ChunkCounts> chunks;
-  for (uint32_t tgid : {9U, 4U}) {
-    for (uint64_t c : {2U, 0U}) {
-      chunks.push_back(chunk(tgid, c * kChunkBytes));
-      chunks.back().counts[10] = 2;
-      chunks.back().counts[5] = 1;
-    }
-  }
-  std::vector<AccessEvidence> out;
-  out.push_back(AccessEvidence{});  // evidence already there stays first
-  out.back().tgid = 99;
-  ASSERT_EQ(appendChunkEvidence(chunks, AccessKind::Fault, 1, out), 8U);
-  ASSERT_EQ(out.size(), 9U);
   EXPECT_EQ(out[0].tgid, 99);
-  for (size_t i = 2; i < out.size(); ++i)
-    EXPECT_LT(std::tie(out[i - 1].tgid, out[i - 1].page), std::tie(out[i].tgid, out[i].page)) << i;
-  EXPECT_EQ(out[1].tgid, 4);
-  EXPECT_EQ(out[1].page, 5U * 4096);
-  EXPECT_EQ(out[8].tgid, 9);
-  EXPECT_EQ(out[8].page, 2 * kChunkBytes + 10 * 4096);
-  EXPECT_EQ(out[8].weight, 2U);
+  EXPECT_EQ(out[1].tgid, 7);
+  EXPECT_EQ(out[1].base, 3 * kChunkBytes);
+  EXPECT_EQ(out[1].counts, chunks[0].counts);
+  EXPECT_EQ(out[1].pages(), 2U);
+  EXPECT_EQ(out[2].tgid, 8);
+  EXPECT_EQ(out[2].base, 1 * kChunkBytes);
+  EXPECT_EQ(out[2].pages(), 1U);
+  for (size_t b = 1; b < out.size(); ++b) {
+    EXPECT_EQ(out[b].kind, AccessKind::Load);
+    EXPECT_FALSE(out[b].tiered());
+  }
+  // What the heat model and the recorder see of a page: the record it stands for.
+  const AccessEvidence e = out[1].record(kChunkPages - 1);
+  EXPECT_EQ(e.tgid, 7);
+  EXPECT_EQ(e.page, 3 * kChunkBytes + (kChunkPages - 1) * 4096);
+  EXPECT_EQ(e.weight, 255U);
+  EXPECT_EQ(e.kind, AccessKind::Load);
+  EXPECT_EQ(e.servedBy, ServedBy::Unknown);
 }
 
 // A sample stands for `period` events: the weight is the accesses the page's samples stand for
@@ -76,49 +61,52 @@ TEST(ChunkEvidence, WeightsAreSampleCountsTimesThePeriodSaturating) {
   chunks[0].base = 0;
   chunks[0].counts[0] = 3;
   chunks[0].counts[1] = 255;
-  std::vector<AccessEvidence> out;
-  ASSERT_EQ(appendChunkEvidence(chunks, AccessKind::Fault, 4096, out), 2U);
-  EXPECT_EQ(out[0].weight, 3U * 4096);
-  EXPECT_EQ(out[1].weight, 255U * 4096);
+  std::vector<EvidenceBlock> out;
+  ASSERT_EQ(appendChunkBlocks(chunks, AccessKind::Fault, 4096, out), 2U);
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].weightPerCount, 4096U);
+  EXPECT_EQ(out[0].weight(0), 3U * 4096);
+  EXPECT_EQ(out[0].weight(1), 255U * 4096);
+  EXPECT_EQ(out[0].weight(2), 0U);
+  out.clear();
+  ASSERT_EQ(appendChunkBlocks(chunks, AccessKind::Fault, uint64_t{1} << 40, out), 2U);
+  EXPECT_EQ(out[0].weight(0), UINT32_MAX);
+  EXPECT_EQ(out[0].weight(1), UINT32_MAX);
   EXPECT_EQ(scaledWeight(255, uint64_t{1} << 40), UINT32_MAX);
   EXPECT_EQ(scaledWeight(1, 0), 1U);  // a period of 0 is treated as 1
+  out.clear();
+  ASSERT_EQ(appendChunkBlocks(chunks, AccessKind::Fault, 0, out), 2U);
+  EXPECT_EQ(out[0].weight(0), 3U);
 }
 
 // The in-kernel path counts each event's samples as the event's kind (PEBS loads and stores apart,
-// from the BPF attach cookie): blocks of one chunk with different kinds give one record per page
-// and kind, still sorted by page; the default kind maps to the source's.
-TEST(ChunkEvidence, BlocksOfDifferentKindsStaySortedByPage) {
+// from the BPF attach cookie): each block keeps its kind; the default kind maps to the source's.
+TEST(ChunkEvidence, BlocksKeepTheirKinds) {
   std::vector<ChunkCounts> chunks;
   chunks.push_back(chunk(7, kChunkBytes));
   chunks.back().kind = TT_KIND_STORE;
   chunks.back().counts[5] = 2;
-  chunks.back().counts[1] = 1;
   chunks.push_back(chunk(7, kChunkBytes));
   chunks.back().kind = TT_KIND_LOAD;
   chunks.back().counts[1] = 3;
   chunks.push_back(chunk(7, 0));  // TT_KIND_DEFAULT
   chunks.back().counts[0] = 1;
-  std::vector<AccessEvidence> out;
-  EXPECT_EQ(appendChunkEvidence(chunks, AccessKind::Fault, 1, out), 4U);
-  ASSERT_EQ(out.size(), 4U);
-  EXPECT_EQ(out[0].page, 0U);
-  EXPECT_EQ(out[0].kind, AccessKind::Fault);
-  EXPECT_EQ(out[1].page, kChunkBytes + 4096);
+  std::vector<EvidenceBlock> out;
+  EXPECT_EQ(appendChunkBlocks(chunks, AccessKind::Fault, 1, out), 3U);
+  ASSERT_EQ(out.size(), 3U);
+  EXPECT_EQ(out[0].kind, AccessKind::Store);
   EXPECT_EQ(out[1].kind, AccessKind::Load);
-  EXPECT_EQ(out[1].weight, 3U);
-  EXPECT_EQ(out[2].page, kChunkBytes + 4096);
-  EXPECT_EQ(out[2].kind, AccessKind::Store);
-  EXPECT_EQ(out[3].page, kChunkBytes + 5 * 4096);
-  EXPECT_EQ(out[3].kind, AccessKind::Store);
+  EXPECT_EQ(out[2].kind, AccessKind::Fault);
   for (AccessKind k : {AccessKind::Load, AccessKind::Store, AccessKind::Access})
     EXPECT_EQ(sampleKindOf(sampleKindCode(k), AccessKind::Fault), k);
   EXPECT_EQ(sampleKindOf(sampleKindCode(AccessKind::Fault), AccessKind::Hint), AccessKind::Hint);
 }
 
 // On events that record data_src the in-kernel path also marks, per page, every memory that served
-// it (one bit per page and tier in the block): a page's record names the slowest, as the ring
-// path's EvidenceAggregator keeps it (a page sampled from two tiers in one epoch was migrated in
-// between, or is half cached); pages without bits are Unknown; the kinds stay apart.
+// it (one bit per page and tier in the block). The evidence block takes the kernel's bit planes as
+// they are: this checks that they line up (a page's record names the slowest memory, as the ring
+// path's EvidenceAggregator keeps it; a page sampled from two tiers in one epoch was migrated in
+// between, or is half cached; pages without bits are Unknown; the kinds stay apart).
 TEST(ChunkEvidence, TierBitsBecomeServedByTheSlowestMemory) {
   std::vector<ChunkCounts> chunks;
   chunks.push_back(chunk(7, 0));
@@ -133,25 +121,35 @@ TEST(ChunkEvidence, TierBitsBecomeServedByTheSlowestMemory) {
   chunks.back().counts[4] = 1;  // no bits: the PMU did not say
   chunks.back().counts[kChunkPages - 1] = 1;
   chunks.back().setServedBy(kChunkPages - 1, TT_TIER_CACHE);
+  chunks.back().counts[70] = 1;
+  chunks.back().setServedBy(70, TT_TIER_FAST);
   chunks.push_back(chunk(7, 0));
   chunks.back().kind = TT_KIND_STORE;
   chunks.back().counts[2] = 2;
   chunks.back().setServedBy(2, TT_TIER_FAST);
-  std::vector<AccessEvidence> out;
-  EXPECT_EQ(appendChunkEvidence(chunks, AccessKind::Fault, 10, out), 5U);
-  ASSERT_EQ(out.size(), 5U);
-  EXPECT_EQ(out[0].page, 2U * 4096);
-  EXPECT_EQ(out[0].kind, AccessKind::Load);
-  EXPECT_EQ(out[0].weight, 100U);
-  EXPECT_EQ(out[0].servedBy, ServedBy::SlowTier);
-  EXPECT_EQ(out[1].page, 2U * 4096);
+  std::vector<EvidenceBlock> out;
+  EXPECT_EQ(appendChunkBlocks(chunks, AccessKind::Fault, 10, out), 6U);
+  ASSERT_EQ(out.size(), 2U);
+  EXPECT_TRUE(out[0].tiered());
+  EXPECT_EQ(out[0].record(2).weight, 100U);
+  EXPECT_EQ(out[0].servedBy(2), ServedBy::SlowTier);
+  EXPECT_EQ(out[0].servedBy(3), ServedBy::RemoteRam);
+  EXPECT_EQ(out[0].servedBy(4), ServedBy::Unknown);
+  EXPECT_EQ(out[0].servedBy(70), ServedBy::FastTier);
+  EXPECT_EQ(out[0].servedBy(kChunkPages - 1), ServedBy::Cache);
+  EXPECT_EQ(out[0].record(3).servedBy, ServedBy::RemoteRam);
   EXPECT_EQ(out[1].kind, AccessKind::Store);
-  EXPECT_EQ(out[1].servedBy, ServedBy::FastTier);
-  EXPECT_EQ(out[2].servedBy, ServedBy::RemoteRam);
-  EXPECT_EQ(out[3].servedBy, ServedBy::Unknown);
-  EXPECT_EQ(out[4].page, (kChunkPages - 1) * 4096ULL);
-  EXPECT_EQ(out[4].servedBy, ServedBy::Cache);
-  EXPECT_EQ(servedByOfTier(TT_TIER_CACHE), ServedBy::Cache);
+  EXPECT_EQ(out[1].servedBy(2), ServedBy::FastTier);
+  // Every kernel tier lands on the plane of the memory servedByOfTier names for it.
+  for (uint32_t tier = TT_TIER_CACHE; tier <= TT_TIER_SLOW; ++tier) {
+    std::vector<ChunkCounts> one{chunk(7, 0)};
+    one[0].counts[130] = 1;
+    one[0].setServedBy(130, tier);
+    std::vector<EvidenceBlock> b;
+    ASSERT_EQ(appendChunkBlocks(one, AccessKind::Load, 1, b), 1U);
+    EXPECT_EQ(b[0].servedBy(130), servedByOfTier(tier)) << tier;
+    EXPECT_EQ(b[0].servedBy(129), ServedBy::Unknown);
+  }
   EXPECT_EQ(servedByOfTier(99), ServedBy::Unknown);
   // The bits are those of the BPF block layout: tier t of page i is word (t - 1) * 8 + i / 64.
   ChunkCounts c;
@@ -160,6 +158,42 @@ TEST(ChunkEvidence, TierBitsBecomeServedByTheSlowestMemory) {
   EXPECT_TRUE(c.servedBy(65, TT_TIER_REMOTE_RAM));
   EXPECT_FALSE(c.servedBy(65, TT_TIER_SLOW));
   EXPECT_FALSE(c.servedBy(65, TT_TIER_UNKNOWN));
+}
+
+// A batch counts a block page as the record it stands for, and hands out records first, then each
+// block's pages in page order.
+TEST(EvidenceBatch, CountsAndFlattensBlockPagesAsRecords) {
+  EvidenceBatch batch;
+  AccessEvidence r;
+  r.tgid = 3;
+  r.page = 0x5000;
+  r.weight = 7;
+  batch.records.push_back(r);
+  EvidenceBlock& b = batch.blocks.emplace_back();
+  b.tgid = 4;
+  b.base = kBlockBytes * 2;
+  b.kind = AccessKind::Store;
+  b.weightPerCount = 10;
+  b.counts[9] = 2;
+  b.counts[1] = 1;
+  b.setServedBy(9, ServedBy::SlowTier);
+  EXPECT_FALSE(batch.empty());
+  EXPECT_EQ(batch.pages(), 3U);
+  EXPECT_EQ(batch.weight(), 7U + 10 + 20);
+  const auto flat = batch.flattened();
+  ASSERT_EQ(flat.size(), 3U);
+  EXPECT_EQ(flat[0].page, 0x5000U);
+  EXPECT_EQ(flat[1].tgid, 4);
+  EXPECT_EQ(flat[1].page, kBlockBytes * 2 + 4096);
+  EXPECT_EQ(flat[1].weight, 10U);
+  EXPECT_EQ(flat[1].kind, AccessKind::Store);
+  EXPECT_EQ(flat[1].servedBy, ServedBy::Unknown);
+  EXPECT_EQ(flat[2].page, kBlockBytes * 2 + 9 * 4096);
+  EXPECT_EQ(flat[2].weight, 20U);
+  EXPECT_EQ(flat[2].servedBy, ServedBy::SlowTier);
+  batch.clear();
+  EXPECT_TRUE(batch.empty());
+  EXPECT_EQ(batch.pages(), 0U);
 }
 
 // The drain's last step: what the CPUs had staged is added to the blocks drained from the hash.

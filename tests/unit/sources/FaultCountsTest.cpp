@@ -2,6 +2,9 @@
 // become Fault evidence for a page's first fault ever and Hint evidence for every later one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <tuple>
+
 #include "sources/FaultTraceSource.h"
 
 namespace tt::sources {
@@ -24,10 +27,18 @@ void expectRecord(const AccessEvidence& e, uint64_t page, AccessKind kind, uint3
   EXPECT_EQ(e.weight, weight);
 }
 
-// The evidence appendNotPresentFaults makes of `blocks`, and the faults it counted.
+// The evidence appendNotPresentFaults makes of `blocks`, as records sorted by (tgid, page, kind),
+// and the faults it counted. Every block it makes has a page with evidence, and one kind.
 std::pair<std::vector<AccessEvidence>, uint64_t> expand(std::vector<ChunkCounts> blocks, FaultedPages& faulted) {
-  std::vector<AccessEvidence> out;
-  const uint64_t n = appendNotPresentFaults(blocks, faulted, out);
+  EvidenceBatch batch;
+  const uint64_t n = appendNotPresentFaults(blocks, faulted, batch.blocks);
+  for (const EvidenceBlock& b : batch.blocks) {
+    EXPECT_GT(b.pages(), 0U) << "an empty block";
+    EXPECT_TRUE(b.kind == AccessKind::Fault || b.kind == AccessKind::Hint);
+  }
+  auto out = batch.flattened();
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return std::tie(a.tgid, a.page, a.kind) < std::tie(b.tgid, b.page, b.kind); });
   return {out, n};
 }
 
@@ -49,11 +60,10 @@ TEST(FaultCounts, FirstFaultOfAPageIsItsFirstTouchLaterOnesAreHints) {
   expectRecord(second[1], 2 * kChunkBytes + 4 * 4096, AccessKind::Fault, 1);
 }
 
-TEST(FaultCounts, ProcessesAreRememberedApartAndSorted) {
+TEST(FaultCounts, ProcessesAreRememberedApart) {
   FaultedPages faulted;
   EXPECT_EQ(expand({block(5, 0, {{0, 1}})}, faulted).second, 1U);
-  // The same address in another process is that process's first touch; records come sorted by
-  // process, then page, whatever order the kernel's map returned the blocks in.
+  // The same address in another process is that process's first touch.
   const auto [out, n] = expand({block(6, 0, {{0, 1}}), block(5, kChunkBytes, {{1, 1}}), block(5, 0, {{0, 1}})}, faulted);
   EXPECT_EQ(n, 3U);
   ASSERT_EQ(out.size(), 3U);

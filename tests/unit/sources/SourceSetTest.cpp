@@ -102,7 +102,7 @@ TEST(SourceSet, FansOutProcessesAndSkipsUnavailableSources) {
   EXPECT_TRUE(pa->tracked.contains(10));
   EXPECT_FALSE(pb->tracked.contains(10));
   std::vector<AccessEvidence> out;
-  ASSERT_TRUE(set.collect(out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(set, out).ok());
   ASSERT_EQ(out.size(), 1U);
   EXPECT_EQ(out[0].tgid, 10);
   EXPECT_EQ(pb->collects, 0);
@@ -132,7 +132,7 @@ TEST(SourceSet, OneFailingSourceDoesNotLoseTheOthers) {
   EXPECT_NE(added.error().context.find("a: scripted add failure"), std::string::npos);
   EXPECT_TRUE(pb->tracked.contains(5));
   std::vector<AccessEvidence> out;
-  auto r = set.collect(out);
+  auto r = tt::test::collectRecords(set, out);
   EXPECT_FALSE(r.ok());
   ASSERT_EQ(out.size(), 1U);
   EXPECT_EQ(out[0].page, 0x3000U);
@@ -188,17 +188,17 @@ TEST_F(SoftDirtySourceTest, ReportsPagesWrittenSinceLastEpochOnly) {
   ASSERT_TRUE(source.addProcess(42).ok());
   t->markWritten(42, 0x7f0000001000);  // dirty before the first epoch: initial state, ignored
   std::vector<AccessEvidence> out;
-  ASSERT_TRUE(source.collect(out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
   EXPECT_TRUE(out.empty());
   EXPECT_EQ(t->clears[42], 1);
   t->markWritten(42, 0x7f0000002000);
   t->markWritten(42, 0x7f1000002000);  // file mapping: not scanned
-  ASSERT_TRUE(source.collect(out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
   ASSERT_EQ(out.size(), 1U);
   EXPECT_EQ(out[0].page, 0x7f0000002000U);
   EXPECT_EQ(out[0].kind, AccessKind::Store);
   out.clear();
-  ASSERT_TRUE(source.collect(out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
   EXPECT_TRUE(out.empty()) << "bits cleared after each epoch";
 }
 
@@ -210,10 +210,10 @@ TEST_F(SoftDirtySourceTest, ScansOnlyTheRegisteredRangesOnceSet) {
   ASSERT_TRUE(source.addProcess(42).ok());
   source.setRanges(42, {{0x7f0000000000, 0x7f0000004000}});
   std::vector<AccessEvidence> out;
-  ASSERT_TRUE(source.collect(out).ok());  // primes
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());  // primes
   t->markWritten(42, 0x7f0000001000);     // inside the region
   t->markWritten(42, 0x7f0000008000);     // written, but outside every registered region
-  ASSERT_TRUE(source.collect(out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
   ASSERT_EQ(out.size(), 1U);
   EXPECT_EQ(out[0].page, 0x7f0000001000U);
   // Back to every anonymous mapping when the process has no region left.
@@ -221,7 +221,7 @@ TEST_F(SoftDirtySourceTest, ScansOnlyTheRegisteredRangesOnceSet) {
   source.setRanges(42, {});
   out.clear();
   t->markWritten(42, 0x7f0000008000);
-  ASSERT_TRUE(source.collect(out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
   ASSERT_EQ(out.size(), 1U);
   EXPECT_EQ(out[0].page, 0x7f0000008000U);
 }

@@ -48,6 +48,11 @@ class RecorderTest : public ::testing::Test {
     e.kind = kind;
     return e;
   }
+  static EvidenceBatch batch(std::vector<AccessEvidence> records) {
+    EvidenceBatch b;
+    b.records = std::move(records);
+    return b;
+  }
   std::string dir_;
 };
 
@@ -66,17 +71,25 @@ TEST_F(RecorderTest, RecordsRegionsMarksAndAccessesOfOneProcessOnly) {
   // Epoch 1: a mark, evidence of the recorded process and of another one.
   rec.onMark(IterationMark{100, MarkType::StepBegin, 0, "", 10 * kS + 5});
   rec.onMark(IterationMark{200, MarkType::StepBegin, 0, "", 10 * kS + 6});  // not recorded
-  const AccessEvidence epoch1[] = {evidence(100, 0x7f0000001000, 64, AccessKind::Load),
-                                   evidence(200, 0x7f0000001000, 9, AccessKind::Load),
-                                   evidence(100, 0x7f0000003000, 8, AccessKind::Store)};
-  rec.onEvidence(epoch1, 11 * kS);
+  rec.onEvidence(batch({evidence(100, 0x7f0000001000, 64, AccessKind::Load),
+                        evidence(200, 0x7f0000001000, 9, AccessKind::Load),
+                        evidence(100, 0x7f0000003000, 8, AccessKind::Store)}),
+                 11 * kS);
   rec.endEpoch(11 * kS);
   // Epoch 2: a region registered later, an access in it, a phase mark.
   const RegionInfo acts{2, 100, 0x7f0000100000, 2 * 4096, RegionKind::Activation, "act", 0};
   rec.onRegion(acts);
   rec.onRegion(RegionInfo{3, 200, 0x7f0000200000, 4096, RegionKind::Other, "theirs", 0});
   rec.onMark(IterationMark{100, MarkType::PhaseBegin, 0, "backward", 11 * kS + 500});
-  const AccessEvidence epoch2[] = {evidence(100, 0x7f0000101000, 2, AccessKind::Fault)};
+  // Its evidence comes as a block (in-kernel counts): a page of it is recorded as its record is.
+  EvidenceBatch epoch2;
+  for (pid_t tgid : {100, 200}) {
+    EvidenceBlock& b = epoch2.blocks.emplace_back();
+    b.tgid = tgid;
+    b.base = 0x7f0000000000;
+    b.kind = AccessKind::Fault;
+    b.counts[0x101] = 2;  // 0x7f0000101000
+  }
   rec.onEvidence(epoch2, 12 * kS);
   rec.endEpoch(12 * kS);
 
@@ -115,6 +128,8 @@ TEST_F(RecorderTest, RecordsRegionsMarksAndAccessesOfOneProcessOnly) {
   EXPECT_EQ(trace->accesses[1].page, 3U);
   EXPECT_TRUE(trace->accesses[1].write);
   EXPECT_EQ(trace->accesses[2].page, 5U);
+  EXPECT_EQ(trace->accesses[2].count, 2U);
+  EXPECT_FALSE(trace->accesses[2].write);
   EXPECT_EQ(trace->accesses[2].timeNs, 12 * kS);
   ASSERT_EQ(trace->marks.size(), 2U);
   EXPECT_EQ(trace->marks[0].type, MarkType::StepBegin);
@@ -170,7 +185,7 @@ TEST_F(RecorderTest, EndsAtTheTimeLimitTheSizeLimitAndProcessExit) {
   ASSERT_TRUE(rec.start(3, "exits", nullptr, 0, 0).ok());
   std::vector<AccessEvidence> many;
   for (uint64_t i = 0; i < 4096; ++i) many.push_back(evidence(2, 0x10000000 + i * 4096 * 7, 1, AccessKind::Load));
-  rec.onEvidence(many, 1 * kS);
+  rec.onEvidence(batch(std::move(many)), 1 * kS);
   rec.endEpoch(1 * kS);
   rec.onProcessExit(3, 2 * kS);
   rec.endEpoch(4 * kS);
@@ -331,8 +346,7 @@ TEST_F(RecorderTest, NeverRemovesARunningRecording) {
   EXPECT_TRUE(fs::exists(b->path));
   EXPECT_TRUE(fs::exists(c->path));
   // b keeps recording into its file, which is still whole.
-  const AccessEvidence e[] = {evidence(2, 0x10000000, 1, AccessKind::Load)};
-  rec.onEvidence(e, 1 * kS);
+  rec.onEvidence(batch({evidence(2, 0x10000000, 1, AccessKind::Load)}), 1 * kS);
   rec.endEpoch(1 * kS);
   auto stoppedB = rec.stop(2, 2 * kS);
   ASSERT_TRUE(stoppedB.ok());

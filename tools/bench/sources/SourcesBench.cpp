@@ -303,20 +303,20 @@ struct CostResult {
 // own across epochs (EpochLoop::evidence_, released only when four times larger than an epoch's
 // need): a fresh buffer per run charged every path the page faults of first touching it, ~8 ns
 // per record, which a running daemon does not pay each epoch.
-std::vector<AccessEvidence> gEvidence;
+EvidenceBatch gEvidence;
 
 // Starts `w` and collects from `source` (none: just waits) every `epochMs` until the workload is
 // done, then once more. Returns the collecting thread's CPU in collect() (ns); the workload's
 // elapsed seconds go to `workloadSec`, the evidence records collected to `evidence`.
 uint64_t collectWhileRunning(Source* source, Workload& w, int epochMs, double& workloadSec, size_t& evidence) {
-  std::vector<AccessEvidence>& out = gEvidence;
+  EvidenceBatch& out = gEvidence;
   out.clear();
   uint64_t daemonNs = 0;
   auto collectOnce = [&] {
     const uint64_t c0 = sys::perf::threadCpuNs();
     if (source) (void)source->collect(out);
     daemonNs += sys::perf::threadCpuNs() - c0;
-    evidence += out.size();
+    evidence += out.pages();
     out.clear();
   };
   w.start();
@@ -346,7 +346,7 @@ CostResult runOnce(Path path, Workload::Kind kind, uint64_t bytes, int rounds) {
   const int epochMs = path == Path::Kernel ? 1000 : 10;
   Workload w(kind, bytes, rounds);
   CostResult r;
-  std::vector<AccessEvidence> out;
+  EvidenceBatch out;
   if (source) {
     (void)source->addProcess(w.pid());
     (void)source->collect(out);
@@ -762,7 +762,7 @@ struct TrackedInfo {
 StreamTimes streamRun(SourceSet* set, int epochMs, TrackedInfo* info) {
   StreamChild w(kStreamBytes, kStreamRounds);
   if (set) (void)set->addProcess(w.pid());
-  std::vector<AccessEvidence> out;
+  EvidenceBatch out;
   StreamTimes t;
   w.start();
   int got = 0;
@@ -777,7 +777,7 @@ StreamTimes streamRun(SourceSet* set, int epochMs, TrackedInfo* info) {
     nextEpoch += std::chrono::milliseconds(epochMs);
     if (set) {
       (void)set->collect(out);
-      if (info) info->evidence += out.size();
+      if (info) info->evidence += out.pages();
       out.clear();
     }
   }
@@ -1009,13 +1009,13 @@ void touchRounds(int cycles, uint64_t mib, int passes) {
       // Untracked: this process is tracked instead, so the page-fault program is attached (it is
       // only while something is tracked) and the child pays its filter, as any other process.
       (void)set->addProcess(c == kTracked ? child.pid() : ::getpid());
-      std::vector<AccessEvidence> out;
+      EvidenceBatch out;
       (void)set->collect(out);  // drains the sources' own start-up events
       out.clear();
       if (!child.round(t)) std::abort();
       (void)set->collect(out);  // the drain, as the daemon's epoch would
       if (c == kTracked)
-        for (const auto& e : out) evidence += e.tgid == child.pid() ? 1 : 0;
+        out.forEachRecord([&](const AccessEvidence& e) { evidence += e.tgid == child.pid() ? 1 : 0; });
     }
   };
   std::printf("touch-rounds: %d cycles of %llu MiB first-touch rounds (%llu faults each, then %d memory-bound passes) "
@@ -1084,7 +1084,7 @@ void memory() {
   auto empty = kern->agg()->mapMemory();
   Workload w(Workload::Kind::TouchOnce, kBytes, 1);
   (void)kern->addProcess(w.pid());
-  std::vector<AccessEvidence> out;
+  EvidenceBatch out;
   (void)kern->collect(out);
   out.clear();
   const uint64_t rss1 = rssBytes();
@@ -1113,9 +1113,10 @@ void memory() {
               mib(full->chunks - empty->chunks), pct(full->chunks - empty->chunks),
               stats->newChunks ? static_cast<double>(full->chunks - empty->chunks) / static_cast<double>(stats->newChunks)
                                : 0.0);
-  std::printf("daemon RSS: +%.2f MiB after load; +%.2f MiB over the epoch's drain, of which the evidence vector "
-              "(%zu records, the source's output) %.2f MiB\n",
-              mib(rss1 - rss0), mib(rss2 - rss1), out.size(), mib(out.size() * sizeof(AccessEvidence)));
+  const uint64_t evidenceBytes = out.records.size() * sizeof(AccessEvidence) + out.blocks.size() * sizeof(EvidenceBlock);
+  std::printf("daemon RSS: +%.2f MiB after load; +%.2f MiB over the epoch's drain, of which the evidence "
+              "(the source's output: %zu records, %zu blocks, for %zu pages) %.2f MiB\n",
+              mib(rss1 - rss0), mib(rss2 - rss1), out.records.size(), out.blocks.size(), out.pages(), mib(evidenceBytes));
 }
 
 int recordFixture(const std::string& path) {
