@@ -4,7 +4,6 @@
 #include <thread>
 
 #include "core/Log.h"
-#include "sources/FaultTraceSource.h"
 
 namespace tt::service {
 
@@ -19,10 +18,7 @@ Result<void> SourceSetEvidence::collect(EvidenceBatch& out) {
   auto collected = set_->collect(out);
   moves_.clear();
   set_->takeKernelMoves(moves_);
-  if (!moves_.empty()) {
-    const auto* trace = dynamic_cast<const sources::FaultTraceSource*>(set_->find("fault-trace"));
-    kernelMoves_.add(moves_, trace && trace->trace() && trace->trace()->pageMigrationEvents());
-  }
+  kernelMoves_.add(moves_);
   return collected;
 }
 

@@ -19,6 +19,14 @@ KernelMove::Why why(uint16_t cls) {
 }
 }  // namespace
 
+std::optional<KernelMove> kernelMoveOf(const tt_event& e, bool pageEvents) {
+  const auto tgid = static_cast<pid_t>(e.tgid);
+  if (e.kind == TT_EV_MIGRATE_PAGE && pageEvents)
+    return KernelMove{tgid, e.addr & ~(kBasePageSize - 1), uint64_t{1} << e.detail, why(e.mig_class)};
+  if (e.kind == TT_EV_MIGRATE_BATCH && !pageEvents) return KernelMove{tgid, 0, e.detail, why(e.mig_class)};
+  return std::nullopt;
+}
+
 SystemMigrations toSystemMigrations(const sys::bpf::MigrationTotals& totals) {
   SystemMigrations m;
   auto pages = [&](int cls) { return SystemMigrations::Pages{totals.succeeded[cls], totals.failed[cls]}; };
@@ -100,19 +108,15 @@ Result<void> FaultTraceSource::collect(EvidenceBatch& out) {
   const size_t blocksBefore = out.blocks.size();
   const uint64_t events = appendNotPresentFaults(blocks_, seen_, out.blocks);
   releaseIfOversized(blocks_, 1024);  // a storm's blocks (up to maxChunks of 528 bytes) are not kept
+  const bool pageEvents = trace_->pageMigrationEvents();
   auto n = trace_->poll([&](const tt_event& e) {
     const auto tgid = static_cast<pid_t>(e.tgid);
     switch (e.kind) {
       case TT_EV_FAULT_HINT: pending_.add(tgid, e.addr, AccessKind::Hint, 1); break;
       case TT_EV_FAULT_WRITE_PROTECT: pending_.add(tgid, e.addr, AccessKind::Store, 1); break;
-      case TT_EV_MIGRATE_PAGE:
-        if (moves_.size() < kMaxPendingMoves)
-          moves_.push_back(KernelMove{tgid, e.addr & ~(kBasePageSize - 1), uint64_t{1} << e.detail, why(e.mig_class)});
+      default:
+        if (auto move = kernelMoveOf(e, pageEvents); move && moves_.size() < kMaxPendingMoves) moves_.push_back(*move);
         break;
-      case TT_EV_MIGRATE_BATCH:
-        if (moves_.size() < kMaxPendingMoves) moves_.push_back(KernelMove{tgid, 0, e.detail, why(e.mig_class)});
-        break;
-      default: break;
     }
   });
   if (!n) return n.error();

@@ -16,6 +16,7 @@
 
 #include <bitset>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -34,6 +35,12 @@ using FaultedPages = std::unordered_map<pid_t, std::unordered_map<uint64_t, std:
 // chunk's Fault and Hint blocks only when they have a page. Returns the faults counted.
 uint64_t appendNotPresentFaults(const std::vector<sys::bpf::ChunkCounts>& blocks, FaultedPages& faulted,
                                 std::vector<EvidenceBlock>& out);
+
+// The kernel move a trace event reports, in one view only: the kernel reports a migration per page
+// (remove_migration_pte, where its BTF has it: `pageEvents`) and per batch (mm_migrate_pages, the
+// batch's succeeded pages), and the two describe the same pages. Per page where there are page
+// events, per batch where there are not; nullopt for other events and for the other view.
+[[nodiscard]] std::optional<KernelMove> kernelMoveOf(const tt_event& e, bool pageEvents);
 
 class FaultTraceSource final : public Source {
  public:

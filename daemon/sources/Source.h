@@ -46,9 +46,9 @@ struct SamplingLimits {
   double sampleCostNs = 1000;
 };
 
-// A page move made by the kernel itself (NUMA-balancing promotion, demotion) to a tracked process.
-// The fault-trace source reports each migrated page (page != 0, from remove_migration_pte) and
-// each finished batch (page == 0, pages = the batch's succeeded count): count one or the other.
+// A page move made by the kernel itself (NUMA-balancing promotion, demotion) to a tracked process:
+// one migrated page (page != 0, from remove_migration_pte) or a finished batch (page == 0, pages =
+// the batch's succeeded count). A source reports each move in one of the two views, never both.
 struct KernelMove {
   pid_t tgid = 0;
   uint64_t page = 0;  // 0 for a batch without addresses
@@ -58,11 +58,9 @@ struct KernelMove {
 
 // Pages the kernel itself moved for tracked processes, by reason: with kernel tiering left on
 // ("cooperate"), its promotions and demotions are moves the daemon observes rather than makes.
-// Where the kernel reports each page (remove_migration_pte) its batches describe the same pages,
-// so batch counts are added only where it does not.
 struct KernelMoveTotals {
   uint64_t promoted = 0, demoted = 0, syscall = 0, other = 0;  // pages
-  void add(const std::vector<KernelMove>& moves, bool perPageEvents);
+  void add(const std::vector<KernelMove>& moves);
 };
 
 // Pages the kernel migrated on the whole machine since the source opened (the daemon's start), by
@@ -87,7 +85,8 @@ class Source {
   // Live tuning of a sampling source: new budget and period bounds; the current period is clamped
   // into them at once (PERF_EVENT_IOC_PERIOD). Sources that do not sample ignore it.
   [[nodiscard]] virtual Result<void> setSamplingLimits(const SamplingLimits& /*limits*/) { return {}; }
-  // Kernel page moves seen since the last call (only sources that trace migrations have any).
+  // Kernel page moves seen since the last call (only sources that trace migrations have any), each
+  // in one view (KernelMove).
   virtual void takeKernelMoves(std::vector<KernelMove>& /*out*/) {}
   // System-wide kernel migration totals as of the last collect() (sources that trace migrations
   // system-wide; nullopt from the others).

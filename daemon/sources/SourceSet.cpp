@@ -14,9 +14,8 @@
 
 namespace tt::sources {
 
-void KernelMoveTotals::add(const std::vector<KernelMove>& moves, bool perPageEvents) {
+void KernelMoveTotals::add(const std::vector<KernelMove>& moves) {
   for (const KernelMove& m : moves) {
-    if ((m.page != 0) != perPageEvents) continue;  // one view of each move, not both
     switch (m.why) {
       case KernelMove::Why::Promotion: promoted += m.pages; break;
       case KernelMove::Why::Demotion: demoted += m.pages; break;

@@ -71,21 +71,20 @@ TEST(SourceSetEvidence, PassesStartNotesAndSystemWideMigrations) {
   EXPECT_FALSE(reports[1].systemMigrations.has_value());
 }
 
-// The fault trace reports a migration both per page (remove_migration_pte, where the kernel has it)
-// and per batch (mm_migrate_pages): one view of each move is counted, never both.
-TEST(KernelMoveTotals, CountsPagesOrBatchesNeverBoth) {
+// Totals count every move they are given, by reason, in pages (a huge page's move counts its
+// base pages); which view of a move to count is the source's choice (kernelMoveOf).
+TEST(KernelMoveTotals, CountsPagesByReason) {
   using tt::sources::KernelMove;
   const std::vector<KernelMove> moves{{7, 0x1000, 1, KernelMove::Why::Promotion},
-                                      {7, 0x2000, 1, KernelMove::Why::Promotion},
-                                      {7, 0, 2, KernelMove::Why::Promotion},  // the batch of the two
-                                      {7, 0x3000, 512, KernelMove::Why::Demotion}};
-  tt::sources::KernelMoveTotals perPage, batches;
-  perPage.add(moves, true);
-  batches.add(moves, false);
-  EXPECT_EQ(perPage.promoted, 2U);
-  EXPECT_EQ(perPage.demoted, 512U);  // a huge page's move counts its base pages
-  EXPECT_EQ(batches.promoted, 2U);
-  EXPECT_EQ(batches.demoted, 0U);
+                                      {7, 0, 2, KernelMove::Why::Promotion},
+                                      {7, 0x3000, 512, KernelMove::Why::Demotion},
+                                      {8, 0, 3, KernelMove::Why::Syscall}};
+  tt::sources::KernelMoveTotals totals;
+  totals.add(moves);
+  EXPECT_EQ(totals.promoted, 3U);
+  EXPECT_EQ(totals.demoted, 512U);
+  EXPECT_EQ(totals.syscall, 3U);
+  EXPECT_EQ(totals.other, 0U);
 }
 
 }  // namespace

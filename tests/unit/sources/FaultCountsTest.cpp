@@ -78,5 +78,41 @@ TEST(FaultCounts, ProcessesAreRememberedApart) {
   EXPECT_EQ(expand({block(5, 0, {{0, 1}})}, faulted).first.at(0).kind, AccessKind::Fault);
 }
 
+// The trace reports a migration both per page (remove_migration_pte, where the kernel has it) and
+// per batch (mm_migrate_pages): the source hands on one view of each move, never both.
+TEST(KernelMoveOf, OneViewOfEachMovePagesWhereTheKernelReportsThem) {
+  tt_event page{};
+  page.tgid = 7;
+  page.kind = TT_EV_MIGRATE_PAGE;
+  page.mig_class = TT_MIG_DEMOTE;
+  page.addr = 0x3000 + 123;  // any address in the page
+  page.detail = 9;           // order 9: a 2 MiB huge page
+  tt_event batch{};
+  batch.tgid = 7;
+  batch.kind = TT_EV_MIGRATE_BATCH;
+  batch.mig_class = TT_MIG_PROMOTE;
+  batch.detail = 2;  // pages succeeded
+  tt_event fault{};
+  fault.kind = TT_EV_FAULT_HINT;
+
+  const auto perPage = kernelMoveOf(page, true);
+  ASSERT_TRUE(perPage.has_value());
+  EXPECT_EQ(perPage->tgid, 7);
+  EXPECT_EQ(perPage->page, 0x3000U);
+  EXPECT_EQ(perPage->pages, 512U);
+  EXPECT_EQ(perPage->why, KernelMove::Why::Demotion);
+  EXPECT_FALSE(kernelMoveOf(batch, true).has_value()) << "the batch repeats the pages already reported";
+
+  EXPECT_FALSE(kernelMoveOf(page, false).has_value());
+  const auto perBatch = kernelMoveOf(batch, false);
+  ASSERT_TRUE(perBatch.has_value());
+  EXPECT_EQ(perBatch->page, 0U);
+  EXPECT_EQ(perBatch->pages, 2U);
+  EXPECT_EQ(perBatch->why, KernelMove::Why::Promotion);
+
+  EXPECT_FALSE(kernelMoveOf(fault, true).has_value());
+  EXPECT_FALSE(kernelMoveOf(fault, false).has_value());
+}
+
 }  // namespace
 }  // namespace tt::sources
