@@ -316,45 +316,15 @@ void SamplingSource::takeCounts(uint64_t& events, uint64_t& overflows) {
 }
 
 Result<void> SamplingSource::addProcess(pid_t tgid) {
-  tracked_.insert(tgid);
+  ring_.track(tgid);
   if (agg_) return agg_->track(tgid);
   return {};
 }
 
 Result<void> SamplingSource::removeProcess(pid_t tgid) {
-  tracked_.erase(tgid);
+  ring_.untrack(tgid);
   if (agg_) return agg_->untrack(tgid);
   return {};
-}
-
-void SamplingSource::handleRecord(std::span<const uint8_t> record, uint64_t sampleType, AccessKind eventKind) {
-  auto rec = decodeRecord(record, sampleType);
-  if (!rec) {
-    TT_LOG(Debug) << options_.name << ": undecodable perf record: " << rec.error().message();
-    return;
-  }
-  switch (rec->type) {
-    case RecordType::Sample: {
-      const PerfSample& s = rec->sample;
-      // Kernel data addresses: IBS without swfilt samples kernel mode (see PmuEvents.h).
-      if (s.addr == 0 || isKernelAddress(s.addr) || !tracked_.contains(static_cast<pid_t>(s.pid))) return;
-      ++counters_.samples;
-      const bool hasSrc = (sampleType & PERF_SAMPLE_DATA_SRC) != 0;
-      // As on the in-kernel path: data_src's op where it names one (IBS ops), else the event's kind.
-      const AccessKind fromSrc = hasSrc ? accessKindFromDataSrc(s.dataSrc) : AccessKind::Access;
-      const AccessKind kind = fromSrc == AccessKind::Load || fromSrc == AccessKind::Store ? fromSrc : eventKind;
-      const ServedBy by = hasSrc ? servedByFromDataSrc(s.dataSrc) : ServedBy::Unknown;
-      const auto latency = static_cast<uint16_t>(std::min<uint64_t>(s.weight, UINT16_MAX));
-      // One sample stands for `period` events (AccessEvidence::weight): the period in force since
-      // the last collect, which is when it changes.
-      pending_.add(static_cast<pid_t>(s.pid), s.addr, kind, scaledWeight(1, period_), by, hasSrc ? latency : 0);
-      return;
-    }
-    case RecordType::Lost: counters_.lost += rec->lost; return;
-    case RecordType::Throttle: ++counters_.throttled; return;
-    case RecordType::Unthrottle:
-    case RecordType::Other: return;
-  }
 }
 
 Result<void> SamplingSource::collect(EvidenceBatch& out) {
@@ -389,16 +359,16 @@ Result<void> SamplingSource::collect(EvidenceBatch& out) {
     for (size_t i = 0; i < events_.size(); ++i) {
       const uint64_t st = eventSampleType_[i];
       const AccessKind kind = eventKind_[i];
-      events_[i]->drain([&](std::span<const uint8_t> r) { handleRecord(r, st, kind); });
+      events_[i]->drain([&](std::span<const uint8_t> r) { ring_.handle(r, st, kind, period_, counters_); });
     }
   } else {
     for (size_t i = 0; i < events_.size(); ++i) {
       const uint64_t st = eventSampleType_[i];
       const AccessKind kind = eventKind_[i];
-      events_[i]->drain([&](std::span<const uint8_t> r) { handleRecord(r, st, kind); });
+      events_[i]->drain([&](std::span<const uint8_t> r) { ring_.handle(r, st, kind, period_, counters_); });
     }
   }
-  counters_.evidence += pending_.flush(out.records);
+  counters_.evidence += ring_.flush(out.records);
   // BPF run time is not added: the calibrated per-sample cost already contains it (the program
   // runs in the faulting thread), and run-time stats are normally off.
   EpochCost epoch;

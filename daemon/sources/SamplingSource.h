@@ -27,6 +27,7 @@
 
 #include "sources/PeriodController.h"
 #include "sources/PerfDecode.h"
+#include "sources/RingRecords.h"
 #include "sources/Source.h"
 #include "sys/Fs.h"
 #include "sys/bpf/PerfSampleAgg.h"
@@ -129,8 +130,6 @@ class SamplingSource final : public Source {
   void adaptPeriod(const EpochCost& epoch);
   // Sets every event's period (PERF_EVENT_IOC_PERIOD); on failure the old period stays recorded.
   Result<void> changePeriod(uint64_t next);
-  // `eventKind`: what the event samples, for samples whose data_src does not say load or store.
-  void handleRecord(std::span<const uint8_t> record, uint64_t sampleType, AccessKind eventKind);
 
   SamplingOptions options_;
   sys::Fs sysfs_;
@@ -143,8 +142,9 @@ class SamplingSource final : public Source {
   std::vector<uint64_t> eventSampleType_;  // parallel to events_
   std::vector<AccessKind> eventKind_;       // parallel to events_
   std::unique_ptr<sys::bpf::PerfSampleAgg> agg_;
-  std::unordered_set<pid_t> tracked_;
-  EvidenceAggregator pending_;
+  // The ring records of every event; a sample stands for period_ events, the period in force
+  // since the last collect (which is when it changes).
+  RingRecords ring_{options_.name};
   std::vector<sys::bpf::ChunkCounts> chunks_;
   uint64_t throttledAtLastEpoch_ = 0;  // counters_.throttled at the previous collect
   uint64_t lastAggSamples_ = 0;  // tracked samples with an address the BPF program has seen

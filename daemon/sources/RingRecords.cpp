@@ -1,0 +1,42 @@
+#include "sources/RingRecords.h"
+
+#include <linux/perf_event.h>
+
+#include <algorithm>
+
+#include "core/Log.h"
+#include "sources/PerfDecode.h"
+#include "sources/SamplingSource.h"
+
+namespace tt::sources {
+
+void RingRecords::handle(std::span<const uint8_t> record, uint64_t sampleType, AccessKind eventKind, uint64_t period,
+                         SourceCounters& counters) {
+  auto rec = decodeRecord(record, sampleType);
+  if (!rec) {
+    TT_LOG(Debug) << name_ << ": undecodable perf record: " << rec.error().message();
+    return;
+  }
+  switch (rec->type) {
+    case RecordType::Sample: {
+      const PerfSample& s = rec->sample;
+      // Kernel data addresses: IBS without swfilt samples kernel mode (see PmuEvents.h).
+      if (s.addr == 0 || isKernelAddress(s.addr) || !tracked_.contains(static_cast<pid_t>(s.pid))) return;
+      ++counters.samples;
+      const bool hasSrc = (sampleType & PERF_SAMPLE_DATA_SRC) != 0;
+      // As on the in-kernel path: data_src's op where it names one (IBS ops), else the event's kind.
+      const AccessKind fromSrc = hasSrc ? accessKindFromDataSrc(s.dataSrc) : AccessKind::Access;
+      const AccessKind kind = fromSrc == AccessKind::Load || fromSrc == AccessKind::Store ? fromSrc : eventKind;
+      const ServedBy by = hasSrc ? servedByFromDataSrc(s.dataSrc) : ServedBy::Unknown;
+      const auto latency = static_cast<uint16_t>(std::min<uint64_t>(s.weight, UINT16_MAX));
+      pending_.add(static_cast<pid_t>(s.pid), s.addr, kind, scaledWeight(1, period), by, hasSrc ? latency : 0);
+      return;
+    }
+    case RecordType::Lost: counters.lost += rec->lost; return;
+    case RecordType::Throttle: ++counters.throttled; return;
+    case RecordType::Unthrottle:
+    case RecordType::Other: return;
+  }
+}
+
+}  // namespace tt::sources

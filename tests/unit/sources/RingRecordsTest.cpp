@@ -1,0 +1,93 @@
+// The ring path's record handling (sources/RingRecords) fed the checked-in PEBS and IBS streams:
+// what evidence and counters each record becomes, and which samples are dropped.
+#include "sources/RingRecords.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "PerfStreamFixtures.h"
+#include "support/TestSupport.h"
+
+namespace tt::sources {
+namespace {
+
+std::vector<AccessEvidence> feed(RingRecords& ring, const test::PerfStream& s, AccessKind eventKind, uint64_t period,
+                                 SourceCounters& counters) {
+  for (const auto& r : s.records) ring.handle(r, s.sampleType, eventKind, period, counters);
+  std::vector<AccessEvidence> out;
+  (void)ring.flush(out);
+  return out;
+}
+
+TEST(RingRecords, PebsSamplesBecomeWeightedEvidenceWithTierAndLatency) {
+  const auto stream = test::readPerfStream(test::fixture("perf/pebs_ldlat.hex"));
+  RingRecords ring("pmu");
+  ring.track(4242);  // not 4343: its CXL sample must not appear
+  SourceCounters c;
+  const auto ev = feed(ring, stream, AccessKind::Load, 100, c);
+  ASSERT_EQ(ev.size(), 4U);
+  EXPECT_EQ(c.samples, 4U);
+  EXPECT_EQ(c.lost, 13U);
+  EXPECT_EQ(c.throttled, 1U);
+  for (const auto& e : ev) {
+    EXPECT_EQ(e.tgid, 4242);
+    EXPECT_EQ(e.weight, 100U) << "one sample stands for a period of events";
+  }
+  EXPECT_EQ(ev[0].page, 0x7f0000001000U);
+  EXPECT_EQ(ev[0].servedBy, ServedBy::SlowTier);
+  EXPECT_EQ(ev[0].latencyCycles, 320U);
+  EXPECT_EQ(ev[1].servedBy, ServedBy::FastTier);
+  EXPECT_EQ(ev[2].servedBy, ServedBy::Cache);
+  EXPECT_EQ(ev[3].page, 0x7f0000004000U);
+  EXPECT_EQ(ev[3].kind, AccessKind::Store) << "data_src's op names the store";
+}
+
+// IBS samples loads and stores alike: the op in data_src decides; a sample without a data address
+// is dropped. Without swfilt the ibs_op PMU also samples kernel mode, and a kernel address is
+// never a page of a tracked process: it is dropped before it is counted.
+TEST(RingRecords, DropsSamplesWithoutAddressOrWithAKernelAddress) {
+  auto stream = test::readPerfStream(test::fixture("perf/ibs_op.hex"));
+  ASSERT_GE(stream.records.size(), 1U);
+  // The first sample again with a kernel (direct-map) address: header, pid, tid, then addr.
+  std::vector<uint8_t> kernel = stream.records[0];
+  const uint64_t kernelAddr = 0xffff888012345040ULL;
+  ASSERT_GE(kernel.size(), 24U);
+  std::memcpy(kernel.data() + 16, &kernelAddr, sizeof kernelAddr);
+  stream.records.push_back(kernel);
+
+  RingRecords ring("pmu");
+  ring.track(777);
+  SourceCounters c;
+  const auto ev = feed(ring, stream, AccessKind::Access, 1, c);
+  EXPECT_EQ(c.samples, 3U) << "neither the address-less nor the kernel-address sample counts";
+  EXPECT_EQ(c.lost, 2U);
+  ASSERT_EQ(ev.size(), 3U);
+  for (const auto& e : ev) EXPECT_LT(e.page, 0x800000000000ULL) << std::hex << e.page;
+  EXPECT_EQ(ev[0].page, 0x555500000000U);
+  EXPECT_EQ(ev[0].kind, AccessKind::Load);
+  EXPECT_EQ(ev[0].servedBy, ServedBy::RemoteRam);
+  EXPECT_EQ(ev[2].kind, AccessKind::Store);
+}
+
+TEST(RingRecords, UntrackedProcessesAndUndecodableRecordsLeaveNothing) {
+  const auto stream = test::readPerfStream(test::fixture("perf/ibs_op.hex"));
+  RingRecords ring("pmu");
+  ring.track(777);
+  ring.untrack(777);
+  SourceCounters c;
+  EXPECT_TRUE(feed(ring, stream, AccessKind::Access, 1, c).empty());
+  EXPECT_EQ(c.samples, 0U);
+  EXPECT_EQ(c.lost, 2U) << "lost records count whoever was tracked";
+  ring.track(777);
+  std::vector<uint8_t> truncated = stream.records[0];
+  truncated.resize(truncated.size() - 4);
+  SourceCounters d;
+  ring.handle(truncated, stream.sampleType, AccessKind::Access, 1, d);
+  std::vector<AccessEvidence> out;
+  EXPECT_EQ(ring.flush(out), 0U);
+  EXPECT_EQ(d.samples, 0U);
+}
+
+}  // namespace
+}  // namespace tt::sources
