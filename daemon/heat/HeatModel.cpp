@@ -11,9 +11,11 @@ namespace {
 
 constexpr double kLn2 = 0.69314718055994530942;
 
-uint64_t pageKey(pid_t tgid, uint64_t page) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(tgid)) << 42) | ((page / kBasePageSize) & ((1ULL << 42) - 1));
+uint64_t chunkKey(pid_t tgid, uint64_t page) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(tgid)) << 42) | ((page / kBlockBytes) & ((1ULL << 42) - 1));
 }
+pid_t tgidOfKey(uint64_t key) { return static_cast<pid_t>(key >> 42); }
+uint64_t chunkBaseOfKey(uint64_t key) { return (key & ((1ULL << 42) - 1)) * kBlockBytes; }
 
 // Which region kinds a training phase touches, for processes that send phase marks but no samples
 // reach us. An unknown or missing phase label touches everything.
@@ -130,7 +132,7 @@ void HeatModel::removeProcess(pid_t tgid) {
     units_.erase(m);
   }
   processes_.erase(tgid);
-  std::erase_if(pages_, [&](const auto& kv) { return (kv.first >> 42) == static_cast<uint32_t>(tgid); });
+  std::erase_if(pageChunks_, [&](const auto& kv) { return tgidOfKey(kv.first) == tgid; });
 }
 
 HeatModel::Unit* HeatModel::unitFor(pid_t tgid, uint64_t page) {
@@ -202,10 +204,22 @@ void HeatModel::startAt(uint64_t nowNs) {
   }
 }
 
-void HeatModel::addPageAccess(pid_t tgid, uint64_t page, const Process& proc, uint64_t nowNs, double accesses) {
-  PageState& ps = pages_[pageKey(tgid, page)];
-  ps.heat = ps.heat * decayFactor(ps.lastNs, nowNs, proc.halfLifeNs) + accesses;
-  ps.lastNs = std::max(ps.lastNs, nowNs);
+HeatModel::PageChunk& HeatModel::pageChunk(pid_t tgid, uint64_t page, uint64_t nowNs, uint64_t halfLifeNs) {
+  PageChunk& c = pageChunks_[chunkKey(tgid, page)];
+  if (nowNs > c.lastNs) {
+    if (c.pages != 0) {
+      const auto f = static_cast<float>(decayFactor(c.lastNs, nowNs, halfLifeNs));
+      for (float& h : c.heat) h *= f;
+    }
+    c.lastNs = nowNs;
+  }
+  return c;
+}
+
+void HeatModel::addPageAccess(PageChunk& chunk, uint64_t page, double accesses) {
+  float& h = chunk.heat[(page / kBasePageSize) % kBlockPages];
+  if (h == 0 && accesses > 0) ++chunk.pages;
+  h += static_cast<float>(accesses);
 }
 
 void HeatModel::ingestRecords(std::span<const AccessEvidence> batch, uint64_t nowNs, double scale) {
@@ -219,7 +233,7 @@ void HeatModel::ingestRecords(std::span<const AccessEvidence> batch, uint64_t no
     }
     const double accesses = static_cast<double>(ev.weight) * scale;
     const uint64_t page = ev.page - ev.page % kBasePageSize;
-    addPageAccess(ev.tgid, page, *proc, nowNs, accesses);
+    addPageAccess(pageChunk(ev.tgid, page, nowNs, proc->halfLifeNs), page, accesses);
     Unit* unit = unitFor(ev.tgid, page);
     addAccess(*unit, *proc, nowNs, accesses);
     proc->samples.add(nowNs, unit->start ^ (static_cast<uint64_t>(ev.tgid) << 48), accesses);
@@ -238,6 +252,7 @@ void HeatModel::ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double s
   rollSteps(proc, block.tgid, nowNs);
   Unit* unit = nullptr;
   double unitAccesses = 0;
+  PageChunk& chunk = pageChunk(block.tgid, block.base, nowNs, proc.halfLifeNs);
   auto flushUnit = [&] {
     if (unit == nullptr) return;
     addAccess(*unit, proc, nowNs, unitAccesses);
@@ -247,7 +262,7 @@ void HeatModel::ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double s
     if (block.counts[i] == 0) continue;
     const uint64_t page = block.base + uint64_t{i} * kBasePageSize;
     const double accesses = static_cast<double>(block.weight(i)) * scale;
-    addPageAccess(block.tgid, page, proc, nowNs, accesses);
+    addPageAccess(chunk, page, accesses);
     if (unit == nullptr || page < unit->start || page >= unit->start + unit->length) {
       flushUnit();
       unit = unitFor(block.tgid, page);
@@ -263,16 +278,22 @@ void HeatModel::ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double s
 }
 
 void HeatModel::trimPages(uint64_t nowNs) {
-  if (pages_.size() > config_.max_tracked_pages()) {
-    // Forget the colder half: the page map is for the CLI and chunk detail, not for correctness.
+  // max_tracked_pages bounds the address space with per-page heat, in pages: chunks x 512.
+  if (pageChunks_.size() * kBlockPages > config_.max_tracked_pages()) {
+    // Forget the colder half of the chunks: per-page heat is detail (the units carry the model).
     std::vector<std::pair<double, uint64_t>> heats;
-    heats.reserve(pages_.size());
-    for (const auto& [key, st] : pages_)
-      heats.emplace_back(st.heat * decayFactor(st.lastNs, nowNs, halfLifeOf(static_cast<pid_t>(key >> 42))), key);
-    const size_t keep = static_cast<size_t>(config_.max_tracked_pages() / 2);
-    std::nth_element(heats.begin(), heats.begin() + static_cast<std::ptrdiff_t>(keep), heats.end(),
-                     [](const auto& a, const auto& b) { return a.first > b.first; });
-    for (size_t i = keep; i < heats.size(); ++i) pages_.erase(heats[i].second);
+    heats.reserve(pageChunks_.size());
+    for (const auto& [key, c] : pageChunks_) {
+      double sum = 0;
+      for (float h : c.heat) sum += static_cast<double>(h);
+      heats.emplace_back(sum * decayFactor(c.lastNs, nowNs, halfLifeOf(tgidOfKey(key))), key);
+    }
+    const size_t keep = std::max<size_t>(1, static_cast<size_t>(config_.max_tracked_pages() / 2 / kBlockPages));
+    if (keep < heats.size()) {
+      std::nth_element(heats.begin(), heats.begin() + static_cast<std::ptrdiff_t>(keep), heats.end(),
+                       [](const auto& a, const auto& b) { return a.first > b.first; });
+      for (size_t i = keep; i < heats.size(); ++i) pageChunks_.erase(heats[i].second);
+    }
   }
 }
 
@@ -541,7 +562,7 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
   snap.nowNs = nowNs;
   snap.epoch = epoch_;
   snap.weights = weights_;
-  snap.trackedPages = pages_.size();
+  for (const auto& [key, c] : pageChunks_) snap.trackedPages += c.pages;
 
   struct Raw {
     Unit* unit;
@@ -697,17 +718,21 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
 }
 
 double HeatModel::pageHeat(pid_t tgid, uint64_t page, uint64_t nowNs) const {
-  auto it = pages_.find(pageKey(tgid, page - page % kBasePageSize));
-  if (it == pages_.end()) return 0;
-  return it->second.heat * decayFactor(it->second.lastNs, nowNs, halfLifeOf(tgid));
+  auto it = pageChunks_.find(chunkKey(tgid, page));
+  if (it == pageChunks_.end()) return 0;
+  const PageChunk& c = it->second;
+  return static_cast<double>(c.heat[(page / kBasePageSize) % kBlockPages]) * decayFactor(c.lastNs, nowNs, halfLifeOf(tgid));
 }
 
 std::vector<PageHeat> HeatModel::hottestPages(size_t limit, uint64_t nowNs) const {
   std::vector<PageHeat> all;
-  all.reserve(pages_.size());
-  for (const auto& [key, st] : pages_)
-    all.push_back({static_cast<pid_t>(key >> 42), (key & ((1ULL << 42) - 1)) * kBasePageSize,
-                   st.heat * decayFactor(st.lastNs, nowNs, halfLifeOf(static_cast<pid_t>(key >> 42)))});
+  for (const auto& [key, c] : pageChunks_) {
+    const pid_t tgid = tgidOfKey(key);
+    const double f = decayFactor(c.lastNs, nowNs, halfLifeOf(tgid));
+    for (uint32_t i = 0; i < kBlockPages; ++i)
+      if (c.heat[i] > 0)
+        all.push_back({tgid, chunkBaseOfKey(key) + uint64_t{i} * kBasePageSize, static_cast<double>(c.heat[i]) * f});
+  }
   const size_t n = std::min(limit, all.size());
   std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n), all.end(),
                     [](const PageHeat& a, const PageHeat& b) { return a.heat > b.heat; });

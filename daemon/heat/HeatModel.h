@@ -188,7 +188,6 @@ class HeatModel {
   void startAt(uint64_t nowNs);
   void ingestRecords(std::span<const AccessEvidence> batch, uint64_t nowNs, double scale);
   void ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double scale);
-  void addPageAccess(pid_t tgid, uint64_t page, const Process& proc, uint64_t nowNs, double accesses);
   void trimPages(uint64_t nowNs);
   Unit* unitFor(pid_t tgid, uint64_t page);
   void addAccess(Unit& unit, Process& proc, uint64_t nowNs, double accesses);
@@ -214,11 +213,19 @@ class HeatModel {
   std::map<pid_t, UnitMap> units_;
   std::map<pid_t, Process> processes_;
   std::unordered_map<uint64_t, std::pair<pid_t, uint64_t>> regionIndex_;  // id -> (tgid, start)
-  struct PageState {
-    double heat = 0;
+  // Per-page heat: one array per aligned 2 MiB chunk of a process that has evidence, every value
+  // as of the chunk's lastNs. Decay is a common factor, so a chunk is decayed as a whole when it is
+  // next touched (once per epoch). 2 KiB per 2 MiB of address space with evidence (0.1%), where a
+  // hash entry per page had cost about 1.5% of the memory it tracked.
+  struct PageChunk {
     uint64_t lastNs = 0;
+    uint32_t pages = 0;  // pages with heat
+    std::array<float, kBlockPages> heat{};
   };
-  std::unordered_map<uint64_t, PageState> pages_;  // key: tgid << 40 | page number
+  // The chunk of `page`, decayed to nowNs (created empty if new).
+  PageChunk& pageChunk(pid_t tgid, uint64_t page, uint64_t nowNs, uint64_t halfLifeNs);
+  static void addPageAccess(PageChunk& chunk, uint64_t page, double accesses);
+  std::unordered_map<uint64_t, PageChunk> pageChunks_;  // key: tgid << 42 | chunk number
   uint64_t lastEpochNs_ = 0;
   bool started_ = false;
   uint64_t epoch_ = 0;

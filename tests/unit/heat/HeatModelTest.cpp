@@ -352,8 +352,9 @@ TEST(HeatModel, BlocksAreTheRecordsTheyStandFor) {
       }
       const auto records = blocks.flattened();
       ASSERT_GT(records.size(), 100U);
-      byRecords.ingest(std::span<const AccessEvidence>(records), now);
-      byBlocks.ingest(blocks, now);
+      // A scale as a sampler that delivers 1 in 2 would pass.
+      byRecords.ingest(std::span<const AccessEvidence>(records), now, 2.0);
+      byBlocks.ingest(blocks, now, 2.0);
       byRecords.advanceEpoch(now);
       byBlocks.advanceEpoch(now);
     }
@@ -384,6 +385,40 @@ TEST(HeatModel, BlocksAreTheRecordsTheyStandFor) {
   for (uint64_t page = kBase; page < kBase + 2 * kChunk; page += kPage)
     ASSERT_TRUE(near(byRecords.pageHeat(kTgid, page, end), byBlocks.pageHeat(kTgid, page, end))) << std::hex << page;
   EXPECT_GT(byBlocks.pageHeat(kOther, kBase + 2 * kChunk + 4 * kPage, end) + byBlocks.pageHeat(kOther, kBase + 2 * kChunk, end), 0);
+}
+
+// Per-page heat is kept per 2 MiB chunk with evidence, and `max_tracked_pages` bounds the address
+// space it covers: past it, the colder half of the chunks is forgotten (the units keep the model).
+TEST(HeatModel, PerPageHeatKeepsTheHotterChunksWithinTheCap) {
+  auto config = baseConfig();
+  config.set_max_tracked_pages(2 * tt::kBlockPages);  // two chunks
+  HeatModel model(config);
+  const uint64_t t = 10 * kMs;
+  std::vector<AccessEvidence> ev;
+  // Chunk 1 gets three pages, chunk 0 one, both within the cap.
+  ev.push_back(sample(0 * tt::kBlockBytes + 5 * kPage, 2));
+  for (uint64_t p : {1, 2, 3}) ev.push_back(sample(1 * tt::kBlockBytes + p * kPage, 10));
+  model.ingest(ev, t);
+  model.advanceEpoch(t);
+  EXPECT_EQ(model.snapshot().trackedPages, 4U);
+  EXPECT_NEAR(model.pageHeat(kTgid, 1 * tt::kBlockBytes + 2 * kPage, t), 10.0, 1e-6);
+  EXPECT_NEAR(model.pageHeat(kTgid, 5 * kPage, t), 2.0, 1e-6);
+  EXPECT_EQ(model.pageHeat(kTgid, 6 * kPage, t), 0.0);
+  // A third chunk exceeds the cap: one chunk (half the cap) stays, the hottest.
+  ev = {sample(7 * tt::kBlockBytes, 1)};
+  model.ingest(ev, t + kMs);
+  model.advanceEpoch(t + kMs);
+  EXPECT_EQ(model.snapshot().trackedPages, 3U);
+  EXPECT_GT(model.pageHeat(kTgid, 1 * tt::kBlockBytes + 2 * kPage, t + kMs), 9.0);
+  EXPECT_EQ(model.pageHeat(kTgid, 5 * kPage, t + kMs), 0.0);
+  EXPECT_EQ(model.pageHeat(kTgid, 7 * tt::kBlockBytes, t + kMs), 0.0);
+  const auto top = model.hottestPages(10, t + kMs);
+  ASSERT_EQ(top.size(), 3U);
+  for (const auto& p : top) EXPECT_EQ(p.page / tt::kBlockBytes, 1U);
+  // A unit's heat does not depend on the page map: chunk 0's unit still has its accesses.
+  const UnitHeat* u = unitAt(model.snapshot(), 0);
+  ASSERT_NE(u, nullptr);
+  EXPECT_GT(u->heat, 1.9);
 }
 
 }  // namespace

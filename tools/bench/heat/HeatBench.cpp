@@ -3,6 +3,7 @@
 // the heat model; the in-kernel path hands it blocks).
 //
 //   heat_bench ingest [ROUNDS [CHUNKS]]
+//   heat_bench memory
 //
 // Each round builds one epoch of evidence for CHUNKS 2 MiB chunks of one process (default 256:
 // 512 MiB) in two shapes, distinct pages (every page of every chunk sampled once) and a hot set
@@ -10,6 +11,11 @@
 // records and as blocks, each into its own model that has seen the previous rounds (the steady
 // state: its pages are known). The order alternates between rounds. Prints medians in ns per
 // page with evidence. One thread; nothing here needs root.
+//
+// `memory`: the heat model's heap (mallinfo2) after an epoch with evidence for every page of
+// 1 GiB of one process (512 blocks), per GiB and as a share of it: the daemon's side of the
+// tracking state (the BPF maps' side: sources_bench memory).
+#include <malloc.h>
 #include <time.h>
 
 #include <algorithm>
@@ -89,6 +95,26 @@ int ingest(int rounds, uint64_t chunks) {
   return 0;
 }
 
+int memory() {
+  auto heap = [] { return mallinfo2().uordblks; };
+  const tt::EvidenceBatch batch = epoch(512, false);  // 1 GiB, every page
+  const size_t before = heap();
+  {
+    tt::heat::HeatModel model(config());
+    const size_t empty = heap();
+    model.ingest(batch, 1'000'000'000ULL);
+    model.advanceEpoch(1'000'000'000ULL);
+    const size_t full = heap();
+    const double mib = static_cast<double>(full - empty) / (1 << 20);
+    std::printf("heat model heap: %.2f MiB empty, +%.2f MiB after an epoch with evidence for all of 1 GiB "
+                "(%llu pages, %zu units) = %.3f%% of tracked\n",
+                static_cast<double>(empty - before) / (1 << 20), mib,
+                static_cast<unsigned long long>(model.snapshot().trackedPages), model.snapshot().units.size(),
+                100.0 * static_cast<double>(full - empty) / static_cast<double>(1ULL << 30));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,6 +128,7 @@ int main(int argc, char** argv) {
     }
     return ingest(rounds, chunks);
   }
-  std::fprintf(stderr, "usage: heat_bench ingest [ROUNDS [CHUNKS]]\n");
+  if (mode == "memory") return memory();
+  std::fprintf(stderr, "usage: heat_bench ingest [ROUNDS [CHUNKS]] | memory\n");
   return 2;
 }
