@@ -251,7 +251,8 @@ void Recorder::onEvidence(const EvidenceBatch& evidence, uint64_t nowNs) {
   // Block pages are recorded as the records they stand for: a trace has one access per page.
   for (const EvidenceBlock& b : evidence.blocks) {
     Recording* rec = recordingOf(b.tgid);
-    for (uint32_t i = 0; rec != nullptr && i < kBlockPages; ++i)
+    // A failed write ends the recording: nothing more of the block goes to it.
+    for (uint32_t i = 0; rec != nullptr && rec->info.ended.empty() && i < kBlockPages; ++i)
       if (b.counts[i] != 0) add(*rec, b.record(i));
   }
 }

@@ -267,6 +267,39 @@ TEST_F(RecorderTest, AFailedWriteLeavesAReadableFile) {
   EXPECT_EQ(trace->accesses.size() % 64, 0U);  // whole chunks only
 }
 
+// A write that fails ends the recording at once, also in the middle of a block: none of the
+// block's remaining pages, nor any later block, is counted as recorded.
+TEST_F(RecorderTest, AFailedWriteInTheMiddleOfABlockEndsTheRecordingThere) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);  // writes past the limit fail with EFBIG instead of killing us
+    Recorder rec(limits());
+    if (!rec.start(5, "full", nullptr, 0, 0).ok()) std::_Exit(2);
+    const rlimit lim{8192, 8192};
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) std::_Exit(3);
+    // 130 full blocks: the writer flushes (and fails) at its 65536th access, inside block 128.
+    EvidenceBatch batch;
+    for (uint64_t c = 0; c < 130; ++c) {
+      EvidenceBlock& b = batch.blocks.emplace_back();
+      b.tgid = 5;
+      b.base = 0x7f0000000000ULL + c * kBlockBytes;
+      b.counts.fill(1);
+    }
+    rec.onEvidence(batch, 1 * kS);
+    const auto all = rec.list();
+    if (all.size() != 1) std::_Exit(4);
+    if (all[0].ended.rfind("write error", 0) != 0) std::_Exit(5);
+    if (all[0].accesses != 65535) std::_Exit(all[0].accesses > 65535 ? 6 : 7);
+    std::_Exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "2: start failed, 3: setrlimit failed, 4: not listed, 5: not ended by the "
+                                       "write error, 6: pages after the failure were counted, 7: fewer recorded";
+}
+
 // Retention removes only what the recorder itself names; everything else in the directory is
 // someone else's.
 TEST(RecorderName, RecognizesOnlyItsOwnFileNames) {
