@@ -45,8 +45,9 @@ struct AccessEvidence {
 // aggregation counts it: a count per page and a bit per page for each memory that served it.
 // Why blocks and not a record per page: sampled pages come in runs, and the counts arrive from
 // the kernel in this shape already. Expanding them into 24-byte records cost the daemon more per
-// sample than the kernel's counting (docs/benchmarks.md, "Hotness sources"); a block is 1.6 bytes
-// per page, and the heat model folds a run of pages into its unit at once.
+// sample than the kernel's counting (docs/benchmarks.md, "Hotness sources"); a block is 792 bytes
+// for up to 512 pages (1.5 bytes per page when the chunk is fully sampled), and the heat model
+// folds a run of pages into its unit at once.
 inline constexpr uint32_t kBlockPages = 512;
 inline constexpr uint64_t kBlockBytes = uint64_t{kBlockPages} * kBasePageSize;
 // The memories a block has a bit plane for, fastest first.

@@ -185,7 +185,7 @@ void EpochLoop::runOnce(uint64_t nowNs) {
   applyEvents(nowNs);
 
   releaseIfOversized(evidence_.records, 4096);  // a scan of 1 GiB can be 6 MiB of records
-  releaseIfOversized(evidence_.blocks, 64);      // a 1 GiB first-touch storm is 512 blocks of 840 bytes
+  releaseIfOversized(evidence_.blocks, 64);      // a 1 GiB first-touch storm is 512 blocks of 792 bytes
   evidence_.clear();
   if (stages_.source) {
     if (auto r = stages_.source->collect(evidence_); !r) {

@@ -1,8 +1,8 @@
 // eBPF fault and migration tracing as a source (bpf/fault_trace.bpf.c via sys::bpf::FaultTrace).
 //
 // Not-present faults come as per-page counts per epoch (counted in kernel: they arrive in storms
-// when a process populates memory), the rest as ring-buffer events. collect() appends the two
-// separately, each sorted: a page can have a Hint record from each (a protection hint fault on a
+// when a process populates memory) and become evidence blocks, the rest are ring-buffer events
+// and become records: a page can have Hint evidence from each (a protection hint fault on a
 // present page is rare); consumers add weights of equal keys.
 //
 // Fault kinds: on x86 a NUMA hinting PTE (PROT_NONE) is not present to the MMU, so the kernel's

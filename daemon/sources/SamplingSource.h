@@ -1,8 +1,8 @@
 // Sampling sources: per-CPU perf events (PMU precise memory sampling, or the software page-fault
 // event) whose samples are counted per (tgid, page) either
 //   - in the kernel, by bpf/perf_sample_agg attached to each event (blocks of 512 per-page
-//     counters per 2 MiB chunk; the daemon reads one map per epoch and expands the blocks into
-//     per-page evidence; samples never reach a ring buffer), or
+//     counters per 2 MiB chunk; the daemon reads one map per epoch and hands the blocks on as
+//     evidence blocks; samples never reach a ring buffer), or
 //   - in user space, by reading every sample from the per-CPU mmap rings (the path for kernels
 //     without BPF, and the baseline the benchmark compares against).
 // Events are system-wide per CPU (pid -1), so threads a process creates later are covered; the

@@ -3,6 +3,8 @@
 // registry, counters reach the metrics, process exits cancel moves.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <atomic>
 #include <thread>
 
@@ -103,6 +105,34 @@ TEST_F(EpochLoopTest, EvidenceFlowsToThePolicyAndHeatBackToTheRegistry) {
   EXPECT_EQ(policy.lastObserveNs, 2 * kSecond);
   EXPECT_DOUBLE_EQ(registry.region(hot)->heat, 10.0);
   EXPECT_DOUBLE_EQ(registry.region(cold)->heat, 0.0);
+}
+
+// In-kernel sources hand over blocks: they reach the policy and the trace sink with the records
+// of the same epoch, and the next epoch starts from an empty batch.
+TEST_F(EpochLoopTest, EvidenceBlocksReachThePolicyAndTheTraceWithTheRecords) {
+  tt::test::FakeTraceSink sink;
+  EpochLoop traced(registry, {&source, &policy, &executor, nullptr, &sink}, metrics);
+  registry.attachProcess(peer, "t", false);
+  const uint64_t hot = addRegion(0, 4 * kPage);
+  const uint64_t other = addRegion(tt::kBlockBytes, 4 * kPage);
+  traced.runOnce(1 * kSecond);
+  source.next = {{10, kBase + kPage, 7}};
+  tt::EvidenceBlock& b = source.nextBlocks.emplace_back();
+  b.tgid = 10;
+  b.base = kBase;  // the chunk of `hot`
+  b.weightPerCount = 2;
+  b.counts[2] = 3;  // 6 accesses in `hot`
+  b.counts[3] = 1;  // 2 more
+  b.counts[9] = 5;  // outside every region
+  traced.runOnce(2 * kSecond);
+  EXPECT_EQ(policy.observed, 4u);  // one record and three block pages
+  EXPECT_DOUBLE_EQ(registry.region(hot)->heat, 7.0 + 6.0 + 2.0);
+  EXPECT_DOUBLE_EQ(registry.region(other)->heat, 0.0);
+  traced.runOnce(3 * kSecond);
+  EXPECT_EQ(policy.observed, 4u) << "the batch is emptied between epochs";
+  const auto& calls = sink.calls;
+  EXPECT_NE(std::find(calls.begin(), calls.end(), "evidence:4@2000000000"), calls.end());
+  EXPECT_NE(std::find(calls.begin(), calls.end(), "evidence:0@3000000000"), calls.end());
 }
 
 TEST_F(EpochLoopTest, PlansGetIncreasingGenerationsAndEmptyPlansAreNotSubmitted) {

@@ -17,6 +17,8 @@
 //   sources_bench slowdown-periods [PAIRS]   software faults alone at fixed periods
 //   sources_bench period-latency   time of one sample-period change on every per-CPU event
 //   sources_bench fault-cost [N]   the fault tracer's cost per page fault, tracked and untracked
+//   sources_bench path-cost [ROUNDS [PAGES]]   each path's cost per sample over the same event with
+//                            no consumer (no ring, no program), on this thread's first-touch faults
 //   sources_bench tier-cost [N]    in-kernel program time per sample with and without reading the
 //                            tier (data_src) from the kernel's sample, each reader
 //   sources_bench memory     tracking state per GiB of tracked memory (1 GiB touched in one epoch)
@@ -1154,6 +1156,127 @@ int recordFixture(const std::string& path) {
 
 }  // namespace
 
+// ---- path-cost: each path's cost per sample against an event nobody consumes ------------------
+//
+// `cost` measures the paths over an empty BPF program, which cancels the kernel's call into a
+// BPF program: a cost only the in-kernel path pays. Here the reference is the same event with no
+// consumer at all (no ring, no program: the kernel prepares the sample and finds nowhere to put
+// it), so the in-kernel path is charged its program call and the ring path its output. Measured
+// on the bench's own thread (CLOCK_THREAD_CPUTIME_ID over a burst of first-touch faults, each
+// sampled: distinct pages, sys::perf::faultBurstCpuNs), which other load on the machine disturbs
+// far less than a child's totals; the states rotate round by round and each round's differences
+// are paired. Each path's collect() after the burst (the daemon's drain) is added per sample.
+enum class Consumer { NoEvent = 0, NoConsumer, EmptyProgram, Ring, InKernel };
+constexpr const char* kConsumerNames[] = {"no event", "no consumer", "empty program", "user ring", "in-kernel"};
+
+// Software page-fault events on every CPU with nothing attached and no ring.
+std::vector<std::unique_ptr<sys::perf::PerfEvent>> unconsumedEvents() {
+  std::vector<std::unique_ptr<sys::perf::PerfEvent>> out;
+  auto cpus = sys::perf::onlineCpus(sys::Fs("/sys"));
+  if (!cpus) return out;
+  for (int cpu : *cpus) {
+    auto ev = sys::perf::PerfEvent::open(softwareFaultAttr(1), -1, cpu, 0);
+    if (!ev || !(*ev)->enable()) {
+      std::fprintf(stderr, "cannot open an unconsumed event on cpu %d\n", cpu);
+      std::exit(1);
+    }
+    out.push_back(std::move(*ev));
+  }
+  return out;
+}
+
+struct PathBurst {
+  double faultNs = 0;   // thread CPU per fault during the burst
+  double daemonNs = 0;  // collect() after it, per fault
+};
+
+PathBurst pathBurstOnce(Consumer c, size_t pages) {
+  std::vector<std::unique_ptr<sys::perf::PerfEvent>> plain;
+  std::unique_ptr<DropBaseline> drop;
+  std::unique_ptr<SamplingSource> source;
+  if (c == Consumer::NoConsumer) plain = unconsumedEvents();
+  if (c == Consumer::EmptyProgram) drop = std::make_unique<DropBaseline>();
+  if (c == Consumer::Ring) source = softwareSource(Aggregation::UserRing, 1024);
+  if (c == Consumer::InKernel) source = softwareSource(Aggregation::InKernel, 0);
+  if ((drop && !drop->ok()) || (source && !source->status().available) ||
+      (c == Consumer::InKernel && (!source || source->aggregation() != Aggregation::InKernel))) {
+    std::fprintf(stderr, "cannot set up %s\n", kConsumerNames[static_cast<int>(c)]);
+    std::exit(1);
+  }
+  EvidenceBatch out;
+  if (source) (void)source->addProcess(sys::perf::currentTgid());
+  // A short burst first, so the measured one does not pay first-use costs (map buckets, code).
+  (void)sys::perf::faultBurstCpuNs(256);
+  if (source) (void)source->collect(out);
+  out.clear();
+  PathBurst r;
+  auto ns = sys::perf::faultBurstCpuNs(pages);
+  if (!ns) {
+    std::fprintf(stderr, "fault burst: %s\n", ns.error().message().c_str());
+    std::exit(1);
+  }
+  r.faultNs = static_cast<double>(*ns) / static_cast<double>(pages);
+  if (source) {
+    const uint64_t c0 = sys::perf::threadCpuNs();
+    (void)source->collect(out);
+    r.daemonNs = static_cast<double>(sys::perf::threadCpuNs() - c0) / static_cast<double>(pages);
+    if (out.pages() + 512 < pages)
+      std::fprintf(stderr, "warning: %s reported %zu of %zu pages\n", kConsumerNames[static_cast<int>(c)], out.pages(), pages);
+  }
+  return r;
+}
+
+void pathCost(int rounds, size_t pages) {
+  std::printf("path-cost: %d rounds, each a burst of %zu first-touch faults of this thread per state, the states "
+              "rotating; software page-fault event, period 1, every CPU; medians per fault\n",
+              rounds, pages);
+  constexpr int kStates = 5;
+  std::vector<double> fault[kStates], daemon[kStates];
+  std::vector<double> ringCost, kernelCost, dispatch, ratio;
+  for (int k = 0; k < rounds; ++k) {
+    PathBurst b[kStates];
+    for (int j = 0; j < kStates; ++j) {
+      const int state = (j + k) % kStates;
+      b[state] = pathBurstOnce(static_cast<Consumer>(state), pages);
+    }
+    for (int i = 0; i < kStates; ++i) {
+      fault[i].push_back(b[i].faultNs);
+      daemon[i].push_back(b[i].daemonNs);
+    }
+    const auto none = static_cast<int>(Consumer::NoConsumer);
+    const double ring = b[static_cast<int>(Consumer::Ring)].faultNs - b[none].faultNs + b[static_cast<int>(Consumer::Ring)].daemonNs;
+    const double kern =
+        b[static_cast<int>(Consumer::InKernel)].faultNs - b[none].faultNs + b[static_cast<int>(Consumer::InKernel)].daemonNs;
+    ringCost.push_back(ring);
+    kernelCost.push_back(kern);
+    dispatch.push_back(b[static_cast<int>(Consumer::EmptyProgram)].faultNs - b[none].faultNs);
+    ratio.push_back(kern > 0 ? ring / kern : 0);
+  }
+  std::printf("%-14s %14s %14s\n", "state", "thread ns/fault", "collect ns/fault");
+  for (int i = 0; i < kStates; ++i)
+    std::printf("%-14s %14.1f %14.2f\n", kConsumerNames[i], median(fault[i]), median(daemon[i]));
+  auto show = [](const char* what, const std::vector<double>& v) {
+    const auto [lo, hi] = medianInterval(v);
+    std::printf("  %-58s %7.1f ns  [%.1f, %.1f]\n", what, median(v), lo, hi);
+  };
+  std::printf("per sample, paired per round over the same round's unconsumed event (median, 95%% bootstrap interval):\n");
+  show("user ring: output + the daemon's drain and decode", ringCost);
+  show("in-kernel: program call + program + the daemon's drain", kernelCost);
+  show("of which the call into a BPF program (empty program)", dispatch);
+  const auto [lo, hi] = bootstrapInterval(ringCost.size(), [&](const std::vector<size_t>& idx) {
+    std::vector<double> r, q;
+    for (size_t i : idx) {
+      r.push_back(ringCost[i]);
+      q.push_back(kernelCost[i]);
+    }
+    const double mq = median(q);
+    return mq > 0 ? median(r) / mq : 1e9;
+  });
+  std::printf("ring / in-kernel: ratio of the medians %.2fx, 95%% bootstrap interval [%.2fx, %.2fx]; median of the "
+              "per-round ratios %.2fx\n",
+              median(kernelCost) > 0 ? median(ringCost) / median(kernelCost) : 0.0, lo, hi, median(ratio));
+}
+
 int main(int argc, char** argv) {
   tt::log::setLevel(tt::log::Level::Warn);
   const std::string mode = argc > 1 ? argv[1] : "all";
@@ -1175,6 +1298,9 @@ int main(int argc, char** argv) {
     touchRounds(argc > 2 ? std::max(2, std::atoi(argv[2])) : 100, argc > 3 ? std::max(1, std::atoi(argv[3])) : 64,
                 argc > 4 ? std::max(0, std::atoi(argv[4])) : 0);
   if (mode == "period-latency") periodLatency();
+  if (mode == "path-cost")
+    pathCost(argc > 2 ? std::max(2, std::atoi(argv[2])) : 31,
+             argc > 3 ? static_cast<size_t>(std::max(1024, std::atoi(argv[3]))) : 8192);
   if (mode == "tier-cost") tierCost(argc > 2 ? std::max(1, std::atoi(argv[2])) : 9);
   if (mode == "fault-cost") faultCost(argc > 2 ? std::max(1, std::atoi(argv[2])) : 7);
   if (mode == "slowdown-periods") slowdownPeriods(argc > 2 ? std::max(1, std::atoi(argv[2])) : 9, 1000);
