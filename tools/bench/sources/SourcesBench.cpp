@@ -17,8 +17,9 @@
 //   sources_bench slowdown-periods [PAIRS]   software faults alone at fixed periods
 //   sources_bench period-latency   time of one sample-period change on every per-CPU event
 //   sources_bench fault-cost [N]   the fault tracer's cost per page fault, tracked and untracked
-//   sources_bench path-cost [ROUNDS [PAGES]]   each path's cost per sample over the same event with
-//                            no consumer (no ring, no program), on this thread's first-touch faults
+//   sources_bench path-cost [ROUNDS [PAGES [stats]]]   each path's cost per sample over the same
+//                            event with no consumer (no ring, no program) and over an empty
+//                            program, on this thread's first-touch faults; `stats` adds BPF run time
 //   sources_bench tier-cost [N]    in-kernel program time per sample with and without reading the
 //                            tier (data_src) from the kernel's sample, each reader
 //   sources_bench memory     tracking state per GiB of tracked memory (1 GiB touched in one epoch)
@@ -1169,75 +1170,152 @@ int recordFixture(const std::string& path) {
 enum class Consumer { NoEvent = 0, NoConsumer, EmptyProgram, Ring, InKernel };
 constexpr const char* kConsumerNames[] = {"no event", "no consumer", "empty program", "user ring", "in-kernel"};
 
-// Software page-fault events on every CPU with nothing attached and no ring.
-std::vector<std::unique_ptr<sys::perf::PerfEvent>> unconsumedEvents() {
-  std::vector<std::unique_ptr<sys::perf::PerfEvent>> out;
-  auto cpus = sys::perf::onlineCpus(sys::Fs("/sys"));
-  if (!cpus) return out;
-  for (int cpu : *cpus) {
-    auto ev = sys::perf::PerfEvent::open(softwareFaultAttr(1), -1, cpu, 0);
-    if (!ev || !(*ev)->enable()) {
-      std::fprintf(stderr, "cannot open an unconsumed event on cpu %d\n", cpu);
-      std::exit(1);
+// One consumer kept for the whole run, as a daemon keeps its own (its BPF maps' elements and
+// allocator caches warm), its events enabled only for its own bursts.
+class PathRig {
+ public:
+  explicit PathRig(Consumer c) : c_(c) {
+    if (c == Consumer::NoEvent) {
+      ok_ = true;
+      return;
     }
-    out.push_back(std::move(*ev));
+    auto cpus = sys::perf::onlineCpus(sys::Fs("/sys"));
+    if (!cpus) return;
+    if (c == Consumer::EmptyProgram && (drop_ = sample_drop__open_and_load()) == nullptr) return;
+    if (c == Consumer::InKernel) {
+      auto pidMax = sys::bpf::readPidMax("/proc");
+      if (!pidMax) return;
+      auto agg = sys::bpf::PerfSampleAgg::load(*pidMax, 16384);
+      if (!agg) return;
+      agg_ = std::move(*agg);
+      if (!agg_->track(sys::perf::currentTgid())) return;
+    }
+    // As the daemon opens them: the ring path 1024 pages per CPU, the in-kernel path a control
+    // ring for throttle and lost records; the baselines none.
+    const uint32_t ringPages = c == Consumer::Ring ? 1024 : c == Consumer::InKernel ? kControlRingPages : 0;
+    for (int cpu : *cpus) {
+      perf_event_attr a = softwareFaultAttr(1);
+      a.disabled = 1;
+      auto ev = sys::perf::PerfEvent::open(a, -1, cpu, ringPages);
+      if (!ev) return;
+      if (drop_) {
+        bpf_link* link = bpf_program__attach_perf_event(drop_->progs.tt_drop_sample, (*ev)->fd());
+        if (link == nullptr) return;
+        links_.push_back(link);
+      }
+      if (agg_ && !agg_->attach((*ev)->fd(), 0, false)) return;
+      events_.push_back(std::move(*ev));
+    }
+    ring_.track(sys::perf::currentTgid());
+    ok_ = true;
   }
-  return out;
-}
+  ~PathRig() {
+    for (bpf_link* l : links_) bpf_link__destroy(l);
+    agg_.reset();  // its links before the events
+    events_.clear();
+    if (drop_) sample_drop__destroy(drop_);
+  }
+  PathRig(const PathRig&) = delete;
+  PathRig& operator=(const PathRig&) = delete;
+  bool ok() const { return ok_; }
+  void enable(bool on) {
+    for (const auto& ev : events_)
+      if (!(on ? ev->enable() : ev->disable())) {
+        std::fprintf(stderr, "cannot %s the %s events\n", on ? "enable" : "disable", kConsumerNames[static_cast<int>(c_)]);
+        std::exit(1);
+      }
+  }
+  // Run time (ns) and runs of the rig's BPF program (run time needs bpf_enable_stats); 0 without.
+  std::pair<uint64_t, uint64_t> programRunTime() const {
+    if (drop_) {
+      auto rt = sys::bpf::programRunTime(bpf_program__fd(drop_->progs.tt_drop_sample), "sample_drop");
+      return rt ? *rt : std::pair<uint64_t, uint64_t>{0, 0};
+    }
+    if (agg_) {
+      auto rt = agg_->runTimeNsAndCount();
+      return rt ? *rt : std::pair<uint64_t, uint64_t>{0, 0};
+    }
+    return {0, 0};
+  }
+  // The daemon's part, as SamplingSource::collect does it; returns the pages with evidence.
+  size_t collect() {
+    out_.clear();
+    if (agg_) {
+      chunks_.clear();
+      (void)agg_->drain(chunks_);
+      (void)appendChunkBlocks(chunks_, AccessKind::Fault, 1, out_.blocks);
+    }
+    for (const auto& ev : events_)
+      ev->drain([&](std::span<const uint8_t> r) { ring_.handle(r, softwareFaultAttr(1).sample_type, AccessKind::Fault, 1, counters_); });
+    (void)ring_.flush(out_.records);
+    return out_.pages();
+  }
+
+ private:
+  Consumer c_;
+  bool ok_ = false;
+  std::vector<std::unique_ptr<sys::perf::PerfEvent>> events_;
+  sample_drop* drop_ = nullptr;
+  std::vector<bpf_link*> links_;
+  std::unique_ptr<sys::bpf::PerfSampleAgg> agg_;
+  RingRecords ring_{"path-cost"};
+  SourceCounters counters_;
+  std::vector<sys::bpf::ChunkCounts> chunks_;
+  EvidenceBatch out_;
+};
 
 struct PathBurst {
   double faultNs = 0;   // thread CPU per fault during the burst
   double daemonNs = 0;  // collect() after it, per fault
 };
 
-PathBurst pathBurstOnce(Consumer c, size_t pages) {
-  std::vector<std::unique_ptr<sys::perf::PerfEvent>> plain;
-  std::unique_ptr<DropBaseline> drop;
-  std::unique_ptr<SamplingSource> source;
-  if (c == Consumer::NoConsumer) plain = unconsumedEvents();
-  if (c == Consumer::EmptyProgram) drop = std::make_unique<DropBaseline>();
-  if (c == Consumer::Ring) source = softwareSource(Aggregation::UserRing, 1024);
-  if (c == Consumer::InKernel) source = softwareSource(Aggregation::InKernel, 0);
-  if ((drop && !drop->ok()) || (source && !source->status().available) ||
-      (c == Consumer::InKernel && (!source || source->aggregation() != Aggregation::InKernel))) {
-    std::fprintf(stderr, "cannot set up %s\n", kConsumerNames[static_cast<int>(c)]);
-    std::exit(1);
-  }
-  EvidenceBatch out;
-  if (source) (void)source->addProcess(sys::perf::currentTgid());
-  // A short burst first, so the measured one does not pay first-use costs (map buckets, code).
-  (void)sys::perf::faultBurstCpuNs(256);
-  if (source) (void)source->collect(out);
-  out.clear();
+PathBurst pathBurstOnce(PathRig& rig, size_t pages) {
+  rig.enable(true);
   PathBurst r;
   auto ns = sys::perf::faultBurstCpuNs(pages);
+  rig.enable(false);
   if (!ns) {
     std::fprintf(stderr, "fault burst: %s\n", ns.error().message().c_str());
     std::exit(1);
   }
   r.faultNs = static_cast<double>(*ns) / static_cast<double>(pages);
-  if (source) {
-    const uint64_t c0 = sys::perf::threadCpuNs();
-    (void)source->collect(out);
-    r.daemonNs = static_cast<double>(sys::perf::threadCpuNs() - c0) / static_cast<double>(pages);
-    if (out.pages() + 512 < pages)
-      std::fprintf(stderr, "warning: %s reported %zu of %zu pages\n", kConsumerNames[static_cast<int>(c)], out.pages(), pages);
-  }
+  const uint64_t c0 = sys::perf::threadCpuNs();
+  (void)rig.collect();
+  r.daemonNs = static_cast<double>(sys::perf::threadCpuNs() - c0) / static_cast<double>(pages);
   return r;
 }
 
-void pathCost(int rounds, size_t pages) {
+void pathCost(int rounds, size_t pages, bool stats) {
+  std::optional<int> statsFd;
+  if (stats) {
+    auto fd = sys::bpf::enableBpfRunTimeStats();
+    if (!fd) {
+      std::fprintf(stderr, "cannot enable BPF run-time stats: %s\n", fd.error().message().c_str());
+      std::exit(1);
+    }
+    statsFd = *fd;
+  }
   std::printf("path-cost: %d rounds, each a burst of %zu first-touch faults of this thread per state, the states "
               "rotating; software page-fault event, period 1, every CPU; medians per fault\n",
               rounds, pages);
   constexpr int kStates = 5;
+  std::vector<std::unique_ptr<PathRig>> rigs;
+  for (int i = 0; i < kStates; ++i) {
+    rigs.push_back(std::make_unique<PathRig>(static_cast<Consumer>(i)));
+    if (!rigs.back()->ok()) {
+      std::fprintf(stderr, "cannot set up %s\n", kConsumerNames[i]);
+      std::exit(1);
+    }
+  }
+  // A first round not kept: first use of the code, the maps and their allocators.
+  for (int i = 0; i < kStates; ++i) (void)pathBurstOnce(*rigs[static_cast<size_t>(i)], pages);
   std::vector<double> fault[kStates], daemon[kStates];
-  std::vector<double> ringCost, kernelCost, dispatch, ratio;
+  std::vector<double> ringCost, kernelCost, dispatch, ratio, ringOverEmpty, kernelOverEmpty;
   for (int k = 0; k < rounds; ++k) {
     PathBurst b[kStates];
     for (int j = 0; j < kStates; ++j) {
       const int state = (j + k) % kStates;
-      b[state] = pathBurstOnce(static_cast<Consumer>(state), pages);
+      b[state] = pathBurstOnce(*rigs[static_cast<size_t>(state)], pages);
     }
     for (int i = 0; i < kStates; ++i) {
       fault[i].push_back(b[i].faultNs);
@@ -1249,7 +1327,10 @@ void pathCost(int rounds, size_t pages) {
         b[static_cast<int>(Consumer::InKernel)].faultNs - b[none].faultNs + b[static_cast<int>(Consumer::InKernel)].daemonNs;
     ringCost.push_back(ring);
     kernelCost.push_back(kern);
-    dispatch.push_back(b[static_cast<int>(Consumer::EmptyProgram)].faultNs - b[none].faultNs);
+    const double empty = b[static_cast<int>(Consumer::EmptyProgram)].faultNs;
+    dispatch.push_back(empty - b[none].faultNs);
+    ringOverEmpty.push_back(ring + b[none].faultNs - empty);
+    kernelOverEmpty.push_back(kern + b[none].faultNs - empty);
     ratio.push_back(kern > 0 ? ring / kern : 0);
   }
   std::printf("%-14s %14s %14s\n", "state", "thread ns/fault", "collect ns/fault");
@@ -1262,7 +1343,21 @@ void pathCost(int rounds, size_t pages) {
   std::printf("per sample, paired per round over the same round's unconsumed event (median, 95%% bootstrap interval):\n");
   show("user ring: output + the daemon's drain and decode", ringCost);
   show("in-kernel: program call + program + the daemon's drain", kernelCost);
-  show("of which the call into a BPF program (empty program)", dispatch);
+  show("empty program over the unconsumed event", dispatch);
+  std::printf("the same over the empty program (the reference of `cost`):\n");
+  show("user ring", ringOverEmpty);
+  show("in-kernel", kernelOverEmpty);
+  const auto [elo, ehi] = bootstrapInterval(ringOverEmpty.size(), [&](const std::vector<size_t>& idx) {
+    std::vector<double> r, q;
+    for (size_t i : idx) {
+      r.push_back(ringOverEmpty[i]);
+      q.push_back(kernelOverEmpty[i]);
+    }
+    const double mq = median(q);
+    return mq > 0 ? median(r) / mq : 1e9;
+  });
+  std::printf("ring / in-kernel over the empty program: ratio of the medians %.2fx, 95%% bootstrap interval [%.2fx, %.2fx]\n",
+              median(kernelOverEmpty) > 0 ? median(ringOverEmpty) / median(kernelOverEmpty) : 0.0, elo, ehi);
   const auto [lo, hi] = bootstrapInterval(ringCost.size(), [&](const std::vector<size_t>& idx) {
     std::vector<double> r, q;
     for (size_t i : idx) {
@@ -1272,9 +1367,25 @@ void pathCost(int rounds, size_t pages) {
     const double mq = median(q);
     return mq > 0 ? median(r) / mq : 1e9;
   });
-  std::printf("ring / in-kernel: ratio of the medians %.2fx, 95%% bootstrap interval [%.2fx, %.2fx]; median of the "
-              "per-round ratios %.2fx\n",
-              median(kernelCost) > 0 ? median(ringCost) / median(kernelCost) : 0.0, lo, hi, median(ratio));
+  if (median(kernelCost) > 0)
+    std::printf("ring / in-kernel over the unconsumed event: ratio of the medians %.2fx, 95%% bootstrap interval "
+                "[%.2fx, %.2fx]; median of the per-round ratios %.2fx\n",
+                median(ringCost) / median(kernelCost), lo, hi, median(ratio));
+  else
+    std::printf("ring / in-kernel over the unconsumed event: no ratio (the in-kernel path costs the thread no more "
+                "than an event nobody consumes)\n");
+  if (statsFd) {
+    auto perRun = [&](Consumer c) {
+      const auto [ns, runs] = rigs[static_cast<size_t>(c)]->programRunTime();
+      return runs ? static_cast<double>(ns) / static_cast<double>(runs) : 0.0;
+    };
+    std::printf("BPF run-time stats (all rounds, warm-up included): empty program %.1f ns per run, in-kernel program "
+                "%.1f ns per run: %.1f ns apart, where the faulting thread's CPU puts them %.1f ns apart\n",
+                perRun(Consumer::EmptyProgram), perRun(Consumer::InKernel),
+                perRun(Consumer::InKernel) - perRun(Consumer::EmptyProgram),
+                median(fault[static_cast<int>(Consumer::InKernel)]) - median(fault[static_cast<int>(Consumer::EmptyProgram)]));
+    ::close(*statsFd);
+  }
 }
 
 int main(int argc, char** argv) {
@@ -1299,8 +1410,9 @@ int main(int argc, char** argv) {
                 argc > 4 ? std::max(0, std::atoi(argv[4])) : 0);
   if (mode == "period-latency") periodLatency();
   if (mode == "path-cost")
-    pathCost(argc > 2 ? std::max(2, std::atoi(argv[2])) : 31,
-             argc > 3 ? static_cast<size_t>(std::max(1024, std::atoi(argv[3]))) : 8192);
+    pathCost(argc > 2 ? std::max(2, std::atoi(argv[2])) : 101,
+             argc > 3 ? static_cast<size_t>(std::max(1024, std::atoi(argv[3]))) : 32768,
+             argc > 4 && std::string(argv[4]) == "stats");
   if (mode == "tier-cost") tierCost(argc > 2 ? std::max(1, std::atoi(argv[2])) : 9);
   if (mode == "fault-cost") faultCost(argc > 2 ? std::max(1, std::atoi(argv[2])) : 7);
   if (mode == "slowdown-periods") slowdownPeriods(argc > 2 ? std::max(1, std::atoi(argv[2])) : 9, 1000);
