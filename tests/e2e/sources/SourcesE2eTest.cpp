@@ -209,6 +209,10 @@ TEST(SourcesE2e, CooperateModeSeesHintFaultsAndKernelPromotions) {
   source.open();
   ASSERT_TRUE(source.status().available) << source.status().detail;
   ASSERT_TRUE(source.addProcess(child.pid()).ok());
+  // The source reports each kernel move in one view: per page where the kernel has
+  // remove_migration_pte, per batch where it does not (kernelMoveOf).
+  ASSERT_NE(source.trace(), nullptr);
+  const bool pageEvents = source.trace()->pageMigrationEvents();
   auto before = source.migrationTotals();
   ASSERT_TRUE(before.ok());
   ASSERT_TRUE(sys::writeNumaBalancing(sys::Fs("/proc"), 2).ok());
@@ -217,7 +221,8 @@ TEST(SourcesE2e, CooperateModeSeesHintFaultsAndKernelPromotions) {
   size_t hints = 0;
   uint64_t promoted = 0;
   std::set<uint64_t> pagesPromoted;
-  for (int round = 0; round < 20 && promoted < 4096 * 95 / 100; ++round) {
+  auto seen = [&] { return pageEvents ? pagesPromoted.size() : promoted; };
+  for (int round = 0; round < 20 && seen() < 4096 * 95 / 100; ++round) {
     (void)child.readRangeFor(0, 4096, 500);
     ASSERT_TRUE(tt::test::collectRecords(source, ev).ok());
     // Every page was populated before tracking began, so any not-present fault on the buffer now
@@ -243,9 +248,11 @@ TEST(SourcesE2e, CooperateModeSeesHintFaultsAndKernelPromotions) {
   std::cout << "tiering cooperate: " << hints << " hint-fault records on the buffer, " << promoted << " pages promoted (tracked batches), " << pagesPromoted.size() << " per-page promotion events, "
             << after->succeeded[TT_MIG_PROMOTE] - before->succeeded[TT_MIG_PROMOTE] << " promotions system-wide\n";
   EXPECT_GT(hints, 0U) << "no NUMA hint faults seen for the tracked process";
-  EXPECT_GT(promoted, 0U) << "no kernel promotions attributed to the tracked process";
-  EXPECT_EQ(pagesPromoted.size(), promoted) << "per-page promotion events and batch totals disagree";
+  EXPECT_GT(seen(), 0U) << "no kernel promotions attributed to the tracked process";
+  EXPECT_EQ(pageEvents ? promoted : pagesPromoted.size(), 0U) << "both views of the kernel's moves were reported";
+  // The tracked process's promotions are among the machine's (nothing else is promoting here).
   EXPECT_GT(after->succeeded[TT_MIG_PROMOTE], before->succeeded[TT_MIG_PROMOTE]);
+  EXPECT_LE(seen(), after->succeeded[TT_MIG_PROMOTE] - before->succeeded[TT_MIG_PROMOTE]);
 }
 
 }  // namespace
