@@ -246,6 +246,20 @@ std::pair<double, double> medianInterval(const std::vector<double>& v) {
   });
 }
 
+// The same for median(num) / median(den) over paired observations (1e9 for a resample whose
+// denominator's median is not positive: "unbounded").
+std::pair<double, double> ratioOfMediansInterval(const std::vector<double>& num, const std::vector<double>& den) {
+  return bootstrapInterval(num.size(), [&](const std::vector<size_t>& idx) {
+    std::vector<double> r, k;
+    for (size_t j : idx) {
+      r.push_back(num[j]);
+      k.push_back(den[j]);
+    }
+    const double km = spreadOf(k).median;
+    return km > 0 ? spreadOf(r).median / km : 1e9;
+  });
+}
+
 // The cost baseline: the same software page-fault event on every online CPU with sample_drop
 // attached, so every sample is prepared and handed to a BPF program that returns 0 (no ring).
 class DropBaseline {
@@ -460,15 +474,7 @@ void costFor(const char* title, Workload::Kind kind, uint64_t bytes, int rounds)
   }
   const auto [ringLo, ringHi] = medianInterval(ringExtra);
   const auto [kernLo, kernHi] = medianInterval(kernExtra);
-  const auto [ratioLo, ratioHi] = bootstrapInterval(gCostRepeats, [&](const std::vector<size_t>& idx) {
-    std::vector<double> r, k;
-    for (size_t j : idx) {
-      r.push_back(ringExtra[j]);
-      k.push_back(kernExtra[j]);
-    }
-    const double km = spreadOf(k).median;
-    return km > 0 ? spreadOf(r).median / km : 1e9;
-  });
+  const auto [ratioLo, ratioHi] = ratioOfMediansInterval(ringExtra, kernExtra);
   const double ringMed = spreadOf(ringExtra).median, kernMed = spreadOf(kernExtra).median;
   const std::string upper = ratioHi >= 1e9 ? std::string("unbounded (a resample's in-kernel median <= 0)")
                                             : std::to_string(ratioHi).substr(0, std::to_string(ratioHi).find('.') + 3) + "x";
@@ -1347,26 +1353,10 @@ void pathCost(int rounds, size_t pages, bool stats) {
   std::printf("the same over the empty program (the reference of `cost`):\n");
   show("user ring", ringOverEmpty);
   show("in-kernel", kernelOverEmpty);
-  const auto [elo, ehi] = bootstrapInterval(ringOverEmpty.size(), [&](const std::vector<size_t>& idx) {
-    std::vector<double> r, q;
-    for (size_t i : idx) {
-      r.push_back(ringOverEmpty[i]);
-      q.push_back(kernelOverEmpty[i]);
-    }
-    const double mq = median(q);
-    return mq > 0 ? median(r) / mq : 1e9;
-  });
+  const auto [elo, ehi] = ratioOfMediansInterval(ringOverEmpty, kernelOverEmpty);
   std::printf("ring / in-kernel over the empty program: ratio of the medians %.2fx, 95%% bootstrap interval [%.2fx, %.2fx]\n",
               median(kernelOverEmpty) > 0 ? median(ringOverEmpty) / median(kernelOverEmpty) : 0.0, elo, ehi);
-  const auto [lo, hi] = bootstrapInterval(ringCost.size(), [&](const std::vector<size_t>& idx) {
-    std::vector<double> r, q;
-    for (size_t i : idx) {
-      r.push_back(ringCost[i]);
-      q.push_back(kernelCost[i]);
-    }
-    const double mq = median(q);
-    return mq > 0 ? median(r) / mq : 1e9;
-  });
+  const auto [lo, hi] = ratioOfMediansInterval(ringCost, kernelCost);
   if (median(kernelCost) > 0)
     std::printf("ring / in-kernel over the unconsumed event: ratio of the medians %.2fx, 95%% bootstrap interval "
                 "[%.2fx, %.2fx]; median of the per-round ratios %.2fx\n",
