@@ -1,6 +1,7 @@
 #include "heat/HeatModel.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <string_view>
 
@@ -208,8 +209,17 @@ HeatModel::PageChunk& HeatModel::pageChunk(pid_t tgid, uint64_t page, uint64_t n
   PageChunk& c = pageChunks_[chunkKey(tgid, page)];
   if (nowNs > c.lastNs) {
     if (c.pages != 0) {
+      // Heat decayed below kForgottenHeat (about 27 half-lives after a single access) is
+      // forgotten: the page stops counting as tracked, and no value lingers as a denormal.
+      constexpr float kForgottenHeat = 1e-8F;
       const auto f = static_cast<float>(decayFactor(c.lastNs, nowNs, halfLifeNs));
-      for (float& h : c.heat) h *= f;
+      uint32_t pages = 0;
+      for (float& h : c.heat) {
+        h *= f;
+        if (h < kForgottenHeat) h = 0;
+        pages += h != 0 ? 1 : 0;
+      }
+      c.pages = pages;
     }
     c.lastNs = nowNs;
   }
@@ -248,6 +258,7 @@ void HeatModel::ingestRecords(std::span<const AccessEvidence> batch, uint64_t no
 // run's accesses at once. The result is the records' (the unit's updates are sums), up to the
 // order of floating-point additions.
 void HeatModel::ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double scale) {
+  assert(block.base % kBlockBytes == 0 && "a block is one aligned chunk of page heat");
   Process& proc = process(block.tgid);
   rollSteps(proc, block.tgid, nowNs);
   Unit* unit = nullptr;

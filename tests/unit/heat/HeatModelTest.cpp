@@ -421,4 +421,27 @@ TEST(HeatModel, PerPageHeatKeepsTheHotterChunksWithinTheCap) {
   EXPECT_GT(u->heat, 1.9);
 }
 
+// A page's heat decays away: once it is negligible the page stops counting as tracked, and a
+// later access counts it once again (not twice).
+TEST(HeatModel, DecayedPagesStopCountingAsTrackedAndCountOnceWhenTouchedAgain) {
+  HeatModel model(baseConfig());  // half-life 1 s
+  std::vector<AccessEvidence> ev{sample(0x1000, 1), sample(0x2000, 1)};
+  model.ingest(ev, 1 * kMs);
+  model.advanceEpoch(1 * kMs);
+  EXPECT_EQ(model.snapshot().trackedPages, 2U);
+  // 40 half-lives later one of the two is touched again: the other has decayed to nothing.
+  const uint64_t later = 1 * kMs + 40 * 1000 * kMs;
+  ev = {sample(0x1000, 1)};
+  model.ingest(ev, later);
+  model.advanceEpoch(later);
+  EXPECT_EQ(model.snapshot().trackedPages, 1U);
+  EXPECT_EQ(model.pageHeat(kTgid, 0x2000, later), 0.0);
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x1000, later), 1.0, 1e-6);
+  // And both again: two pages, not three.
+  ev = {sample(0x1000, 1), sample(0x2000, 1)};
+  model.ingest(ev, later + kMs);
+  model.advanceEpoch(later + kMs);
+  EXPECT_EQ(model.snapshot().trackedPages, 2U);
+}
+
 }  // namespace
