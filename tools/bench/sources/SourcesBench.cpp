@@ -34,6 +34,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <random>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -1171,7 +1173,7 @@ int recordFixture(const std::string& path) {
 // it), so the in-kernel path is charged its program call and the ring path its output. Measured
 // on the bench's own thread (CLOCK_THREAD_CPUTIME_ID over a burst of first-touch faults, each
 // sampled: distinct pages, sys::perf::faultBurstCpuNs), which other load on the machine disturbs
-// far less than a child's totals; the states rotate round by round and each round's differences
+// far less than a child's totals; the states run in a fresh order each round and each round's differences
 // are paired. Each path's collect() after the burst (the daemon's drain) is added per sample.
 enum class Consumer { NoEvent = 0, NoConsumer, EmptyProgram, Ring, InKernel };
 constexpr const char* kConsumerNames[] = {"no event", "no consumer", "empty program", "user ring", "in-kernel"};
@@ -1196,7 +1198,7 @@ class PathRig {
       agg_ = std::move(*agg);
       if (!agg_->track(sys::perf::currentTgid())) return;
     }
-    // As the daemon opens them: the ring path 1024 pages per CPU, the in-kernel path a control
+    // The ring path 1024 pages per CPU as in `cost` (the daemon's default is 64), the in-kernel path a control
     // ring for throttle and lost records; the baselines none.
     const uint32_t ringPages = c == Consumer::Ring ? 1024 : c == Consumer::InKernel ? kControlRingPages : 0;
     for (int cpu : *cpus) {
@@ -1302,7 +1304,7 @@ void pathCost(int rounds, size_t pages, bool stats) {
     statsFd = *fd;
   }
   std::printf("path-cost: %d rounds, each a burst of %zu first-touch faults of this thread per state, the states "
-              "rotating; software page-fault event, period 1, every CPU; medians per fault\n",
+              "in a shuffled order; software page-fault event, period 1, every CPU; medians per fault\n",
               rounds, pages);
   constexpr int kStates = 5;
   std::vector<std::unique_ptr<PathRig>> rigs;
@@ -1317,12 +1319,15 @@ void pathCost(int rounds, size_t pages, bool stats) {
   for (int i = 0; i < kStates; ++i) (void)pathBurstOnce(*rigs[static_cast<size_t>(i)], pages);
   std::vector<double> fault[kStates], daemon[kStates];
   std::vector<double> ringCost, kernelCost, dispatch, ratio, ringOverEmpty, kernelOverEmpty;
+  // A fresh order every round (fixed seed): a rotation would keep each state behind the same
+  // other state, and carry-over from one state's burst and drain would then bias the next.
+  std::mt19937 shuffle(20261121);
+  std::array<int, kStates> order{};
+  for (int i = 0; i < kStates; ++i) order[static_cast<size_t>(i)] = i;
   for (int k = 0; k < rounds; ++k) {
     PathBurst b[kStates];
-    for (int j = 0; j < kStates; ++j) {
-      const int state = (j + k) % kStates;
-      b[state] = pathBurstOnce(*rigs[static_cast<size_t>(state)], pages);
-    }
+    std::shuffle(order.begin(), order.end(), shuffle);
+    for (int state : order) b[state] = pathBurstOnce(*rigs[static_cast<size_t>(state)], pages);
     for (int i = 0; i < kStates; ++i) {
       fault[i].push_back(b[i].faultNs);
       daemon[i].push_back(b[i].daemonNs);
@@ -1337,7 +1342,7 @@ void pathCost(int rounds, size_t pages, bool stats) {
     dispatch.push_back(empty - b[none].faultNs);
     ringOverEmpty.push_back(ring + b[none].faultNs - empty);
     kernelOverEmpty.push_back(kern + b[none].faultNs - empty);
-    ratio.push_back(kern > 0 ? ring / kern : 0);
+    if (kern > 0) ratio.push_back(ring / kern);  // rounds without a positive in-kernel cost have no ratio
   }
   std::printf("%-14s %14s %14s\n", "state", "thread ns/fault", "collect ns/fault");
   for (int i = 0; i < kStates; ++i)
