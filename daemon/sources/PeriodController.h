@@ -1,6 +1,6 @@
 // The sample-period controller of a sampling source: keeps the whole cost of sampling under a CPU
 // budget (issue #4: "adaptive sample period that keeps the sampling cost under a configured CPU
-// budget", Memtis keeps 3% of one core).
+// budget", Memtis keeps 3% of one core; the default here is 2%, the slowdown target).
 //
 // The whole cost, not only what the daemon sees: the kernel's per-sample work (the overflow
 // handler, the BPF program or the ring write) runs in the context of whatever thread took the
@@ -35,7 +35,7 @@ namespace tt::sources {
 struct PeriodLimits {
   uint64_t minPeriod = 1;
   uint64_t maxPeriod = 1;
-  double budgetPercent = 3.0;  // of one CPU
+  double budgetPercent = 2.0;  // of one CPU
   double sampleCostNs = 0;     // kernel-side cost of one sample
   double eventCountNs = 0;     // kernel-side cost of counting one event (sampled or not)
   uint64_t floorPeriod = 1;    // storm floor; the effective minimum is max(minPeriod, floorPeriod)

@@ -45,7 +45,7 @@ struct SamplingOptions {
   uint32_t ringPages = 64;
   uint64_t minPeriod = 1;
   uint64_t maxPeriod = 1;
-  double cpuBudgetPercent = 3.0;
+  double cpuBudgetPercent = 2.0;
   // Kernel-side cost of one sample (ns) charged against the budget, unless calibrated.
   double sampleCostNs = 1000;
   // Measure the kernel-side cost of a sample at open(): only for the software page-fault event,

@@ -39,7 +39,7 @@ struct SourceCounters {
 
 // Sample-period limits a sampling source adapts within, changed at run time (SourceSet::applyConfig).
 struct SamplingLimits {
-  double cpuBudgetPercent = 3.0;
+  double cpuBudgetPercent = 2.0;
   uint64_t minPeriod = 1;
   uint64_t maxPeriod = 1;
   // Configured kernel-side cost of one sample (ns): used unless the source calibrated its own.

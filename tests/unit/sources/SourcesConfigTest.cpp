@@ -19,7 +19,7 @@ TEST(SourcesConfig, DefaultsAreValid) {
   EXPECT_TRUE(validationErrors(*c).empty());
   EXPECT_EQ(c->sources().aggregation(), tensortier::v1::IN_KERNEL);
   EXPECT_EQ(c->sources().kernel_tiering(), tensortier::v1::COOPERATE);
-  EXPECT_DOUBLE_EQ(c->sources().cpu_budget_percent(), 3.0);
+  EXPECT_DOUBLE_EQ(c->sources().cpu_budget_percent(), 2.0);
 }
 
 TEST(SourcesConfig, RejectsInconsistentPeriodsAndRegions) {
