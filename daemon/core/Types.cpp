@@ -15,6 +15,15 @@ const char* accessKindName(AccessKind kind) {
   return "?";
 }
 
+ServedBy slowerOf(ServedBy a, ServedBy b) {
+  // Position in kBlockTiers, fastest first; Unknown (absent) ranks below every memory.
+  auto rank = [](ServedBy s) {
+    const auto* it = std::find(kBlockTiers.begin(), kBlockTiers.end(), s);
+    return it == kBlockTiers.end() ? -1 : static_cast<int>(it - kBlockTiers.begin());
+  };
+  return rank(b) > rank(a) ? b : a;
+}
+
 uint32_t EvidenceBlock::weight(uint32_t page) const {
   const uint64_t w = uint64_t{counts[page]} * weightPerCount;
   return w > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(w);

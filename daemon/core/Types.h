@@ -55,6 +55,10 @@ inline constexpr std::array<ServedBy, 4> kBlockTiers = {ServedBy::Cache, ServedB
                                                         ServedBy::SlowTier};
 inline constexpr uint32_t kBlockTierWords = kBlockPages / 64;  // words per bit plane
 
+// Of two memories that served accesses to one page, the slower (kBlockTiers order; Unknown below
+// all): what the page costs is what matters to placement. Records and blocks both keep it.
+[[nodiscard]] ServedBy slowerOf(ServedBy a, ServedBy b);
+
 struct EvidenceBlock {
   pid_t tgid = 0;
   AccessKind kind = AccessKind::Access;

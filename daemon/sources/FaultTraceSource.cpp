@@ -1,8 +1,6 @@
 #include "sources/FaultTraceSource.h"
 
-#include <algorithm>
 #include <optional>
-#include <tuple>
 
 #include "core/Buffers.h"
 

@@ -1,10 +1,8 @@
 #include "sources/SamplingSource.h"
 
 #include <algorithm>
-#include <array>
 #include <optional>
 #include <sstream>
-#include <tuple>
 
 #include "core/Buffers.h"
 #include "core/Log.h"

@@ -5,26 +5,6 @@
 
 namespace tt::sources {
 
-namespace {
-
-// Of two memories that served accesses to one page, the slower (slow tier, another node's DRAM,
-// local DRAM, cache, unknown): what the page costs is what matters to placement.
-ServedBy slowerOf(ServedBy a, ServedBy b) {
-  auto rank = [](ServedBy s) {
-    switch (s) {
-      case ServedBy::SlowTier: return 4;
-      case ServedBy::RemoteRam: return 3;
-      case ServedBy::FastTier: return 2;
-      case ServedBy::Cache: return 1;
-      case ServedBy::Unknown: return 0;
-    }
-    return 0;
-  };
-  return rank(b) > rank(a) ? b : a;
-}
-
-}  // namespace
-
 void EvidenceAggregator::add(pid_t tgid, uint64_t address, AccessKind kind, uint32_t weight, ServedBy servedBy,
                              uint16_t latencyCycles) {
   const uint64_t page = address & ~(kBasePageSize - 1);

@@ -160,6 +160,24 @@ TEST(ChunkEvidence, TierBitsBecomeServedByTheSlowestMemory) {
   EXPECT_FALSE(c.servedBy(65, TT_TIER_UNKNOWN));
 }
 
+// Records (EvidenceAggregator) and blocks keep the same memory for a page served by several: the
+// slowest, Unknown below all.
+TEST(EvidenceBatch, SlowerOfOrdersMemoriesLikeTheBlockPlanes) {
+  EXPECT_EQ(slowerOf(ServedBy::Unknown, ServedBy::Cache), ServedBy::Cache);
+  EXPECT_EQ(slowerOf(ServedBy::Cache, ServedBy::Unknown), ServedBy::Cache);
+  EXPECT_EQ(slowerOf(ServedBy::FastTier, ServedBy::Cache), ServedBy::FastTier);
+  EXPECT_EQ(slowerOf(ServedBy::RemoteRam, ServedBy::FastTier), ServedBy::RemoteRam);
+  EXPECT_EQ(slowerOf(ServedBy::RemoteRam, ServedBy::SlowTier), ServedBy::SlowTier);
+  for (ServedBy a : kBlockTiers)
+    for (ServedBy b : kBlockTiers) {
+      EvidenceBlock block;
+      block.counts[0] = 1;
+      block.setServedBy(0, a);
+      block.setServedBy(0, b);
+      EXPECT_EQ(block.servedBy(0), slowerOf(a, b));
+    }
+}
+
 // A batch counts a block page as the record it stands for, and hands out records first, then each
 // block's pages in page order.
 TEST(EvidenceBatch, CountsAndFlattensBlockPagesAsRecords) {
