@@ -1253,8 +1253,9 @@ class PathRig {
       (void)agg_->drain(chunks_);
       (void)appendChunkBlocks(chunks_, AccessKind::Fault, 1, out_.blocks);
     }
+    const uint64_t sampleType = softwareFaultAttr(1).sample_type;
     for (const auto& ev : events_)
-      ev->drain([&](std::span<const uint8_t> r) { ring_.handle(r, softwareFaultAttr(1).sample_type, AccessKind::Fault, 1, counters_); });
+      ev->drain([&](std::span<const uint8_t> r) { ring_.handle(r, sampleType, AccessKind::Fault, 1, counters_); });
     (void)ring_.flush(out_.records);
     return out_.pages();
   }
