@@ -19,7 +19,10 @@
 //   sources_bench fault-cost [N]   the fault tracer's cost per page fault, tracked and untracked
 //   sources_bench path-cost [ROUNDS [PAGES [stats]]]   each path's cost per sample over the same
 //                            event with no consumer (no ring, no program) and over an empty
-//                            program, on this thread's first-touch faults; `stats` adds BPF run time
+//                            program, on this thread's first-touch faults, and the kernel's call
+//                            into a program (a ring with a program that keeps every sample, over
+//                            the ring alone) charged to both; `stats` adds BPF run time (its clock
+//                            reads inflate the call)
 //   sources_bench tier-cost [N]    in-kernel program time per sample with and without reading the
 //                            tier (data_src) from the kernel's sample, each reader
 //   sources_bench memory     tracking state per GiB of tracked memory (1 GiB touched in one epoch)
@@ -1175,8 +1178,16 @@ int recordFixture(const std::string& path) {
 // sampled: distinct pages, sys::perf::faultBurstCpuNs), which other load on the machine disturbs
 // far less than a child's totals; the states run in a fresh order each round and each round's differences
 // are paired. Each path's collect() after the burst (the daemon's drain) is added per sample.
-enum class Consumer { NoEvent = 0, NoConsumer, EmptyProgram, Ring, InKernel };
-constexpr const char* kConsumerNames[] = {"no event", "no consumer", "empty program", "user ring", "in-kernel"};
+//
+// The empty program's reference leaves out the kernel's call into a program (the per-CPU
+// recursion guard, the RCU read section, the program's indirect call), which only the in-kernel
+// path pays. `RingKept` measures it: the same ring with a program attached that returns 1, so the
+// kernel calls the program and then writes the sample exactly as without it. Ring-kept minus ring,
+// paired per round, is that call (an upper bound: preparing the sample a second time, which finds
+// it prepared, is in it too); the charged figures add it to both paths over the empty program.
+enum class Consumer { NoEvent = 0, NoConsumer, EmptyProgram, Ring, InKernel, RingKept };
+constexpr const char* kConsumerNames[] = {"no event", "no consumer", "empty program", "user ring", "in-kernel",
+                                          "ring + kept"};
 
 // One consumer kept for the whole run, as a daemon keeps its own (its BPF maps' elements and
 // allocator caches warm), its events enabled only for its own bursts.
@@ -1189,7 +1200,8 @@ class PathRig {
     }
     auto cpus = sys::perf::onlineCpus(sys::Fs("/sys"));
     if (!cpus) return;
-    if (c == Consumer::EmptyProgram && (drop_ = sample_drop__open_and_load()) == nullptr) return;
+    if ((c == Consumer::EmptyProgram || c == Consumer::RingKept) && (drop_ = sample_drop__open_and_load()) == nullptr)
+      return;
     if (c == Consumer::InKernel) {
       auto pidMax = sys::bpf::readPidMax("/proc");
       if (!pidMax) return;
@@ -1200,14 +1212,16 @@ class PathRig {
     }
     // The ring path 1024 pages per CPU as in `cost` (the daemon's default is 64), the in-kernel path a control
     // ring for throttle and lost records; the baselines none.
-    const uint32_t ringPages = c == Consumer::Ring ? 1024 : c == Consumer::InKernel ? kControlRingPages : 0;
+    const bool ring = c == Consumer::Ring || c == Consumer::RingKept;
+    const uint32_t ringPages = ring ? 1024 : c == Consumer::InKernel ? kControlRingPages : 0;
     for (int cpu : *cpus) {
       perf_event_attr a = softwareFaultAttr(1);
       a.disabled = 1;
       auto ev = sys::perf::PerfEvent::open(a, -1, cpu, ringPages);
       if (!ev) return;
       if (drop_) {
-        bpf_link* link = bpf_program__attach_perf_event(drop_->progs.tt_drop_sample, (*ev)->fd());
+        bpf_link* link = bpf_program__attach_perf_event(
+            c == Consumer::RingKept ? drop_->progs.tt_keep_sample : drop_->progs.tt_drop_sample, (*ev)->fd());
         if (link == nullptr) return;
         links_.push_back(link);
       }
@@ -1236,7 +1250,8 @@ class PathRig {
   // Run time (ns) and runs of the rig's BPF program (run time needs bpf_enable_stats); 0 without.
   std::pair<uint64_t, uint64_t> programRunTime() const {
     if (drop_) {
-      auto rt = sys::bpf::programRunTime(bpf_program__fd(drop_->progs.tt_drop_sample), "sample_drop");
+      bpf_program* prog = c_ == Consumer::RingKept ? drop_->progs.tt_keep_sample : drop_->progs.tt_drop_sample;
+      auto rt = sys::bpf::programRunTime(bpf_program__fd(prog), "sample_drop");
       return rt ? *rt : std::pair<uint64_t, uint64_t>{0, 0};
     }
     if (agg_) {
@@ -1307,7 +1322,7 @@ void pathCost(int rounds, size_t pages, bool stats) {
   std::printf("path-cost: %d rounds, each a burst of %zu first-touch faults of this thread per state, the states "
               "in a shuffled order; software page-fault event, period 1, every CPU; medians per fault\n",
               rounds, pages);
-  constexpr int kStates = 5;
+  constexpr int kStates = 6;
   std::vector<std::unique_ptr<PathRig>> rigs;
   for (int i = 0; i < kStates; ++i) {
     rigs.push_back(std::make_unique<PathRig>(static_cast<Consumer>(i)));
@@ -1319,7 +1334,8 @@ void pathCost(int rounds, size_t pages, bool stats) {
   // A first round not kept: first use of the code, the maps and their allocators.
   for (int i = 0; i < kStates; ++i) (void)pathBurstOnce(*rigs[static_cast<size_t>(i)], pages);
   std::vector<double> fault[kStates], daemon[kStates];
-  std::vector<double> ringCost, kernelCost, dispatch, ratio, ringOverEmpty, kernelOverEmpty;
+  std::vector<double> ringCost, kernelCost, dispatch, ratio, ringOverEmpty, kernelOverEmpty, call, ringCharged,
+      kernelCharged;
   // A fresh order every round (fixed seed): a rotation would keep each state behind the same
   // other state, and carry-over from one state's burst and drain would then bias the next.
   std::mt19937 shuffle(20261121);
@@ -1344,6 +1360,10 @@ void pathCost(int rounds, size_t pages, bool stats) {
     ringOverEmpty.push_back(ring + b[none].faultNs - empty);
     kernelOverEmpty.push_back(kern + b[none].faultNs - empty);
     if (kern > 0) ratio.push_back(ring / kern);  // rounds without a positive in-kernel cost have no ratio
+    const double programCall = b[static_cast<int>(Consumer::RingKept)].faultNs - b[static_cast<int>(Consumer::Ring)].faultNs;
+    call.push_back(programCall);
+    ringCharged.push_back(ringOverEmpty.back() + programCall);
+    kernelCharged.push_back(kernelOverEmpty.back() + programCall);
   }
   std::printf("%-14s %14s %14s\n", "state", "thread ns/fault", "collect ns/fault");
   for (int i = 0; i < kStates; ++i)
@@ -1362,6 +1382,13 @@ void pathCost(int rounds, size_t pages, bool stats) {
   const auto [elo, ehi] = ratioOfMediansInterval(ringOverEmpty, kernelOverEmpty);
   std::printf("ring / in-kernel over the empty program: ratio of the medians %.2fx, 95%% bootstrap interval [%.2fx, %.2fx]\n",
               median(kernelOverEmpty) > 0 ? median(ringOverEmpty) / median(kernelOverEmpty) : 0.0, elo, ehi);
+  std::printf("the kernel's call into a program (ring + kept over the ring), and both paths charged with it:\n");
+  show("program call (upper bound)", call);
+  show("user ring over the empty program + the call", ringCharged);
+  show("in-kernel over the empty program + the call", kernelCharged);
+  const auto [clo, chi] = ratioOfMediansInterval(ringCharged, kernelCharged);
+  std::printf("ring / in-kernel with the call charged: ratio of the medians %.2fx, 95%% bootstrap interval [%.2fx, %.2fx]\n",
+              median(kernelCharged) > 0 ? median(ringCharged) / median(kernelCharged) : 0.0, clo, chi);
   const auto [lo, hi] = ratioOfMediansInterval(ringCost, kernelCost);
   if (median(kernelCost) > 0)
     std::printf("ring / in-kernel over the unconsumed event: ratio of the medians %.2fx, 95%% bootstrap interval "

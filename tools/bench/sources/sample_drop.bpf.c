@@ -13,6 +13,15 @@ int tt_drop_sample(struct bpf_perf_event_data* ctx) {
   return 0;
 }
 
+// Reference of `sources_bench path-cost`: attached beside a ring, it returns 1, so the kernel goes
+// on to write the sample to the ring as if no program were there. The ring with it minus the ring
+// alone is what the kernel's call into a perf_event program costs (the in-kernel path's own
+// overhead around its program), measured on the path that pays it.
+SEC("perf_event")
+int tt_keep_sample(struct bpf_perf_event_data* ctx) {
+  return 1;
+}
+
 // Baseline of `sources_bench touch-rounds`: an empty program on the fault tracer's raw tracepoint,
 // so a run with it measures what enabling the tracepoint and entering a BPF program on every user
 // fault costs, apart from the tracer's own filter and counting.
