@@ -1229,6 +1229,10 @@ class PathRig {
       events_.push_back(std::move(*ev));
     }
     ring_.track(sys::perf::currentTgid());
+    // libbpf's attach to a perf event also enables it: off again, or a program's events would
+    // count every other state's faults until the rig's own first burst.
+    for (const auto& ev : events_)
+      if (!ev->disable()) return;
     ok_ = true;
   }
   ~PathRig() {
@@ -1270,10 +1274,16 @@ class PathRig {
     }
     const uint64_t sampleType = softwareFaultAttr(1).sample_type;
     for (const auto& ev : events_)
-      ev->drain([&](std::span<const uint8_t> r) { ring_.handle(r, sampleType, AccessKind::Fault, 1, counters_); });
+      ev->drain([&](std::span<const uint8_t> r) {
+        ++ringRecords_;
+        ring_.handle(r, sampleType, AccessKind::Fault, 1, counters_);
+      });
     (void)ring_.flush(out_.records);
     return out_.pages();
   }
+  // Records drained from the rig's rings, all processes' (the events are system-wide), and the
+  // samples among them of this thread's process: the ring path decodes the others too.
+  std::pair<uint64_t, uint64_t> ringRecordsAndTracked() const { return {ringRecords_, counters_.samples}; }
 
  private:
   Consumer c_;
@@ -1284,6 +1294,7 @@ class PathRig {
   std::unique_ptr<sys::bpf::PerfSampleAgg> agg_;
   RingRecords ring_{"path-cost"};
   SourceCounters counters_;
+  uint64_t ringRecords_ = 0;
   std::vector<sys::bpf::ChunkCounts> chunks_;
   EvidenceBatch out_;
 };
@@ -1389,6 +1400,13 @@ void pathCost(int rounds, size_t pages, bool stats) {
   const auto [clo, chi] = ratioOfMediansInterval(ringCharged, kernelCharged);
   std::printf("ring / in-kernel with the call charged: ratio of the medians %.2fx, 95%% bootstrap interval [%.2fx, %.2fx]\n",
               median(kernelCharged) > 0 ? median(ringCharged) / median(kernelCharged) : 0.0, clo, chi);
+  for (Consumer c : {Consumer::Ring, Consumer::RingKept}) {
+    const auto [records, tracked] = rigs[static_cast<size_t>(c)]->ringRecordsAndTracked();
+    std::printf("%s: %llu records drained, %llu of them this process's samples (%.2f%%; the rest other processes' "
+                "faults, decoded and dropped)\n",
+                kConsumerNames[static_cast<int>(c)], static_cast<unsigned long long>(records),
+                static_cast<unsigned long long>(tracked), records ? 100.0 * static_cast<double>(tracked) / static_cast<double>(records) : 0.0);
+  }
   const auto [lo, hi] = ratioOfMediansInterval(ringCost, kernelCost);
   if (median(kernelCost) > 0)
     std::printf("ring / in-kernel over the unconsumed event: ratio of the medians %.2fx, 95%% bootstrap interval "
