@@ -735,10 +735,11 @@ double HeatModel::pageHeat(pid_t tgid, uint64_t page, uint64_t nowNs) const {
   return static_cast<double>(c.heat[(page / kBasePageSize) % kBlockPages]) * decayFactor(c.lastNs, nowNs, halfLifeOf(tgid));
 }
 
-std::vector<PageHeat> HeatModel::hottestPages(size_t limit, uint64_t nowNs) const {
+std::vector<PageHeat> HeatModel::hottestPages(size_t limit, uint64_t nowNs, pid_t onlyTgid) const {
   std::vector<PageHeat> all;
   for (const auto& [key, c] : pageChunks_) {
     const pid_t tgid = tgidOfKey(key);
+    if (onlyTgid != 0 && tgid != onlyTgid) continue;
     const double f = decayFactor(c.lastNs, nowNs, halfLifeOf(tgid));
     for (uint32_t i = 0; i < kBlockPages; ++i)
       if (c.heat[i] > 0)

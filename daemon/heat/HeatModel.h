@@ -127,7 +127,11 @@ class HeatModel {
   [[nodiscard]] const FeatureVector& weights() const { return weights_; }
   // Decayed heat of one page at `nowNs` (0 if untracked), and the hottest pages (CLI).
   [[nodiscard]] double pageHeat(pid_t tgid, uint64_t page, uint64_t nowNs) const;
-  [[nodiscard]] std::vector<PageHeat> hottestPages(size_t limit, uint64_t nowNs) const;
+  [[nodiscard]] std::vector<PageHeat> hottestPages(size_t limit, uint64_t nowNs) const {
+    return hottestPages(limit, nowNs, 0);
+  }
+  // The same, of process `tgid` only (0: every process); other processes' chunks are skipped whole.
+  [[nodiscard]] std::vector<PageHeat> hottestPages(size_t limit, uint64_t nowNs, pid_t tgid) const;
   [[nodiscard]] StepClock clockOf(pid_t tgid) const;
 
  private:

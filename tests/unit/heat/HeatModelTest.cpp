@@ -312,6 +312,37 @@ TEST(HeatModel, HottestPagesAreOrdered) {
   EXPECT_EQ(top[0].tgid, kTgid);
 }
 
+// The pid-filtered variant: only that process's pages, hottest first, even when another
+// process's pages are hotter; tgid 0 is every process.
+TEST(HeatModel, HottestPagesOfOneProcess) {
+  HeatModel model(baseConfig());
+  constexpr pid_t kOther = 78;
+  std::vector<AccessEvidence> batch{sample(0x1000, 3), sample(0x2000, 9), sample(0x3000, 1)};
+  for (auto [page, weight] : {std::pair<uint64_t, uint32_t>{0x1000, 50}, {0x5000, 40}}) {
+    AccessEvidence e = sample(page, weight);
+    e.tgid = kOther;
+    batch.push_back(e);
+  }
+  model.ingest(batch, 10 * kMs);
+  auto top = model.hottestPages(10, 10 * kMs, kTgid);
+  ASSERT_EQ(top.size(), 3u);
+  EXPECT_EQ(top[0].page, 0x2000u);
+  EXPECT_EQ(top[1].page, 0x1000u);
+  EXPECT_EQ(top[2].page, 0x3000u);
+  for (const auto& p : top) EXPECT_EQ(p.tgid, kTgid);
+  top = model.hottestPages(1, 10 * kMs, kOther);
+  ASSERT_EQ(top.size(), 1u);
+  EXPECT_EQ(top[0].tgid, kOther);
+  EXPECT_EQ(top[0].page, 0x1000u);
+  EXPECT_NEAR(top[0].heat, 50.0, 1e-6);
+  EXPECT_TRUE(model.hottestPages(10, 10 * kMs, 4242).empty());
+  top = model.hottestPages(10, 10 * kMs, 0);
+  ASSERT_EQ(top.size(), 5u);
+  EXPECT_EQ(top[0].tgid, kOther);
+  EXPECT_EQ(top[2].tgid, kTgid);
+  EXPECT_EQ(top[2].page, 0x2000u);
+}
+
 // In-kernel sources hand over blocks (a count per page of a 2 MiB chunk) instead of one record per
 // page; the model folds a block's run of pages into each unit at once. That must be the same
 // model: fed the same evidence as records and as blocks, over steps with marks, regions that
