@@ -101,6 +101,12 @@ PolicyView HeatPlannerPolicy::view() const {
   return v;
 }
 
+std::vector<PageHeatView> HeatPlannerPolicy::hottestPages(size_t limit, pid_t tgid, uint64_t nowNs) const {
+  std::vector<PageHeatView> out;
+  for (const auto& p : heat_.hottestPages(limit, nowNs, tgid)) out.push_back({p.tgid, p.page, p.heat});
+  return out;
+}
+
 Result<void> HeatPlannerPolicy::applyConfig(const tensortier::v1::PolicyConfig& config) {
   // The planner is stateless between plans (the loop numbers generations): replace it. The heat
   // model's learned state is worth more than a live change of its parameters.

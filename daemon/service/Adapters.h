@@ -78,6 +78,7 @@ class HeatPlannerPolicy final : public PlacementPolicy {
   MigrationPlan plan(uint64_t nowNs, double migrationBytesPerSec, std::span<const ManualPin> pins) override;
   std::vector<std::pair<uint64_t, double>> regionHeat() const override;
   PolicyView view() const override;
+  std::vector<PageHeatView> hottestPages(size_t limit, pid_t tgid, uint64_t nowNs) const override;
   Result<void> applyConfig(const tensortier::v1::PolicyConfig& config) override;
   // The unit of the evidence observe() receives (accessesPerPagePass above); 1 until set.
   void setAccessesPerPagePass(double accesses) { accessesPerPagePass_ = accesses; }

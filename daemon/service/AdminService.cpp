@@ -180,8 +180,14 @@ void AdminService::regions(const pb::RegionsRequest& request, pb::DaemonMessage&
 }
 
 void AdminService::top(const pb::TopRequest& request, pb::DaemonMessage& reply) {
+  // Refused rather than clamped: a silently shorter list would read as "no more pages have heat".
+  if (request.pages() > kMaxTopPages) {
+    ipc::setError(reply, pb::BAD_REQUEST,
+                  "top: at most " + std::to_string(kMaxTopPages) + " pages, not " + std::to_string(request.pages()));
+    return;
+  }
   const size_t count = request.count() == 0 ? 10 : std::min<size_t>(request.count(), 1000);
-  auto all = ctx_.registry->allRegions();
+  auto all = ctx_.registry->allRegions(request.pid());
   std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.heat > b.heat; });
   auto* out = reply.mutable_top();
   const auto pinned = pins();
@@ -192,6 +198,13 @@ void AdminService::top(const pb::TopRequest& request, pb::DaemonMessage& reply) 
   for (size_t i = 0; i < all.size() && i < count; ++i) {
     pb::RegionEntry e;
     if (fillRegion(all[all.size() - 1 - i], e, pinned)) *out->add_coldest() = std::move(e);
+  }
+  if (request.pages() == 0 || !ctx_.epochLoop) return;
+  for (const auto& p : ctx_.epochLoop->hottestPages(request.pages(), request.pid(), now())) {
+    auto* e = out->add_hottest_pages();
+    e->set_pid(p.tgid);
+    e->set_address(p.page);
+    e->set_heat(p.heat);
   }
 }
 

@@ -43,6 +43,10 @@ struct AdminContext {
 
 class AdminService final : public ipc::AdminHandler {
  public:
+  // Most pages a top request may ask for (TopRequest.pages): each request scans every tracked page
+  // under the epoch loop's run lock; this bounds the reply and the copy, not the scan.
+  static constexpr uint32_t kMaxTopPages = 1000;
+
   explicit AdminService(AdminContext context);
   void handleAdmin(const ipc::Session& session, const ipc::pb::ClientMessage& request,
                    ipc::pb::DaemonMessage& reply) override;

@@ -427,6 +427,12 @@ std::vector<ManualPin> EpochLoop::pins() const {
   return pins_;
 }
 
+std::vector<PageHeatView> EpochLoop::hottestPages(size_t limit, pid_t tgid, uint64_t nowNs) {
+  if (!stages_.policy || limit == 0) return {};
+  std::lock_guard run(runMutex_);
+  return stages_.policy->hottestPages(limit, tgid, nowNs);
+}
+
 EpochStats EpochLoop::stats() const {
   std::lock_guard lock(statsMutex_);
   return stats_;

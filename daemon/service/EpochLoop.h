@@ -102,6 +102,11 @@ class EpochLoop {
   static constexpr int kManualPriority = 2000;
 
   [[nodiscard]] EpochStats stats() const;
+  // The policy's `limit` hottest pages at `nowNs`, of `tgid` only unless 0 (tensortierctl top
+  // --pages); empty without a policy. Per-page heat is too big to copy out every epoch for a
+  // request that rarely comes, so this reads the policy itself under the run lock: it waits for an
+  // epoch in progress and holds the next one back for the scan (O(tracked pages)). Thread-safe.
+  [[nodiscard]] std::vector<PageHeatView> hottestPages(size_t limit, pid_t tgid, uint64_t nowNs);
   [[nodiscard]] std::map<pid_t, uint64_t> fastBytesByProcess() const;
 
   [[nodiscard]] static uint64_t monotonicNowNs();

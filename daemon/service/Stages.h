@@ -3,7 +3,9 @@
 // (service/Adapters.h: sources::SourceSet, heat::HeatModel + policy::Planner, migrate::Engine).
 //
 // Every call comes from the epoch thread, except PlanExecutor::counters() and submit(), which the
-// admin handler (event-loop thread) also uses: implementations make those two thread-safe.
+// admin handler (event-loop thread) also uses: implementations make those two thread-safe. The
+// admin handler also calls PlacementPolicy::hottestPages, but under the epoch loop's run lock
+// (EpochLoop::hottestPages), so never during an epoch: it needs no locking of its own.
 #pragma once
 
 #include <sys/types.h>
@@ -83,6 +85,13 @@ struct ProcessClockView {
   std::string phase;         // the current phase from the client's marks ("" = none)
 };
 
+// One 4 KiB page's decayed heat (tensortierctl top --pages).
+struct PageHeatView {
+  pid_t tgid = 0;
+  uint64_t page = 0;
+  double heat = 0;
+};
+
 struct PolicyView {
   uint64_t fastBudgetBytes = 0;  // 0 = unknown
   uint64_t fastUsedBytes = 0;    // managed bytes on fast nodes at the last plan
@@ -106,6 +115,9 @@ class PlacementPolicy {
   // Heat per registered region as of the last plan.
   [[nodiscard]] virtual std::vector<std::pair<uint64_t, double>> regionHeat() const = 0;
   [[nodiscard]] virtual PolicyView view() const = 0;
+  // The `limit` hottest pages by per-page heat decayed to `nowNs`, hottest first; of process
+  // `tgid` only unless 0. Empty for a policy without per-page heat.
+  [[nodiscard]] virtual std::vector<PageHeatView> hottestPages(size_t limit, pid_t tgid, uint64_t nowNs) const = 0;
   [[nodiscard]] virtual Result<void> applyConfig(const tensortier::v1::PolicyConfig& config) = 0;
 };
 

@@ -84,6 +84,8 @@ class FakePolicy final : public service::PlacementPolicy {
     v.fastBudgetBytes = budget;
     return v;
   }
+  // No per-page heat (AdminServiceTest answers top --pages from the real heat model).
+  std::vector<service::PageHeatView> hottestPages(size_t, pid_t, uint64_t) const override { return {}; }
   Result<void> applyConfig(const tensortier::v1::PolicyConfig&) override { return {}; }
 
   std::map<uint64_t, RegionInfo> regions;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <regex>
+#include <tuple>
 
 #include "fakes/migrate/FakePageMover.h"
 #include "fakes/registry/FakeAddressSpace.h"
@@ -341,6 +342,114 @@ TEST_F(AdminServiceTest, TopOrdersByHeat) {
   EXPECT_EQ(reply.top().hottest(0).region_id(), other);
   ASSERT_EQ(reply.top().coldest_size(), 1);
   EXPECT_EQ(reply.top().coldest(0).region_id(), regionId);
+}
+
+TEST_F(AdminServiceTest, TopRefusesMorePagesThanItServesAndHasNoneWithoutAHeatModel) {
+  pb::ClientMessage t;
+  t.mutable_top()->set_pages(tt::service::AdminService::kMaxTopPages + 1);
+  auto reply = ask(65534, t);
+  ASSERT_TRUE(reply.has_error()) << reply.DebugString();
+  EXPECT_EQ(reply.error().code(), pb::BAD_REQUEST);
+  EXPECT_NE(reply.error().message().find("at most 1000 pages"), std::string::npos) << reply.error().message();
+  // At the limit it answers, as to anyone (like the region lists): this loop has no policy, so
+  // there are no pages, but the regions are listed.
+  t.mutable_top()->set_pages(tt::service::AdminService::kMaxTopPages);
+  reply = ask(65534, t);
+  ASSERT_TRUE(reply.has_top()) << reply.DebugString();
+  EXPECT_EQ(reply.top().hottest_pages_size(), 0);
+  EXPECT_EQ(reply.top().hottest_size(), 1);
+}
+
+// The daemon's real heat model, fed evidence through the epoch loop, answers `top --pages` with
+// the hottest pages in order, their heat decayed to the time of the request; --pid keeps one
+// process's pages and regions; pages = 0 asks for none.
+TEST(AdminServiceTop, HottestPagesComeFromTheHeatModel) {
+  constexpr pid_t kA = 10, kB = 20;
+  constexpr uint64_t kBaseB = 0x7e0000000000;
+  constexpr uint64_t kSecond = 1'000'000'000;
+  tt::test::FakeAddressSpace space;
+  space.map(kA, kBase, kBase + (1ULL << 20));
+  space.map(kB, kBaseB, kBaseB + (1ULL << 20));
+  tt::registry::Registry registry(space, {});
+  tt::metrics::Registry metrics;
+  tt::topology::Topology topology;
+  tt::topology::NumaNode n0, n1;
+  n0.id = 0;
+  n1.id = 1;
+  n1.tier = tt::topology::Tier::Slow;
+  topology.nodes = {n0, n1};
+  tt::fakes::FakePageMover mover;
+  pb::PolicyConfig config;
+  config.set_heat_half_life_ms(1000);
+  tt::service::HeatPlannerPolicy policy(config, topology, mover);
+  tt::test::FakeEvidenceSource source;
+  tt::service::EpochLoop loop(registry, {&source, &policy, nullptr, nullptr}, metrics);
+  for (pid_t pid : {kA, kB}) {
+    ASSERT_TRUE(registry.attachProcess({pid, 1000, 1000}, "trainer", false));
+    tt::registry::RegisterRequest r;
+    r.address = pid == kA ? kBase : kBaseB;
+    r.length = 16 * kPage;
+    ASSERT_TRUE(registry.registerRegion({pid, 1000, 1000}, r).ok());
+  }
+  auto access = [](pid_t pid, uint64_t page, uint32_t weight) {
+    tt::AccessEvidence e;
+    e.tgid = pid;
+    e.page = page;
+    e.weight = weight;
+    e.kind = tt::AccessKind::Load;
+    return e;
+  };
+  source.next = {access(kA, kBase + kPage, 5),   access(kA, kBase + 2 * kPage, 20), access(kA, kBase + 3 * kPage, 1),
+                 access(kB, kBaseB, 12),          access(kB, kBaseB + 9 * kPage, 7)};
+  const uint64_t epochNs = 10 * kSecond;
+  loop.runOnce(epochNs);
+
+  uint64_t nowNs = epochNs + kSecond;  // one half-life after the evidence
+  tt::service::AdminContext ctx;
+  ctx.registry = &registry;
+  ctx.epochLoop = &loop;
+  ctx.nowNs = [&nowNs] { return nowNs; };
+  tt::service::AdminService admin(std::move(ctx));
+  auto top = [&admin](uint32_t pages, pid_t pid) {
+    pb::ClientMessage m;
+    m.mutable_top()->set_pages(pages);
+    m.mutable_top()->set_pid(pid);
+    tt::ipc::Session session;
+    session.peer = {99, 65534, 65534};  // read-only: anyone who can connect
+    session.hello = true;
+    pb::DaemonMessage reply;
+    admin.handleAdmin(session, m, reply);
+    return reply;
+  };
+
+  auto reply = top(3, 0);
+  ASSERT_TRUE(reply.has_top()) << reply.DebugString();
+  const auto& pages = reply.top().hottest_pages();
+  ASSERT_EQ(pages.size(), 3) << reply.DebugString();
+  const std::tuple<pid_t, uint64_t, double> expected[] = {
+      {kA, kBase + 2 * kPage, 20}, {kB, kBaseB, 12}, {kB, kBaseB + 9 * kPage, 7}};
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(pages[i].pid(), std::get<0>(expected[i])) << i;
+    EXPECT_EQ(pages[i].address(), std::get<1>(expected[i])) << i;
+    EXPECT_NEAR(pages[i].heat(), std::get<2>(expected[i]) / 2, 1e-3) << i;  // halved by the half-life
+  }
+
+  reply = top(10, kA);
+  ASSERT_EQ(reply.top().hottest_pages_size(), 3) << reply.DebugString();
+  EXPECT_EQ(reply.top().hottest_pages(0).address(), kBase + 2 * kPage);
+  EXPECT_EQ(reply.top().hottest_pages(1).address(), kBase + kPage);
+  EXPECT_EQ(reply.top().hottest_pages(2).address(), kBase + 3 * kPage);
+  for (const auto& p : reply.top().hottest_pages()) EXPECT_EQ(p.pid(), kA);
+  ASSERT_EQ(reply.top().hottest_size(), 1);
+  EXPECT_EQ(reply.top().hottest(0).pid(), kA);
+  ASSERT_EQ(reply.top().coldest_size(), 1);
+  EXPECT_EQ(reply.top().coldest(0).pid(), kA);
+  EXPECT_EQ(top(10, 4242).top().hottest_pages_size(), 0);
+
+  reply = top(0, 0);
+  ASSERT_TRUE(reply.has_top());
+  EXPECT_EQ(reply.top().hottest_pages_size(), 0);
+  EXPECT_EQ(reply.top().hottest_size(), 2);
 }
 
 // What the sources logged at start (kernel tiering, sources not opened), each source's throttled
