@@ -3,6 +3,8 @@
 //   tensortierctl [--socket PATH] [--json] status|processes|regions|top|tune|migrate|record|check-config ...
 //
 // Human tables by default; --json prints one JSON document (nlohmann-json) for scripts.
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <iomanip>
@@ -16,6 +18,7 @@
 
 #include "config/Config.h"
 #include "ctl/CtlClient.h"
+#include "ctl/RegionsView.h"
 #include "ctl/StatusView.h"
 
 namespace {
@@ -23,6 +26,8 @@ namespace {
 namespace pb = tensortier::v1;
 using nlohmann::json;
 using tt::ctl::bytes;
+using tt::ctl::regionJson;
+using tt::ctl::regionsTable;
 using tt::ctl::Table;
 
 constexpr const char* kUsage =
@@ -31,7 +36,10 @@ constexpr const char* kUsage =
     "  status                         topology, tiers, fast-tier budget and use, sources, rates\n"
     "  processes                      registered client processes\n"
     "  regions [--pid PID]            registered regions: placement per node, heat, kind\n"
-    "  top [--count N]                hottest and coldest regions\n"
+    "  top [--count N] [--pages N] [--pid PID]\n"
+    "                                 hottest and coldest regions (N each, default 10), then the N\n"
+    "                                 hottest 4 KiB pages by the heat model (at most 1000); --pid:\n"
+    "                                 of that process only\n"
     "  tune [--promote-mbps N] [--demote-mbps N] [--epoch-ms N] [--sampling-budget PERCENT]\n"
     "       [--max-regions-per-uid N] [--max-registered-mib-per-uid N] [--max-connections-per-uid N]\n"
     "       [--policy KEY=VALUE]...   change the running daemon (root or the admin group)\n"
@@ -70,47 +78,6 @@ void printRecordings(const pb::RecordReply& reply, bool asJson) {
     if (r.active()) std::cout << ", " << r.elapsed_ms() / 1000 << " s so far, at most " << r.ends_in_ms() / 1000 << " s more";
     std::cout << "\n  " << r.path() << '\n';
   }
-}
-
-json regionJson(const pb::RegionEntry& r) {
-  json nodes = json::object();
-  for (const auto& nb : r.bytes_per_node()) nodes[std::to_string(nb.node())] = nb.bytes();
-  return {{"pid", r.pid()},         {"region_id", r.region_id()},   {"name", r.name()},
-          {"kind", r.kind()},       {"address", r.address()},       {"length", r.length()},
-          {"bytes_per_node", nodes}, {"unmapped_bytes", r.unmapped_bytes()}, {"heat", r.heat()},
-          {"pinned", r.pinned()},   {"pinned_node", r.pinned() ? json(r.pinned_node()) : json(nullptr)},
-          {"pin_expires_in_ms", r.pin_expires_in_ms()}};
-}
-
-std::string placementText(const pb::RegionEntry& r) {
-  std::string s;
-  for (const auto& nb : r.bytes_per_node()) s += (s.empty() ? "" : " ") + std::string("n") + std::to_string(nb.node()) + "=" + bytes(nb.bytes());
-  if (r.unmapped_bytes()) s += (s.empty() ? "" : " ") + std::string("unmapped=") + bytes(r.unmapped_bytes());
-  return s.empty() ? "-" : s;
-}
-
-std::string pinText(const pb::RegionEntry& r) {
-  if (!r.pinned()) return "-";
-  const std::string node = "n" + std::to_string(r.pinned_node());
-  if (r.pin_expires_in_ms() == 0) return node + " until unpinned";
-  return node + " " + std::to_string((r.pin_expires_in_ms() + 999) / 1000) + "s";
-}
-
-std::string hex(uint64_t v) {
-  std::ostringstream s;
-  s << "0x" << std::hex << v;
-  return s.str();
-}
-
-std::string regionsTable(const google::protobuf::RepeatedPtrField<pb::RegionEntry>& regions) {
-  Table t({"PID", "ID", "NAME", "KIND", "ADDRESS", "SIZE", "HEAT", "PLACEMENT", "PIN"});
-  for (const auto& r : regions) {
-    std::ostringstream heat;
-    heat << std::setprecision(4) << r.heat();
-    t.add({std::to_string(r.pid()), std::to_string(r.region_id()), r.name().empty() ? "-" : r.name(), r.kind(),
-           hex(r.address()), bytes(r.length()), heat.str(), placementText(r), pinText(r)});
-  }
-  return t.str();
 }
 
 void printStatus(const pb::StatusReply& s, bool asJson) {
@@ -236,6 +203,9 @@ int main(int argc, char** argv) {
     while (opts.more()) {
       const std::string a = opts.next("");
       if (a == "--count") r->set_count(static_cast<uint32_t>(number(a, opts.next(a))));
+      // Passed on unclamped: the daemon refuses more than it serves (AdminService::kMaxTopPages).
+      else if (a == "--pages") r->set_pages(static_cast<uint32_t>(std::min<uint64_t>(number(a, opts.next(a)), UINT32_MAX)));
+      else if (a == "--pid") r->set_pid(static_cast<int32_t>(number(a, opts.next(a))));
       else { std::cerr << kUsage; return 2; }
     }
   } else if (command == "tune") {
@@ -296,6 +266,7 @@ int main(int argc, char** argv) {
   if (auto c = client.connect(socket); !c) return fail(c.error().message());
   if (auto h = client.hello("tensortierctl " + command); !h) return fail(h.error().message());
   const bool unpinRequest = request.has_migrate() && request.migrate().unpin();
+  const bool pagesRequested = request.has_top() && request.top().pages() > 0;
   auto reply = client.call(std::move(request));
   if (!reply) return fail(reply.error().message());
   if (reply->has_error()) {
@@ -318,15 +289,8 @@ int main(int argc, char** argv) {
       std::cout << regionsTable(reply->regions().regions());
     }
   } else if (reply->has_top()) {
-    if (asJson) {
-      json hot = json::array(), cold = json::array();
-      for (const auto& r : reply->top().hottest()) hot.push_back(regionJson(r));
-      for (const auto& r : reply->top().coldest()) cold.push_back(regionJson(r));
-      std::cout << json{{"hottest", hot}, {"coldest", cold}}.dump(2) << '\n';
-    } else {
-      std::cout << "hottest:\n" << regionsTable(reply->top().hottest()) << "\ncoldest:\n"
-                << regionsTable(reply->top().coldest());
-    }
+    if (asJson) std::cout << tt::ctl::topJson(reply->top()).dump(2) << '\n';
+    else std::cout << tt::ctl::topText(reply->top(), pagesRequested);
   } else if (reply->has_tune()) {
     if (asJson) std::cout << json{{"effective_config", reply->tune().effective_config()}}.dump(2) << '\n';
     else std::cout << reply->tune().effective_config();

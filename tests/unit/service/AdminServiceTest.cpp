@@ -11,6 +11,7 @@
 #include "fakes/migrate/FakePageMover.h"
 #include "fakes/registry/FakeAddressSpace.h"
 #include "fakes/service/FakeStages.h"
+#include "ctl/RegionsView.h"
 #include "ctl/StatusView.h"
 #include "fakes/sources/FakeSource.h"
 #include "service/Adapters.h"
@@ -362,7 +363,7 @@ TEST_F(AdminServiceTest, TopRefusesMorePagesThanItServesAndHasNoneWithoutAHeatMo
 
 // The daemon's real heat model, fed evidence through the epoch loop, answers `top --pages` with
 // the hottest pages in order, their heat decayed to the time of the request; --pid keeps one
-// process's pages and regions; pages = 0 asks for none.
+// process's pages and regions; pages = 0 asks for none. tensortierctl renders the answer.
 TEST(AdminServiceTop, HottestPagesComeFromTheHeatModel) {
   constexpr pid_t kA = 10, kB = 20;
   constexpr uint64_t kBaseB = 0x7e0000000000;
@@ -450,6 +451,55 @@ TEST(AdminServiceTop, HottestPagesComeFromTheHeatModel) {
   ASSERT_TRUE(reply.has_top());
   EXPECT_EQ(reply.top().hottest_pages_size(), 0);
   EXPECT_EQ(reply.top().hottest_size(), 2);
+
+  reply = top(1, kB);
+  const std::string text = tt::ctl::topText(reply.top(), true);
+  EXPECT_TRUE(std::regex_search(text, std::regex("\nhottest pages:\nPID +ADDRESS +HEAT\n20 +0x7e0000000000 +6\n$")))
+      << text;
+}
+
+// tensortierctl's rendering of a top reply: the page list after the region lists, addresses in
+// hex, hottest first as the daemon sent them; a line saying so when asked pages have no heat;
+// nothing about pages when none were asked for; JSON with every field.
+TEST(TopView, PagesFollowTheRegionListsInTextAndJson) {
+  pb::TopReply reply;
+  auto* hot = reply.add_hottest();
+  hot->set_pid(10);
+  hot->set_region_id(3);
+  hot->set_name("grad");
+  hot->set_kind("gradient");
+  hot->set_address(kBase);
+  hot->set_length(4 * kPage);
+  hot->set_heat(9.5);
+  *reply.add_coldest() = *hot;
+  for (auto [pid, address, heat] : {std::tuple<int32_t, uint64_t, double>{10, kBase + kPage, 42.25},
+                                    {11, 0x55550000f000, 3.125}}) {
+    auto* p = reply.add_hottest_pages();
+    p->set_pid(pid);
+    p->set_address(address);
+    p->set_heat(heat);
+  }
+  const std::string text = tt::ctl::topText(reply, true);
+  EXPECT_TRUE(std::regex_search(
+      text, std::regex("^hottest:\nPID .*\n10 +3 +grad +gradient +0x7f0000000000 +16.0 KiB +9.5 .*\n\ncoldest:\n")))
+      << text;
+  EXPECT_TRUE(std::regex_search(
+      text, std::regex("\n\nhottest pages:\nPID +ADDRESS +HEAT\n10 +0x7f0000001000 +42.25\n11 +0x55550000f000 +3.125\n$")))
+      << text;
+  EXPECT_EQ(tt::ctl::topText(reply, false).find("pages"), std::string::npos);
+  pb::TopReply noPages = reply;
+  noPages.clear_hottest_pages();
+  EXPECT_NE(tt::ctl::topText(noPages, true).find("\nhottest pages: none has heat\n"), std::string::npos);
+
+  const auto json = tt::ctl::topJson(reply);
+  ASSERT_EQ(json["hottest_pages"].size(), 2u) << json.dump();
+  EXPECT_EQ(json["hottest_pages"][0]["pid"], 10);
+  EXPECT_EQ(json["hottest_pages"][0]["address"], kBase + kPage);
+  EXPECT_DOUBLE_EQ(json["hottest_pages"][0]["heat"].get<double>(), 42.25);
+  EXPECT_EQ(json["hottest_pages"][1]["pid"], 11);
+  EXPECT_EQ(json["hottest"][0]["name"], "grad");
+  EXPECT_EQ(json["coldest"][0]["region_id"], 3);
+  EXPECT_TRUE(tt::ctl::topJson(noPages)["hottest_pages"].empty());
 }
 
 // What the sources logged at start (kernel tiering, sources not opened), each source's throttled
