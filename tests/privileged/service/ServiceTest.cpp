@@ -13,6 +13,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -433,7 +434,8 @@ TEST_F(ServiceTest, TensortierctlTunesTheSamplingBudgetLiveAndMigratePinsUntilUn
 
 // tensortierctl record: a live run of this process (first touches the sources see, iteration
 // marks, the registered region) ends up in a trace file that tiersim's reader replays, and that
-// the admin group (here adm, which uid 65534 is not in) may read.
+// the admin group (here adm, which uid 65534 is not in) may read; status, processes and
+// top --pages show what the heat model made of the run meanwhile.
 TEST_F(ServiceTest, TensortierctlRecordsALiveRunThatTiersimReadsBack) {
   const std::string traceDir = daemon.dir() + "/traces";
   const group* adm = ::getgrnam("adm");
@@ -482,6 +484,30 @@ TEST_F(ServiceTest, TensortierctlRecordsALiveRunThatTiersimReadsBack) {
   auto procs = ctlJson("processes");
   ASSERT_EQ(procs["processes"].size(), 1u);
   EXPECT_TRUE(procs["processes"][0].contains("step_period_us")) << procs.dump();
+  // And its per-page heat: the first touches put heat on the pages, which top --pages lists for
+  // this process, hottest first: most of the 64 (as in the trace below), among whatever other
+  // faults of this process the sources saw.
+  auto top = ctlJson("top --pages 1000 --pid " + pid);
+  ASSERT_FALSE(top["hottest_pages"].empty()) << top.dump() << daemon.log();
+  EXPECT_LE(top["hottest_pages"].size(), 1000u);
+  double previous = HUGE_VAL;
+  size_t inRegion = 0;
+  const auto base = reinterpret_cast<uint64_t>(addr);
+  for (const auto& p : top["hottest_pages"]) {
+    EXPECT_EQ(p["pid"], ::getpid()) << p.dump();
+    const auto a = p["address"].get<uint64_t>();
+    EXPECT_EQ(a % kPage, 0u) << p.dump();
+    const double heat = p["heat"].get<double>();
+    EXPECT_GT(heat, 0) << p.dump();
+    EXPECT_LE(heat, previous) << top.dump();
+    previous = heat;
+    if (a >= base && a < base + kPages * kPage) ++inRegion;
+  }
+  EXPECT_GE(inRegion, kPages * 95 / 100) << top.dump();
+  EXPECT_EQ(ctlJson("top --pages 1001", 1)["error"]["code"], "BAD_REQUEST");
+  auto text = tt::test::runCommand(std::string(TT_TENSORTIERCTL) + " --socket " + daemon.socket() + " top --pages 3 --pid " + pid);
+  EXPECT_EQ(text.exitCode, 0) << text.out;
+  EXPECT_NE(text.out.find("\nhottest pages:\nPID"), std::string::npos) << text.out;
 
   auto listed = ctlJson("record list");
   ASSERT_GE(listed["recordings"].size(), 1u);
