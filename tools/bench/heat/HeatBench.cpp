@@ -4,6 +4,7 @@
 //
 //   heat_bench ingest [ROUNDS [CHUNKS]]
 //   heat_bench memory
+//   heat_bench top [ROUNDS [CHUNKS]]
 //
 // Each round builds one epoch of evidence for CHUNKS 2 MiB chunks of one process (default 256:
 // 512 MiB) in two shapes, distinct pages (every page of every chunk sampled once) and a hot set
@@ -15,7 +16,15 @@
 // `memory`: the heat model's heap (mallinfo2) after an epoch with evidence for every page of
 // 1 GiB of one process (512 blocks), per GiB and as a share of it: the daemon's side of the
 // tracking state (the BPF maps' side: sources_bench memory).
+//
+// `top`: what one `tensortierctl top --pages 1000` costs the daemon: HeatModel::hottestPages(1000)
+// over every process and for one of two, with evidence on every page of CHUNKS 2 MiB chunks of
+// each of two processes (default 4096 each: 4 Mi pages, the default max_tracked_pages), counts
+// varying per page. Median thread CPU time per call over ROUNDS (the time the request holds the
+// epoch loop's run lock), and how far the calls raise the process's peak RSS (the request's
+// transient memory; the model and evidence are built, and the peak taken, before).
 #include <malloc.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <algorithm>
@@ -115,6 +124,46 @@ int memory() {
   return 0;
 }
 
+long maxRssKiB() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+int top(int rounds, uint64_t chunks) {
+  tt::heat::HeatModel model(config());
+  for (pid_t tgid : {4242, 4343}) {
+    tt::EvidenceBatch batch = epoch(chunks, false);
+    for (uint64_t c = 0; c < chunks; ++c) {
+      tt::EvidenceBlock& b = batch.blocks[c];
+      b.tgid = tgid;
+      for (uint32_t i = 0; i < tt::kBlockPages; ++i)
+        b.counts[i] = static_cast<uint8_t>(1 + (c * tt::kBlockPages + i) * 2654435761ULL % 251);
+    }
+    model.ingest(batch, 1'000'000'000ULL);
+  }
+  model.advanceEpoch(1'000'000'000ULL);
+  std::printf("hottestPages(1000), 2 processes x %llu chunks with evidence on every page (%llu pages tracked), "
+              "%d rounds\n",
+              static_cast<unsigned long long>(chunks), static_cast<unsigned long long>(model.snapshot().trackedPages),
+              rounds);
+  const long rssBefore = maxRssKiB();
+  size_t listed = 0;
+  for (pid_t only : {0, 4343}) {
+    std::vector<double> ms;
+    for (int round = 0; round < rounds; ++round) {
+      const uint64_t t0 = threadCpuNs();
+      const auto pages = model.hottestPages(1000, 2'000'000'000ULL, only);
+      ms.push_back(static_cast<double>(threadCpuNs() - t0) / 1e6);
+      listed = pages.size();
+    }
+    std::printf("%-22s %8.2f ms per call (median), %zu pages listed\n", only == 0 ? "every process" : "one of two processes",
+                median(ms), listed);
+  }
+  std::printf("peak RSS raised by the calls: %.1f MiB\n", static_cast<double>(maxRssKiB() - rssBefore) / 1024);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -129,6 +178,15 @@ int main(int argc, char** argv) {
     return ingest(rounds, chunks);
   }
   if (mode == "memory") return memory();
-  std::fprintf(stderr, "usage: heat_bench ingest [ROUNDS [CHUNKS]] | memory\n");
+  if (mode == "top") {
+    const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
+    const uint64_t chunks = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 4096;
+    if (rounds < 1 || chunks < 1) {
+      std::fprintf(stderr, "ROUNDS and CHUNKS must be positive\n");
+      return 2;
+    }
+    return top(rounds, chunks);
+  }
+  std::fprintf(stderr, "usage: heat_bench ingest [ROUNDS [CHUNKS]] | memory | top [ROUNDS [CHUNKS]]\n");
   return 2;
 }
