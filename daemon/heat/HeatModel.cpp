@@ -736,20 +736,30 @@ double HeatModel::pageHeat(pid_t tgid, uint64_t page, uint64_t nowNs) const {
 }
 
 std::vector<PageHeat> HeatModel::hottestPages(size_t limit, uint64_t nowNs, pid_t onlyTgid) const {
-  std::vector<PageHeat> all;
+  // The `limit` hottest so far as a heap, coldest on top: memory O(limit) per call, where a copy
+  // of every tracked page cost 140 MiB at the default cap (heat_bench top).
+  const auto hotter = [](const PageHeat& a, const PageHeat& b) { return a.heat > b.heat; };
+  std::vector<PageHeat> top;
+  if (limit == 0) return top;
   for (const auto& [key, c] : pageChunks_) {
     const pid_t tgid = tgidOfKey(key);
     if (onlyTgid != 0 && tgid != onlyTgid) continue;
     const double f = decayFactor(c.lastNs, nowNs, halfLifeOf(tgid));
-    for (uint32_t i = 0; i < kBlockPages; ++i)
-      if (c.heat[i] > 0)
-        all.push_back({tgid, chunkBaseOfKey(key) + uint64_t{i} * kBasePageSize, static_cast<double>(c.heat[i]) * f});
+    for (uint32_t i = 0; i < kBlockPages; ++i) {
+      if (c.heat[i] <= 0) continue;
+      const PageHeat p{tgid, chunkBaseOfKey(key) + uint64_t{i} * kBasePageSize, static_cast<double>(c.heat[i]) * f};
+      if (top.size() < limit) {
+        top.push_back(p);
+        std::push_heap(top.begin(), top.end(), hotter);
+      } else if (p.heat > top.front().heat) {
+        std::pop_heap(top.begin(), top.end(), hotter);
+        top.back() = p;
+        std::push_heap(top.begin(), top.end(), hotter);
+      }
+    }
   }
-  const size_t n = std::min(limit, all.size());
-  std::partial_sort(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n), all.end(),
-                    [](const PageHeat& a, const PageHeat& b) { return a.heat > b.heat; });
-  all.resize(n);
-  return all;
+  std::sort_heap(top.begin(), top.end(), hotter);  // hottest first
+  return top;
 }
 
 StepClock HeatModel::clockOf(pid_t tgid) const {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -341,6 +342,39 @@ TEST(HeatModel, HottestPagesOfOneProcess) {
   EXPECT_EQ(top[0].tgid, kOther);
   EXPECT_EQ(top[2].tgid, kTgid);
   EXPECT_EQ(top[2].page, 0x2000u);
+}
+
+// The selection keeps only `limit` pages at a time: it must still find exactly the hottest, in
+// order, among many pages over chunks decayed differently (checked against pageHeat of each).
+TEST(HeatModel, HottestPagesAreTheHottestOfManyPages) {
+  HeatModel model(baseConfig());
+  std::mt19937 rng(7);
+  std::vector<uint64_t> pages;
+  for (uint64_t chunk = 0; chunk < 4; ++chunk) {
+    std::vector<AccessEvidence> batch;
+    for (uint64_t i = 0; i < tt::kBlockPages; i += 1 + rng() % 3) {
+      const uint64_t page = 0x40000000 + chunk * tt::kBlockBytes + i * kPage;
+      batch.push_back(sample(page, static_cast<uint32_t>(1 + rng() % 1000)));
+      pages.push_back(page);
+    }
+    model.ingest(batch, (10 + 300 * chunk) * kMs);  // each chunk a different age at the query
+  }
+  const uint64_t now = 2000 * kMs;
+  std::vector<std::pair<double, uint64_t>> expected;
+  for (uint64_t page : pages) expected.emplace_back(model.pageHeat(kTgid, page, now), page);
+  std::sort(expected.begin(), expected.end(), std::greater<>());
+  const auto top = model.hottestPages(50, now);
+  ASSERT_EQ(top.size(), 50u);
+  for (size_t i = 0; i < top.size(); ++i) {
+    EXPECT_DOUBLE_EQ(top[i].heat, expected[i].first) << i;
+    // Pages of equal heat may come in any order.
+    const auto same = std::count_if(expected.begin(), expected.end(), [&](const auto& e) { return e.first == expected[i].first; });
+    if (same == 1) {
+      EXPECT_EQ(top[i].page, expected[i].second) << i;
+    }
+  }
+  EXPECT_EQ(model.hottestPages(pages.size() + 10, now).size(), pages.size());
+  EXPECT_TRUE(model.hottestPages(0, now).empty());
 }
 
 // In-kernel sources hand over blocks (a count per page of a 2 MiB chunk) instead of one record per
