@@ -15,7 +15,8 @@
 //
 // `memory`: the heat model's heap (mallinfo2) after an epoch with evidence for every page of
 // 1 GiB of one process (512 blocks), per GiB and as a share of it: the daemon's side of the
-// tracking state (the BPF maps' side: sources_bench memory).
+// tracking state (the BPF maps' side: sources_bench memory). Per GiB is the slope between 2 MiB
+// and 1 GiB of evidence; per-page heat is told from the units by capping it at one chunk.
 //
 // `top`: what one `tensortierctl top --pages 1000` costs the daemon: HeatModel::hottestPages(1000)
 // over every process and for one of two, with evidence on every page of CHUNKS 2 MiB chunks of
@@ -104,23 +105,55 @@ int ingest(int rounds, uint64_t chunks) {
   return 0;
 }
 
+// Heap bytes in use, brk and mmap alike: glibc serves a large block (the period detector's 512 KiB
+// history) by mmap until a freed one raises its threshold, and uordblks alone would count it in
+// one measurement and not in the next.
+size_t heapInUse() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+struct Footprint {
+  size_t bytes = 0;  // heap the model holds after the epoch, from before it was built
+  uint64_t pages = 0;
+  size_t units = 0;
+};
+
+Footprint footprint(const tensortier::v1::PolicyConfig& config, const tt::EvidenceBatch& batch) {
+  const size_t before = heapInUse();
+  tt::heat::HeatModel model(config);
+  model.ingest(batch, 1'000'000'000ULL);
+  model.advanceEpoch(1'000'000'000ULL);
+  return {heapInUse() - before, model.snapshot().trackedPages, model.snapshot().units.size()};
+}
+
 int memory() {
-  auto heap = [] { return mallinfo2().uordblks; };
-  const tt::EvidenceBatch batch = epoch(512, false);  // 1 GiB, every page
-  const size_t before = heap();
-  {
-    tt::heat::HeatModel model(config());
-    const size_t empty = heap();
-    model.ingest(batch, 1'000'000'000ULL);
-    model.advanceEpoch(1'000'000'000ULL);
-    const size_t full = heap();
-    const double mib = static_cast<double>(full - empty) / (1 << 20);
-    std::printf("heat model heap: %.2f MiB empty, +%.2f MiB after an epoch with evidence for all of 1 GiB "
-                "(%llu pages, %zu units) = %.3f%% of tracked\n",
-                static_cast<double>(empty - before) / (1 << 20), mib,
-                static_cast<unsigned long long>(model.snapshot().trackedPages), model.snapshot().units.size(),
-                100.0 * static_cast<double>(full - empty) / static_cast<double>(1ULL << 30));
-  }
+  constexpr uint64_t kChunks = 512;  // 1 GiB
+  const tt::EvidenceBatch full = epoch(kChunks, false);
+  const tt::EvidenceBatch one = epoch(1, false);
+  // The same epoch with per-page heat capped at the minimum (1024 pages: one chunk is kept) tells
+  // the per-page heat from the units.
+  tensortier::v1::PolicyConfig capped = config();
+  capped.set_max_tracked_pages(1024);
+  const Footprint f1 = footprint(config(), one);
+  const Footprint fAll = footprint(config(), full);
+  const Footprint fCapped = footprint(capped, full);
+  // Per GiB: the slope between 2 MiB and 1 GiB of evidence, which leaves out what a process costs
+  // once (its period detector, its clock) however much memory it has.
+  const double perChunk = static_cast<double>(fAll.bytes - f1.bytes) / static_cast<double>(kChunks - 1);
+  const double perGiB = perChunk * static_cast<double>(kChunks);
+  const double pageHeat = static_cast<double>(fAll.bytes - fCapped.bytes) / static_cast<double>(kChunks - 1);
+  const double mib = 1 << 20;
+  std::printf("heat model heap (uordblks + hblkhd), one process, an epoch with evidence on every page:\n");
+  std::printf("  2 MiB of evidence: %.2f MiB (%llu pages, %zu unit; mostly the process's fixed cost)\n",
+              static_cast<double>(f1.bytes) / mib, static_cast<unsigned long long>(f1.pages), f1.units);
+  std::printf("  1 GiB of evidence: %.2f MiB (%llu pages, %zu units)\n", static_cast<double>(fAll.bytes) / mib,
+              static_cast<unsigned long long>(fAll.pages), fAll.units);
+  std::printf("  per GiB: +%.2f MiB = %.3f%% of tracked (%.0f bytes per 2 MiB chunk)\n", perGiB / mib,
+              100.0 * perGiB / static_cast<double>(1ULL << 30), perChunk);
+  std::printf("    per-page heat:                %.2f MiB (%.0f bytes per chunk)\n", pageHeat * kChunks / mib, pageHeat);
+  std::printf("    units, snapshot, hash buckets: %.2f MiB (%.0f bytes per unit)\n",
+              (perChunk - pageHeat) * kChunks / mib, perChunk - pageHeat);
   return 0;
 }
 
