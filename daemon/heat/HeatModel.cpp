@@ -209,17 +209,17 @@ HeatModel::PageChunk& HeatModel::pageChunk(pid_t tgid, uint64_t page, uint64_t n
   PageChunk& c = pageChunks_[chunkKey(tgid, page)];
   if (nowNs > c.lastNs) {
     if (c.pages != 0) {
-      // Heat decayed below kForgottenHeat (about 27 half-lives after a single access) is
-      // forgotten: the page stops counting as tracked, and no value lingers as a denormal.
-      constexpr float kForgottenHeat = 1e-8F;
-      const auto f = static_cast<float>(decayFactor(c.lastNs, nowNs, halfLifeNs));
-      uint32_t pages = 0;
-      for (float& h : c.heat) {
-        h *= f;
-        if (h < kForgottenHeat) h = 0;
-        pages += h != 0 ? 1 : 0;
+      c.scale *= decayFactor(c.lastNs, nowNs, halfLifeNs);
+      // A chunk whose hottest page decayed below kForgottenHeat (about 27 half-lives after a
+      // single access) is forgotten: its pages stop counting as tracked, and a later access
+      // starts it afresh at full resolution.
+      constexpr double kForgottenHeat = 1e-8;
+      if (c.scale * c.top < kForgottenHeat) {
+        c.mantissa.fill(0);
+        c.pages = 0;
+        c.top = 0;
+        c.scale = 0;
       }
-      c.pages = pages;
     }
     c.lastNs = nowNs;
   }
@@ -227,9 +227,45 @@ HeatModel::PageChunk& HeatModel::pageChunk(pid_t tgid, uint64_t page, uint64_t n
 }
 
 void HeatModel::addPageAccess(PageChunk& chunk, uint64_t page, double accesses) {
-  float& h = chunk.heat[(page / kBasePageSize) % kBlockPages];
-  if (h == 0 && accesses > 0) ++chunk.pages;
-  h += static_cast<float>(accesses);
+  if (!(accesses > 0)) return;
+  const auto index = static_cast<uint32_t>((page / kBasePageSize) % kBlockPages);
+  uint16_t& m = chunk.mantissa[index];
+  constexpr auto kMax = static_cast<double>(kMantissaMax);
+  if (chunk.pages == 0) {
+    // An empty chunk takes the scale of its first access: that page at full resolution.
+    chunk.scale = accesses / kMax;
+    m = kMantissaMax;
+    chunk.top = kMantissaMax;
+    chunk.pages = 1;
+    return;
+  }
+  const double steps = static_cast<double>(m) + accesses / chunk.scale;
+  if (steps < kMax + 0.5) {
+    // Round to the nearest step; an addition worth less than half a step is lost.
+    const auto next = static_cast<uint16_t>(steps + 0.5);
+    if (m == 0 && next != 0) ++chunk.pages;
+    m = next;
+    chunk.top = std::max(chunk.top, next);
+    return;
+  }
+  // The page outgrows the mantissa: raise the scale so that it fits, at least doubling it (a run
+  // of pages each just past the top would otherwise rescale the chunk once per page), and round
+  // every mantissa to the new step. Pages that round to 0 no longer count as pages with heat.
+  const double value = steps * chunk.scale;
+  const double scale = std::max(value / kMax, 2 * chunk.scale);
+  const double ratio = chunk.scale / scale;
+  uint32_t pages = 0;
+  uint16_t top = 0;
+  for (uint32_t i = 0; i < kBlockPages; ++i) {
+    uint16_t& mi = chunk.mantissa[i];
+    const double v = i == index ? std::min(kMax, value / scale) : static_cast<double>(mi) * ratio;
+    mi = static_cast<uint16_t>(v + 0.5);
+    pages += mi != 0 ? 1 : 0;
+    top = std::max(top, mi);
+  }
+  chunk.scale = scale;
+  chunk.pages = pages;
+  chunk.top = top;
 }
 
 void HeatModel::ingestRecords(std::span<const AccessEvidence> batch, uint64_t nowNs, double scale) {
@@ -295,9 +331,9 @@ void HeatModel::trimPages(uint64_t nowNs) {
     std::vector<std::pair<double, uint64_t>> heats;
     heats.reserve(pageChunks_.size());
     for (const auto& [key, c] : pageChunks_) {
-      double sum = 0;
-      for (float h : c.heat) sum += static_cast<double>(h);
-      heats.emplace_back(sum * decayFactor(c.lastNs, nowNs, halfLifeOf(tgidOfKey(key))), key);
+      uint64_t steps = 0;
+      for (uint16_t m : c.mantissa) steps += m;
+      heats.emplace_back(static_cast<double>(steps) * c.scale * decayFactor(c.lastNs, nowNs, halfLifeOf(tgidOfKey(key))), key);
     }
     const size_t keep = std::max<size_t>(1, static_cast<size_t>(config_.max_tracked_pages() / 2 / kBlockPages));
     if (keep < heats.size()) {
@@ -732,7 +768,8 @@ double HeatModel::pageHeat(pid_t tgid, uint64_t page, uint64_t nowNs) const {
   auto it = pageChunks_.find(chunkKey(tgid, page));
   if (it == pageChunks_.end()) return 0;
   const PageChunk& c = it->second;
-  return static_cast<double>(c.heat[(page / kBasePageSize) % kBlockPages]) * decayFactor(c.lastNs, nowNs, halfLifeOf(tgid));
+  return static_cast<double>(c.mantissa[(page / kBasePageSize) % kBlockPages]) * c.scale *
+         decayFactor(c.lastNs, nowNs, halfLifeOf(tgid));
 }
 
 std::vector<PageHeat> HeatModel::hottestPages(size_t limit, uint64_t nowNs, pid_t onlyTgid) const {
@@ -744,10 +781,10 @@ std::vector<PageHeat> HeatModel::hottestPages(size_t limit, uint64_t nowNs, pid_
   for (const auto& [key, c] : pageChunks_) {
     const pid_t tgid = tgidOfKey(key);
     if (onlyTgid != 0 && tgid != onlyTgid) continue;
-    const double f = decayFactor(c.lastNs, nowNs, halfLifeOf(tgid));
+    const double step = c.scale * decayFactor(c.lastNs, nowNs, halfLifeOf(tgid));
     for (uint32_t i = 0; i < kBlockPages; ++i) {
-      if (c.heat[i] <= 0) continue;
-      const PageHeat p{tgid, chunkBaseOfKey(key) + uint64_t{i} * kBasePageSize, static_cast<double>(c.heat[i]) * f};
+      if (c.mantissa[i] == 0) continue;
+      const PageHeat p{tgid, chunkBaseOfKey(key) + uint64_t{i} * kBasePageSize, static_cast<double>(c.mantissa[i]) * step};
       if (top.size() < limit) {
         top.push_back(p);
         std::push_heap(top.begin(), top.end(), hotter);

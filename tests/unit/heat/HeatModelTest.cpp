@@ -449,6 +449,14 @@ TEST(HeatModel, BlocksAreTheRecordsTheyStandFor) {
   const uint64_t end = 13 * period;
   for (uint64_t page = kBase; page < kBase + 2 * kChunk; page += kPage)
     ASSERT_TRUE(near(byRecords.pageHeat(kTgid, page, end), byBlocks.pageHeat(kTgid, page, end))) << std::hex << page;
+  // Per-page heat is rounded to its chunk's scale (block floating point): a block adds its pages
+  // in the order of the records it stands for, so both round alike and count the same pages.
+  EXPECT_EQ(a.trackedPages, b.trackedPages);
+  EXPECT_GT(a.trackedPages, 0U);
+  const auto topRecords = byRecords.hottestPages(64, end);
+  const auto topBlocks = byBlocks.hottestPages(64, end);
+  ASSERT_EQ(topRecords.size(), topBlocks.size());
+  for (size_t i = 0; i < topRecords.size(); ++i) EXPECT_TRUE(near(topRecords[i].heat, topBlocks[i].heat)) << i;
   EXPECT_GT(byBlocks.pageHeat(kOther, kBase + 2 * kChunk + 4 * kPage, end) + byBlocks.pageHeat(kOther, kBase + 2 * kChunk, end), 0);
 }
 
@@ -486,8 +494,81 @@ TEST(HeatModel, PerPageHeatKeepsTheHotterChunksWithinTheCap) {
   EXPECT_GT(u->heat, 1.9);
 }
 
-// A page's heat decays away: once it is negligible the page stops counting as tracked, and a
-// later access counts it once again (not twice).
+// Per-page heat is a mantissa per page and a scale per chunk: decay multiplies the scale alone, so
+// a cold page keeps its resolution however far the chunk decays (a per-page rounding would have
+// taken a page of 3 steps to 0 within two half-lives).
+TEST(HeatModel, ChunkHeatDecaysByItsScaleWithoutRoundingItsPages) {
+  HeatModel model(baseConfig());  // half-life 1 s
+  const uint64_t t0 = 1000 * kMs;
+  // The chunk's first access sets its scale: 65535 accesses in the top mantissa make a step one
+  // access, so the other page holds exactly 3 steps.
+  std::vector<AccessEvidence> ev{sample(0x1000, 65535), sample(0x2000, 3)};
+  model.ingest(ev, t0);
+  EXPECT_EQ(model.pageHeat(kTgid, 0x1000, t0), 65535.0);
+  EXPECT_EQ(model.pageHeat(kTgid, 0x2000, t0), 3.0);
+  // Ten half-lives later an access to a third page of the chunk applies the decay (1/1024) to it.
+  const uint64_t t1 = t0 + 10 * 1000 * kMs;
+  ev = {sample(0x3000, 1)};
+  model.ingest(ev, t1);
+  const double f = std::exp2(-10.0);
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x1000, t1), 65535.0 * f, 1e-12 * 65535.0 * f);
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x2000, t1), 3.0 * f, 1e-12 * 3.0 * f);
+  EXPECT_DOUBLE_EQ(model.pageHeat(kTgid, 0x1000, t1) / model.pageHeat(kTgid, 0x2000, t1), 65535.0 / 3.0);
+  // The new access is 1024 steps of the decayed scale: exact too.
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x3000, t1), 1.0, 1e-12);
+  model.advanceEpoch(t1);
+  EXPECT_EQ(model.snapshot().trackedPages, 3U);
+  // Between touches, reading a page decays it too.
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x2000, t1 + 1000 * kMs), 1.5 * f, 1e-12);
+}
+
+// When a page outgrows its mantissa the chunk is renormalised: the hot page is exact to rounding,
+// every other page is rounded to the new step, and a page that rounds to 0 stops counting as a
+// page with heat, as does a later access worth less than half a step.
+TEST(HeatModel, ChunkRenormalisesWhenAPageGetsFarHotterThanTheRest) {
+  HeatModel model(baseConfig());
+  const uint64_t t = 1000 * kMs;
+  // First access: 2 accesses are the top mantissa, 65535 steps of 2/65535.
+  std::vector<AccessEvidence> ev{sample(0x1000, 2), sample(0x2000, 2), sample(0x3000, 1)};
+  model.ingest(ev, t);
+  model.advanceEpoch(t);
+  EXPECT_EQ(model.snapshot().trackedPages, 3U);
+  const double oldStep = 2.0 / 65535;
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x2000, t), 2.0, 1e-12);
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x3000, t), 1.0, oldStep / 2);  // 32767.5 steps, rounded
+
+  // One page becomes 100001 times hotter than the rest: the scale rises to 200002 / 65535.
+  ev = {sample(0x1000, 200000)};
+  model.ingest(ev, t);
+  model.advanceEpoch(t);
+  const double step = 200002.0 / 65535;
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x1000, t), 200002.0, 1e-9 * 200002.0);
+  // 2 accesses are 0.66 of the new step: rounded to one step.
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x2000, t), 2.0, step / 2);
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x2000, t), step, 1e-12);
+  // 1 access is 0.33 of it: rounded to 0, and the page no longer counts.
+  EXPECT_EQ(model.pageHeat(kTgid, 0x3000, t), 0.0);
+  EXPECT_EQ(model.snapshot().trackedPages, 2U);
+  const auto top = model.hottestPages(10, t);
+  ASSERT_EQ(top.size(), 2U);
+  EXPECT_EQ(top[0].page, 0x1000U);
+  EXPECT_EQ(top[1].page, 0x2000U);
+
+  // A new access below half a step is lost; one above it counts as one step.
+  ev = {sample(0x4000, 1), sample(0x5000, 2)};
+  model.ingest(ev, t);
+  model.advanceEpoch(t);
+  EXPECT_EQ(model.pageHeat(kTgid, 0x4000, t), 0.0);
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x5000, t), step, 1e-12);
+  EXPECT_EQ(model.snapshot().trackedPages, 3U);
+  // The unit has every access, rounded or not: the units do not depend on per-page heat.
+  const UnitHeat* u = unitAt(model.snapshot(), 0);
+  ASSERT_NE(u, nullptr);
+  EXPECT_NEAR(u->heat, 200008.0, 1e-6);
+}
+
+// A chunk's heat decays away: once its hottest page is negligible its pages stop counting as
+// tracked, and a later access counts a page once again (not twice).
 TEST(HeatModel, DecayedPagesStopCountingAsTrackedAndCountOnceWhenTouchedAgain) {
   HeatModel model(baseConfig());  // half-life 1 s
   std::vector<AccessEvidence> ev{sample(0x1000, 1), sample(0x2000, 1)};
