@@ -110,8 +110,6 @@ Result<void> HeatModel::addRegion(const RegionInfo& region) {
   unit.kind = region.kind;
   unit.schedule.assign(buckets_, 0);
   unit.stepAccum.assign(buckets_, 0);
-  unit.priorSchedule.assign(buckets_, 0);
-  unit.priorStepAccum.assign(buckets_, 0);
   map.emplace(region.start, std::move(unit));
   regionIndex_[region.id] = {region.tgid, region.start};
   process(region.tgid);
@@ -155,8 +153,6 @@ HeatModel::Unit* HeatModel::unitFor(pid_t tgid, uint64_t page) {
   unit.length = end - start;
   unit.schedule.assign(buckets_, 0);
   unit.stepAccum.assign(buckets_, 0);
-  unit.priorSchedule.assign(buckets_, 0);
-  unit.priorStepAccum.assign(buckets_, 0);
   return &map.emplace(start, std::move(unit)).first->second;
 }
 
@@ -181,8 +177,10 @@ void HeatModel::addAccess(Unit& unit, Process& proc, uint64_t nowNs, double acce
 void HeatModel::addPrior(Unit& unit, Process& proc, uint64_t nowNs, double accesses) {
   decayUnit(unit, nowNs);
   unit.priorHeat += accesses;
-  if (proc.clock.known() && proc.stepOpen)
+  if (proc.clock.known() && proc.stepOpen) {
+    if (unit.priorStepAccum.empty()) unit.priorStepAccum.assign(buckets_, 0);
     unit.priorStepAccum[proc.clock.bucketAt(nowNs, buckets_)] += accesses / static_cast<double>(unit.pages());
+  }
 }
 
 void HeatModel::ingest(std::span<const AccessEvidence> batch, uint64_t nowNs, double scale) {
@@ -413,12 +411,17 @@ void HeatModel::foldStep(pid_t tgid) {
       for (uint32_t b = 0; b < buckets_; ++b) u.schedule[b] = (1 - rate) * u.schedule[b] + rate * u.stepAccum[b];
     }
     std::fill(u.stepAccum.begin(), u.stepAccum.end(), 0.0);
+    // Empty prior vectors stand for zeros (see Unit). The flag turns valid at the first fold
+    // for every unit, as it did when the vectors were zeros.
     if (!u.priorScheduleValid) {
       u.priorSchedule = u.priorStepAccum;
       u.priorScheduleValid = true;
-    } else {
+    } else if (!u.priorStepAccum.empty()) {
+      if (u.priorSchedule.empty()) u.priorSchedule.assign(buckets_, 0);
       for (uint32_t b = 0; b < buckets_; ++b)
         u.priorSchedule[b] = (1 - rate) * u.priorSchedule[b] + rate * u.priorStepAccum[b];
+    } else {
+      for (double& v : u.priorSchedule) v *= 1 - rate;
     }
     std::fill(u.priorStepAccum.begin(), u.priorStepAccum.end(), 0.0);
   }
@@ -597,7 +600,7 @@ std::vector<HeatModel::Blend> HeatModel::blendPrior(const Process& proc, UnitMap
     b.schedule.assign(buckets_, 0);
     for (uint32_t k = 0; k < buckets_; ++k) {
       if (u.scheduleValid) b.schedule[k] += u.schedule[k];
-      if (u.priorScheduleValid) b.schedule[k] += scheduleWeight * u.priorSchedule[k];
+      if (u.priorScheduleValid && !u.priorSchedule.empty()) b.schedule[k] += scheduleWeight * u.priorSchedule[k];
     }
     out.push_back(std::move(b));
   }

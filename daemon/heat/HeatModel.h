@@ -154,10 +154,13 @@ class HeatModel {
     // The kind prior, kept apart from the evidence: its own decayed heat and step schedule, in
     // "one access per page per millisecond of an active phase". computeSnapshot blends it in with
     // a weight that shrinks as the process's evidence accumulates (see applyKindPrior).
+    // The prior's vectors stay empty (all zeros) until the unit gets a prior in a step: a chunk
+    // of unregistered pages never does, and two vectors of schedule_buckets doubles were a third
+    // of a chunk unit's memory.
     double priorHeat = 0;
     uint64_t priorHeatNs = 0;
-    std::vector<double> priorSchedule;
-    std::vector<double> priorStepAccum;
+    std::vector<double> priorSchedule;   // empty or schedule_buckets entries
+    std::vector<double> priorStepAccum;  // empty or schedule_buckets entries
     bool priorScheduleValid = false;
     [[nodiscard]] uint64_t pages() const { return length / kBasePageSize; }
   };
