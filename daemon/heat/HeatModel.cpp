@@ -207,16 +207,16 @@ HeatModel::PageChunk& HeatModel::pageChunk(pid_t tgid, uint64_t page, uint64_t n
   PageChunk& c = pageChunks_[chunkKey(tgid, page)];
   if (nowNs > c.lastNs) {
     if (c.pages != 0) {
-      c.scale *= decayFactor(c.lastNs, nowNs, halfLifeNs);
+      c.stepsPerAccess /= decayFactor(c.lastNs, nowNs, halfLifeNs);
       // A chunk whose hottest page decayed below kForgottenHeat (about 27 half-lives after a
       // single access) is forgotten: its pages stop counting as tracked, and a later access
       // starts it afresh at full resolution.
       constexpr double kForgottenHeat = 1e-8;
-      if (c.scale * c.top < kForgottenHeat) {
+      if (static_cast<double>(c.top) < kForgottenHeat * c.stepsPerAccess) {
         c.mantissa.fill(0);
         c.pages = 0;
         c.top = 0;
-        c.scale = 0;
+        c.stepsPerAccess = 0;
       }
     }
     c.lastNs = nowNs;
@@ -225,19 +225,19 @@ HeatModel::PageChunk& HeatModel::pageChunk(pid_t tgid, uint64_t page, uint64_t n
 }
 
 void HeatModel::addPageAccess(PageChunk& chunk, uint64_t page, double accesses) {
-  if (!(accesses > 0)) return;
+  if (!(accesses > 0) || !std::isfinite(accesses)) return;
   const auto index = static_cast<uint32_t>((page / kBasePageSize) % kBlockPages);
   uint16_t& m = chunk.mantissa[index];
   constexpr auto kMax = static_cast<double>(kMantissaMax);
   if (chunk.pages == 0) {
     // An empty chunk takes the scale of its first access: that page at full resolution.
-    chunk.scale = accesses / kMax;
+    chunk.stepsPerAccess = kMax / accesses;
     m = kMantissaMax;
     chunk.top = kMantissaMax;
     chunk.pages = 1;
     return;
   }
-  const double steps = static_cast<double>(m) + accesses / chunk.scale;
+  const double steps = static_cast<double>(m) + accesses * chunk.stepsPerAccess;
   if (steps < kMax + 0.5) {
     // Round to the nearest step; an addition worth less than half a step is lost.
     const auto next = static_cast<uint16_t>(steps + 0.5);
@@ -246,22 +246,36 @@ void HeatModel::addPageAccess(PageChunk& chunk, uint64_t page, double accesses) 
     chunk.top = std::max(chunk.top, next);
     return;
   }
-  // The page outgrows the mantissa: raise the scale so that it fits, at least doubling it (a run
-  // of pages each just past the top would otherwise rescale the chunk once per page), and round
-  // every mantissa to the new step. Pages that round to 0 no longer count as pages with heat.
-  const double value = steps * chunk.scale;
-  const double scale = std::max(value / kMax, 2 * chunk.scale);
-  const double ratio = chunk.scale / scale;
+  rescale(chunk, index, steps);
+}
+
+// The page outgrows the mantissa: raise the scale by the least power of two that makes it fit,
+// and round every mantissa to the new step. At least doubling means a run of pages each just past
+// the top does not rescale the chunk once per page; a power of two makes the rounding a shift (the
+// chunk's 512 mantissas in a few vector instructions; a hot set rescales about once per chunk and
+// epoch, when the decay has halved the scale). Pages that round to 0 no longer count as pages
+// with heat. Out of line: addPageAccess is the per-page path.
+void HeatModel::rescale(PageChunk& chunk, uint32_t index, double steps) {
+  constexpr auto kMax = static_cast<double>(kMantissaMax);
+  uint16_t& m = chunk.mantissa[index];
+  int shift = 1;
+  while (shift < 2048 && steps >= std::ldexp(kMax + 0.5, shift)) ++shift;  // bounded: ldexp reaches inf
   uint32_t pages = 0;
-  uint16_t top = 0;
-  for (uint32_t i = 0; i < kBlockPages; ++i) {
-    uint16_t& mi = chunk.mantissa[i];
-    const double v = i == index ? std::min(kMax, value / scale) : static_cast<double>(mi) * ratio;
-    mi = static_cast<uint16_t>(v + 0.5);
-    pages += mi != 0 ? 1 : 0;
-    top = std::max(top, mi);
+  if (shift >= 17) {
+    chunk.mantissa.fill(0);  // every other page is below half of the new step
+  } else {
+    for (uint16_t& mi : chunk.mantissa) {
+      mi = static_cast<uint16_t>((mi >> shift) + ((mi >> (shift - 1)) & 1));  // round half up
+      pages += mi != 0 ? 1U : 0U;
+    }
   }
-  chunk.scale = scale;
+  // The page itself is the new top: at least 32768 steps, where every other page is at most
+  // 65535 halved and rounded.
+  const auto next = static_cast<uint16_t>(std::min(kMax, std::ldexp(steps, -shift)) + 0.5);
+  pages += (m == 0 ? 1U : 0U);
+  m = next;
+  const uint16_t top = next;
+  chunk.stepsPerAccess = std::ldexp(chunk.stepsPerAccess, -shift);
   chunk.pages = pages;
   chunk.top = top;
 }
@@ -331,7 +345,7 @@ void HeatModel::trimPages(uint64_t nowNs) {
     for (const auto& [key, c] : pageChunks_) {
       uint64_t steps = 0;
       for (uint16_t m : c.mantissa) steps += m;
-      heats.emplace_back(static_cast<double>(steps) * c.scale * decayFactor(c.lastNs, nowNs, halfLifeOf(tgidOfKey(key))), key);
+      heats.emplace_back(static_cast<double>(steps) / c.stepsPerAccess * decayFactor(c.lastNs, nowNs, halfLifeOf(tgidOfKey(key))), key);
     }
     const size_t keep = std::max<size_t>(1, static_cast<size_t>(config_.max_tracked_pages() / 2 / kBlockPages));
     if (keep < heats.size()) {
@@ -771,8 +785,8 @@ double HeatModel::pageHeat(pid_t tgid, uint64_t page, uint64_t nowNs) const {
   auto it = pageChunks_.find(chunkKey(tgid, page));
   if (it == pageChunks_.end()) return 0;
   const PageChunk& c = it->second;
-  return static_cast<double>(c.mantissa[(page / kBasePageSize) % kBlockPages]) * c.scale *
-         decayFactor(c.lastNs, nowNs, halfLifeOf(tgid));
+  const uint16_t m = c.mantissa[(page / kBasePageSize) % kBlockPages];
+  return m == 0 ? 0 : static_cast<double>(m) / c.stepsPerAccess * decayFactor(c.lastNs, nowNs, halfLifeOf(tgid));
 }
 
 std::vector<PageHeat> HeatModel::hottestPages(size_t limit, uint64_t nowNs, pid_t onlyTgid) const {
@@ -784,10 +798,11 @@ std::vector<PageHeat> HeatModel::hottestPages(size_t limit, uint64_t nowNs, pid_
   for (const auto& [key, c] : pageChunks_) {
     const pid_t tgid = tgidOfKey(key);
     if (onlyTgid != 0 && tgid != onlyTgid) continue;
-    const double step = c.scale * decayFactor(c.lastNs, nowNs, halfLifeOf(tgid));
+    const double f = decayFactor(c.lastNs, nowNs, halfLifeOf(tgid));
     for (uint32_t i = 0; i < kBlockPages; ++i) {
       if (c.mantissa[i] == 0) continue;
-      const PageHeat p{tgid, chunkBaseOfKey(key) + uint64_t{i} * kBasePageSize, static_cast<double>(c.mantissa[i]) * step};
+      const PageHeat p{tgid, chunkBaseOfKey(key) + uint64_t{i} * kBasePageSize,
+                       static_cast<double>(c.mantissa[i]) / c.stepsPerAccess * f};
       if (top.size() < limit) {
         top.push_back(p);
         std::push_heap(top.begin(), top.end(), hotter);

@@ -221,27 +221,29 @@ class HeatModel {
   std::map<pid_t, Process> processes_;
   std::unordered_map<uint64_t, std::pair<pid_t, uint64_t>> regionIndex_;  // id -> (tgid, start)
   // Per-page heat: one block per aligned 2 MiB chunk of a process that has evidence, as of the
-  // chunk's lastNs. Block floating point: a page's heat is scale * mantissa, one double scale per
-  // chunk and a 16-bit mantissa per page. Decay is a factor common to the chunk, so it is one
-  // multiply of the scale when the chunk is next touched (once per epoch), and no page is rounded
-  // by it. Resolution: the hottest page of a chunk holds 32768 to 65535 steps of the scale (an
-  // addition that would pass 65535 raises the scale, at least doubling it, and rounds every
-  // mantissa to the nearest step of the new one), so a page's heat is known to about 1/65535 (at
-  // worst 1/32768) of its chunk's hottest page, and smaller values, or additions, round to 0: such
-  // a page stops counting as a page with heat. About 1 KiB per 2 MiB of address space with
-  // evidence (0.05%), where a float per page had cost twice that, and a hash entry per page 1.24%
-  // of the memory it tracked (heat_bench memory).
+  // chunk's lastNs. Block floating point: a page's heat is mantissa * scale, a 16-bit mantissa per
+  // page and one scale per chunk, kept as its inverse (stepsPerAccess: ingest multiplies where it
+  // would divide). Decay is a factor common to the chunk, so it is one operation on the scale when
+  // the chunk is next touched (once per epoch), and no page is rounded by it. Resolution: the
+  // hottest page of a chunk holds 32768 to 65535 steps of the scale (an addition that would pass
+  // 65535 raises the scale by the least power of two that fits it and rounds every mantissa to the
+  // nearest step of the new one), so a page's heat is known to about 1/65535 (at worst 1/32768)
+  // of its chunk's hottest page; smaller values, and smaller additions, round to 0, and a page at
+  // 0 does not count as a page with heat. About 1 KiB per 2 MiB of address space with evidence
+  // (0.05%), where a float per page had cost twice that, and a hash entry per page 1.24% of the
+  // memory it tracked (heat_bench memory).
   static constexpr uint32_t kMantissaMax = 65535;
   struct PageChunk {
     uint64_t lastNs = 0;
-    double scale = 0;    // heat of one mantissa step at lastNs
-    uint32_t pages = 0;  // pages with heat (non-zero mantissa)
-    uint16_t top = 0;    // the largest mantissa
+    double stepsPerAccess = 0;  // 1 / scale: mantissa steps per access at lastNs
+    uint32_t pages = 0;         // pages with heat (non-zero mantissa)
+    uint16_t top = 0;           // the largest mantissa
     std::array<uint16_t, kBlockPages> mantissa{};
   };
   // The chunk of `page`, decayed to nowNs (created empty if new).
   PageChunk& pageChunk(pid_t tgid, uint64_t page, uint64_t nowNs, uint64_t halfLifeNs);
   static void addPageAccess(PageChunk& chunk, uint64_t page, double accesses);
+  [[gnu::noinline]] static void rescale(PageChunk& chunk, uint32_t index, double steps);
   std::unordered_map<uint64_t, PageChunk> pageChunks_;  // key: tgid << 42 | chunk number
   uint64_t lastEpochNs_ = 0;
   bool started_ = false;

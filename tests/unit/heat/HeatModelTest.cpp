@@ -522,31 +522,35 @@ TEST(HeatModel, ChunkHeatDecaysByItsScaleWithoutRoundingItsPages) {
   EXPECT_NEAR(model.pageHeat(kTgid, 0x2000, t1 + 1000 * kMs), 1.5 * f, 1e-12);
 }
 
-// When a page outgrows its mantissa the chunk is renormalised: the hot page is exact to rounding,
-// every other page is rounded to the new step, and a page that rounds to 0 stops counting as a
-// page with heat, as does a later access worth less than half a step.
+// When a page outgrows its mantissa the chunk is renormalised: the scale rises by a power of two,
+// the hot page is exact to rounding (half a step), every other page is rounded to the new step,
+// and a page that rounds to 0 stops counting as a page with heat, as does a later access worth
+// less than half a step.
 TEST(HeatModel, ChunkRenormalisesWhenAPageGetsFarHotterThanTheRest) {
   HeatModel model(baseConfig());
   const uint64_t t = 1000 * kMs;
-  // First access: 2 accesses are the top mantissa, 65535 steps of 2/65535.
-  std::vector<AccessEvidence> ev{sample(0x1000, 2), sample(0x2000, 2), sample(0x3000, 1)};
+  // First access: 3 accesses are the top mantissa, 65535 steps of 3/65535.
+  std::vector<AccessEvidence> ev{sample(0x1000, 3), sample(0x2000, 3), sample(0x3000, 1), sample(0x6000, 1)};
   model.ingest(ev, t);
   model.advanceEpoch(t);
-  EXPECT_EQ(model.snapshot().trackedPages, 3U);
-  const double oldStep = 2.0 / 65535;
-  EXPECT_NEAR(model.pageHeat(kTgid, 0x2000, t), 2.0, 1e-12);
-  EXPECT_NEAR(model.pageHeat(kTgid, 0x3000, t), 1.0, oldStep / 2);  // 32767.5 steps, rounded
+  EXPECT_EQ(model.snapshot().trackedPages, 4U);
+  const double oldStep = 3.0 / 65535;
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x2000, t), 3.0, 1e-12);
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x3000, t), 1.0, 1e-12);  // 21845 steps
 
-  // One page becomes 100001 times hotter than the rest: the scale rises to 200002 / 65535.
-  ev = {sample(0x1000, 200000)};
+  // One page becomes 50001 times hotter than the rest: 150003 accesses are 3.3e9 old steps, and
+  // the least power of two that brings them under 65535.5 is 2^16.
+  ev = {sample(0x1000, 150000), sample(0x3000, 1)};
   model.ingest(ev, t);
   model.advanceEpoch(t);
-  const double step = 200002.0 / 65535;
-  EXPECT_NEAR(model.pageHeat(kTgid, 0x1000, t), 200002.0, 1e-9 * 200002.0);
-  // 2 accesses are 0.66 of the new step: rounded to one step.
-  EXPECT_NEAR(model.pageHeat(kTgid, 0x2000, t), 2.0, step / 2);
+  const double step = 65536 * oldStep;
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x1000, t), 150003.0, step / 2);
+  // 3 accesses are 0.99998 of the new step: one step.
   EXPECT_NEAR(model.pageHeat(kTgid, 0x2000, t), step, 1e-12);
-  // 1 access is 0.33 of it: rounded to 0, and the page no longer counts.
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x2000, t), 3.0, step / 2);
+  // 1 access is a third of a step: rounded to 0, and the page no longer counts.
+  EXPECT_EQ(model.pageHeat(kTgid, 0x6000, t), 0.0);
+  // Nor does an access of that size added after the rescale to a page that rounded to 0.
   EXPECT_EQ(model.pageHeat(kTgid, 0x3000, t), 0.0);
   EXPECT_EQ(model.snapshot().trackedPages, 2U);
   const auto top = model.hottestPages(10, t);
@@ -554,7 +558,7 @@ TEST(HeatModel, ChunkRenormalisesWhenAPageGetsFarHotterThanTheRest) {
   EXPECT_EQ(top[0].page, 0x1000U);
   EXPECT_EQ(top[1].page, 0x2000U);
 
-  // A new access below half a step is lost; one above it counts as one step.
+  // A new access below half a step is lost; one above it (2 accesses) counts as one step.
   ev = {sample(0x4000, 1), sample(0x5000, 2)};
   model.ingest(ev, t);
   model.advanceEpoch(t);
@@ -564,7 +568,7 @@ TEST(HeatModel, ChunkRenormalisesWhenAPageGetsFarHotterThanTheRest) {
   // The unit has every access, rounded or not: the units do not depend on per-page heat.
   const UnitHeat* u = unitAt(model.snapshot(), 0);
   ASSERT_NE(u, nullptr);
-  EXPECT_NEAR(u->heat, 200008.0, 1e-6);
+  EXPECT_NEAR(u->heat, 150012.0, 1e-6);
 }
 
 // A chunk's heat decays away: once its hottest page is negligible its pages stop counting as
