@@ -224,11 +224,33 @@ HeatModel::PageChunk& HeatModel::pageChunk(pid_t tgid, uint64_t page, uint64_t n
   return c;
 }
 
-void HeatModel::addPageAccess(PageChunk& chunk, uint64_t page, double accesses) {
-  if (!(accesses > 0) || !std::isfinite(accesses)) return;
+inline void HeatModel::addPageAccess(PageChunk& chunk, uint64_t page, double accesses) {
+  if (!(accesses > 0)) return;
   const auto index = static_cast<uint32_t>((page / kBasePageSize) % kBlockPages);
   uint16_t& m = chunk.mantissa[index];
+  const double steps = static_cast<double>(m) + accesses * chunk.stepsPerAccess;
+  if (chunk.pages != 0 && steps < kMantissaMax + 0.5) {
+    // Round to the nearest step; an addition worth less than half a step is lost.
+    const auto next = static_cast<uint16_t>(steps + 0.5);
+    if (m == 0 && next != 0) ++chunk.pages;
+    m = next;
+    chunk.top = std::max(chunk.top, next);
+    return;
+  }
+  addPageAccessSlow(chunk, index, accesses);
+}
+
+// The slow path of addPageAccess, out of line so that the per-page path inlines: the chunk's first
+// access, or one that outgrows the page's mantissa. Then the scale rises by the least power of two
+// that makes the page fit and every mantissa is rounded to the new step. At least doubling means a
+// run of pages each just past the top does not rescale the chunk once per page; a power of two
+// makes the rounding a shift (the chunk's 512 mantissas in a few vector instructions; a hot set
+// rescales about once per chunk and epoch, when the decay has halved the scale). Pages that round
+// to 0 no longer count as pages with heat.
+void HeatModel::addPageAccessSlow(PageChunk& chunk, uint32_t index, double accesses) {
   constexpr auto kMax = static_cast<double>(kMantissaMax);
+  uint16_t& m = chunk.mantissa[index];
+  if (!std::isfinite(accesses)) return;
   if (chunk.pages == 0) {
     // An empty chunk takes the scale of its first access: that page at full resolution.
     chunk.stepsPerAccess = kMax / accesses;
@@ -238,46 +260,27 @@ void HeatModel::addPageAccess(PageChunk& chunk, uint64_t page, double accesses) 
     return;
   }
   const double steps = static_cast<double>(m) + accesses * chunk.stepsPerAccess;
-  if (steps < kMax + 0.5) {
-    // Round to the nearest step; an addition worth less than half a step is lost.
-    const auto next = static_cast<uint16_t>(steps + 0.5);
-    if (m == 0 && next != 0) ++chunk.pages;
-    m = next;
-    chunk.top = std::max(chunk.top, next);
-    return;
-  }
-  rescale(chunk, index, steps);
-}
-
-// The page outgrows the mantissa: raise the scale by the least power of two that makes it fit,
-// and round every mantissa to the new step. At least doubling means a run of pages each just past
-// the top does not rescale the chunk once per page; a power of two makes the rounding a shift (the
-// chunk's 512 mantissas in a few vector instructions; a hot set rescales about once per chunk and
-// epoch, when the decay has halved the scale). Pages that round to 0 no longer count as pages
-// with heat. Out of line: addPageAccess is the per-page path.
-void HeatModel::rescale(PageChunk& chunk, uint32_t index, double steps) {
-  constexpr auto kMax = static_cast<double>(kMantissaMax);
-  uint16_t& m = chunk.mantissa[index];
   int shift = 1;
   while (shift < 2048 && steps >= std::ldexp(kMax + 0.5, shift)) ++shift;  // bounded: ldexp reaches inf
-  uint32_t pages = 0;
   if (shift >= 17) {
     chunk.mantissa.fill(0);  // every other page is below half of the new step
   } else {
+    // In 16-bit lanes: round half up of mi / 2^shift, then count the pages left.
+    const auto half = static_cast<uint16_t>(1U << (shift - 1));
     for (uint16_t& mi : chunk.mantissa) {
-      mi = static_cast<uint16_t>((mi >> shift) + ((mi >> (shift - 1)) & 1));  // round half up
-      pages += mi != 0 ? 1U : 0U;
+      const auto up = static_cast<uint16_t>((mi & half) != 0 ? 1 : 0);
+      mi = static_cast<uint16_t>((mi >> shift) + up);
     }
   }
   // The page itself is the new top: at least 32768 steps, where every other page is at most
   // 65535 halved and rounded.
   const auto next = static_cast<uint16_t>(std::min(kMax, std::ldexp(steps, -shift)) + 0.5);
-  pages += (m == 0 ? 1U : 0U);
   m = next;
-  const uint16_t top = next;
+  uint16_t zeros = 0;
+  for (uint16_t mi : chunk.mantissa) zeros = static_cast<uint16_t>(zeros + (mi == 0 ? 1 : 0));
   chunk.stepsPerAccess = std::ldexp(chunk.stepsPerAccess, -shift);
-  chunk.pages = pages;
-  chunk.top = top;
+  chunk.pages = kBlockPages - zeros;
+  chunk.top = next;
 }
 
 void HeatModel::ingestRecords(std::span<const AccessEvidence> batch, uint64_t nowNs, double scale) {

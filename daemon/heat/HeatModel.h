@@ -243,7 +243,7 @@ class HeatModel {
   // The chunk of `page`, decayed to nowNs (created empty if new).
   PageChunk& pageChunk(pid_t tgid, uint64_t page, uint64_t nowNs, uint64_t halfLifeNs);
   static void addPageAccess(PageChunk& chunk, uint64_t page, double accesses);
-  [[gnu::noinline]] static void rescale(PageChunk& chunk, uint32_t index, double steps);
+  [[gnu::noinline]] static void addPageAccessSlow(PageChunk& chunk, uint32_t index, double accesses);
   std::unordered_map<uint64_t, PageChunk> pageChunks_;  // key: tgid << 42 | chunk number
   uint64_t lastEpochNs_ = 0;
   bool started_ = false;
