@@ -24,15 +24,22 @@ namespace pb = tensortier::v1;
 constexpr uint64_t kPage = tt::kBasePageSize;
 constexpr uint64_t kBase = 0x7f0000000000;
 
+// Node 0 fast, node 1 slow; no sizes (the requests here read placement, they do not plan by it).
+tt::topology::Topology fastAndSlowNodes() {
+  tt::topology::NumaNode n0, n1;
+  n0.id = 0;
+  n1.id = 1;
+  n1.tier = tt::topology::Tier::Slow;
+  tt::topology::Topology t;
+  t.nodes = {n0, n1};
+  return t;
+}
+
 class AdminServiceTest : public ::testing::Test {
  protected:
   AdminServiceTest() : registry(space, {}), reader(mover), loop(registry, {nullptr, nullptr, &executor, nullptr}, metrics) {
     space.map(10, kBase, kBase + (1ULL << 30));
-    tt::topology::NumaNode n0, n1;
-    n0.id = 0;
-    n1.id = 1;
-    n1.tier = tt::topology::Tier::Slow;
-    topology.nodes = {n0, n1};
+    topology = fastAndSlowNodes();
     tt::service::AdminContext ctx;
     ctx.registry = &registry;
     ctx.topology = &topology;
@@ -373,12 +380,7 @@ TEST(AdminServiceTop, HottestPagesComeFromTheHeatModel) {
   space.map(kB, kBaseB, kBaseB + (1ULL << 20));
   tt::registry::Registry registry(space, {});
   tt::metrics::Registry metrics;
-  tt::topology::Topology topology;
-  tt::topology::NumaNode n0, n1;
-  n0.id = 0;
-  n1.id = 1;
-  n1.tier = tt::topology::Tier::Slow;
-  topology.nodes = {n0, n1};
+  tt::topology::Topology topology = fastAndSlowNodes();
   tt::fakes::FakePageMover mover;
   pb::PolicyConfig config;
   config.set_heat_half_life_ms(1000);

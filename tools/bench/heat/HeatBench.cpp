@@ -201,24 +201,24 @@ int top(int rounds, uint64_t chunks) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "ingest") {
-    const int rounds = argc > 2 ? std::atoi(argv[2]) : 11;
-    const uint64_t chunks = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 256;
+  // [ROUNDS [CHUNKS]] of `ingest` and `top`, with their defaults; 0 rounds when not positive.
+  const auto roundsAndChunks = [&](int rounds, uint64_t chunks) -> std::pair<int, uint64_t> {
+    rounds = argc > 2 ? std::atoi(argv[2]) : rounds;
+    chunks = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : chunks;
     if (rounds < 1 || chunks < 1) {
       std::fprintf(stderr, "ROUNDS and CHUNKS must be positive\n");
-      return 2;
+      return {0, 0};
     }
-    return ingest(rounds, chunks);
+    return {rounds, chunks};
+  };
+  if (mode == "ingest") {
+    const auto [rounds, chunks] = roundsAndChunks(11, 256);
+    return rounds == 0 ? 2 : ingest(rounds, chunks);
   }
   if (mode == "memory") return memory();
   if (mode == "top") {
-    const int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
-    const uint64_t chunks = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 4096;
-    if (rounds < 1 || chunks < 1) {
-      std::fprintf(stderr, "ROUNDS and CHUNKS must be positive\n");
-      return 2;
-    }
-    return top(rounds, chunks);
+    const auto [rounds, chunks] = roundsAndChunks(5, 4096);
+    return rounds == 0 ? 2 : top(rounds, chunks);
   }
   std::fprintf(stderr, "usage: heat_bench ingest [ROUNDS [CHUNKS]] | memory | top [ROUNDS [CHUNKS]]\n");
   return 2;
