@@ -294,7 +294,7 @@ void HeatModel::ingestRecords(std::span<const AccessEvidence> batch, uint64_t no
     }
     const double accesses = static_cast<double>(ev.weight) * scale;
     const uint64_t page = ev.page - ev.page % kBasePageSize;
-    addPageAccess(pageChunk(ev.tgid, page, nowNs, proc->halfLifeNs), page, accesses);
+    if (accesses > 0) addPageAccess(pageChunk(ev.tgid, page, nowNs, proc->halfLifeNs), page, accesses);
     Unit* unit = unitFor(ev.tgid, page);
     addAccess(*unit, *proc, nowNs, accesses);
     proc->samples.add(nowNs, unit->start ^ (static_cast<uint64_t>(ev.tgid) << 48), accesses);
@@ -314,7 +314,7 @@ void HeatModel::ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double s
   rollSteps(proc, block.tgid, nowNs);
   Unit* unit = nullptr;
   double unitAccesses = 0;
-  PageChunk& chunk = pageChunk(block.tgid, block.base, nowNs, proc.halfLifeNs);
+  PageChunk* chunk = nullptr;  // fetched (or created) at the block's first page with a count
   auto flushUnit = [&] {
     if (unit == nullptr) return;
     addAccess(*unit, proc, nowNs, unitAccesses);
@@ -324,7 +324,8 @@ void HeatModel::ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double s
     if (block.counts[i] == 0) continue;
     const uint64_t page = block.base + uint64_t{i} * kBasePageSize;
     const double accesses = static_cast<double>(block.weight(i)) * scale;
-    addPageAccess(chunk, page, accesses);
+    if (chunk == nullptr) chunk = &pageChunk(block.tgid, block.base, nowNs, proc.halfLifeNs);
+    addPageAccess(*chunk, page, accesses);
     if (unit == nullptr || page < unit->start || page >= unit->start + unit->length) {
       flushUnit();
       unit = unitFor(block.tgid, page);
@@ -346,9 +347,16 @@ void HeatModel::trimPages(uint64_t nowNs) {
     std::vector<std::pair<double, uint64_t>> heats;
     heats.reserve(pageChunks_.size());
     for (const auto& [key, c] : pageChunks_) {
+      // A chunk without pages with heat (created for evidence that counted nothing, or forgotten
+      // and not yet touched again) has no scale (stepsPerAccess 0): it ranks coldest, not as
+      // 0/0, which would break the ordering nth_element needs.
       uint64_t steps = 0;
       for (uint16_t m : c.mantissa) steps += m;
-      heats.emplace_back(static_cast<double>(steps) / c.stepsPerAccess * decayFactor(c.lastNs, nowNs, halfLifeOf(tgidOfKey(key))), key);
+      const double heat = c.pages == 0 || c.stepsPerAccess <= 0
+                              ? 0.0
+                              : static_cast<double>(steps) / c.stepsPerAccess *
+                                    decayFactor(c.lastNs, nowNs, halfLifeOf(tgidOfKey(key)));
+      heats.emplace_back(heat, key);
     }
     const size_t keep = std::max<size_t>(1, static_cast<size_t>(config_.max_tracked_pages() / 2 / kBlockPages));
     if (keep < heats.size()) {

@@ -494,6 +494,42 @@ TEST(HeatModel, PerPageHeatKeepsTheHotterChunksWithinTheCap) {
   EXPECT_GT(u->heat, 1.9);
 }
 
+// Evidence that counts nothing (weight 0) leaves no chunk of per-page heat behind, and a chunk
+// without heat ranks coldest when the cap forgets chunks: the hottest chunk is the one kept.
+TEST(HeatModel, ChunksWithoutHeatNeitherCountNorDisplaceHotChunks) {
+  auto config = baseConfig();
+  config.set_max_tracked_pages(2 * tt::kBlockPages);  // two chunks; past them one is kept
+  HeatModel model(config);
+  const uint64_t t = 10 * kMs;
+  std::vector<AccessEvidence> ev;
+  ev.push_back(sample(4 * tt::kBlockBytes + 3 * kPage, 0));
+  model.ingest(ev, t);
+  model.advanceEpoch(t);
+  EXPECT_EQ(model.snapshot().trackedPages, 0U);
+  EXPECT_TRUE(model.hottestPages(10, t).empty());
+  // Two chunks with heat fill the cap: the weight-0 record took no room, so both stay.
+  ev = {sample(1 * tt::kBlockBytes + 2 * kPage, 10), sample(7 * tt::kBlockBytes, 1)};
+  model.ingest(ev, t + kMs);
+  model.advanceEpoch(t + kMs);
+  EXPECT_EQ(model.snapshot().trackedPages, 2U);
+  EXPECT_NEAR(model.pageHeat(kTgid, 7 * tt::kBlockBytes, t + kMs), 1.0, 1e-3);
+  // A block whose counts weigh nothing makes a chunk without heat, past the cap: it ranks
+  // coldest, and the hottest chunk is the one kept.
+  tt::EvidenceBatch weightless;
+  weightless.blocks.push_back(tt::EvidenceBlock{});
+  weightless.blocks.back().tgid = kTgid;
+  weightless.blocks.back().base = 9 * tt::kBlockBytes;
+  weightless.blocks.back().weightPerCount = 0;
+  weightless.blocks.back().counts[5] = 3;
+  model.ingest(weightless, t + 2 * kMs);
+  model.advanceEpoch(t + 2 * kMs);
+  const auto top = model.hottestPages(10, t + 2 * kMs);
+  ASSERT_EQ(top.size(), 1U);
+  EXPECT_EQ(top[0].page, 1 * tt::kBlockBytes + 2 * kPage);
+  EXPECT_GT(top[0].heat, 9.0);
+  EXPECT_EQ(model.snapshot().trackedPages, 1U);
+}
+
 // Per-page heat is a mantissa per page and a scale per chunk: decay multiplies the scale alone, so
 // a cold page keeps its resolution however far the chunk decays (a per-page rounding would have
 // taken a page of 3 steps to 0 within two half-lives).
