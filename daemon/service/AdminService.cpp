@@ -13,14 +13,20 @@ AdminService::AdminService(AdminContext context) : ctx_(std::move(context)), sta
 void AdminService::handleAdmin(const ipc::Session& session, const pb::ClientMessage& request, pb::DaemonMessage& reply) {
   using B = pb::ClientMessage::BodyCase;
   // Recording writes files as the daemon and reads another process's access pattern: admin only,
-  // like tune and migrate (listing included: it names files and pids).
+  // like tune and migrate (listing included: it names files and pids). A top request's page list
+  // is another process's access pattern too, page by page, and its scan holds the epoch loop for
+  // as long as it reads every tracked page: admin only as well; the region lists stay open.
+  const bool pages = request.body_case() == B::kTop && request.top().pages() > 0;
   const bool privileged = request.body_case() == B::kTune || request.body_case() == B::kMigrate ||
-                          request.body_case() == B::kRecord;
+                          request.body_case() == B::kRecord || pages;
   if (privileged && !(ctx_.isAdmin && ctx_.isAdmin(session.peer))) {
-    const char* what = request.body_case() == B::kTune ? "tune" : request.body_case() == B::kMigrate ? "migrate" : "record";
+    const char* what = pages ? "top --pages"
+                       : request.body_case() == B::kTune    ? "tune"
+                       : request.body_case() == B::kMigrate ? "migrate"
+                                                            : "record";
     TT_LOG(Info) << "refused " << what << " from uid " << session.peer.uid << " (pid " << session.peer.pid
                  << "): not root or in the admin group";
-    ipc::setError(reply, pb::PERMISSION_DENIED, "tune, migrate and record need root or the admin group");
+    ipc::setError(reply, pb::PERMISSION_DENIED, "tune, migrate, record and top --pages need root or the admin group");
     return;
   }
   switch (request.body_case()) {

@@ -39,7 +39,7 @@ constexpr const char* kUsage =
     "  top [--count N] [--pages M] [--pid PID]\n"
     "                                 hottest and coldest regions (N each, default 10), then the M\n"
     "                                 hottest 4 KiB pages by the heat model (default none, at most\n"
-    "                                 1000); --pid: of that process only\n"
+    "                                 1000; root or the admin group); --pid: of that process only\n"
     "  tune [--promote-mbps N] [--demote-mbps N] [--epoch-ms N] [--sampling-budget PERCENT]\n"
     "       [--max-regions-per-uid N] [--max-registered-mib-per-uid N] [--max-connections-per-uid N]\n"
     "       [--policy KEY=VALUE]...   change the running daemon (root or the admin group)\n"

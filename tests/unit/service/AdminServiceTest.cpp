@@ -355,14 +355,14 @@ TEST_F(AdminServiceTest, TopOrdersByHeat) {
 TEST_F(AdminServiceTest, TopRefusesMorePagesThanItServesAndHasNoneWithoutAHeatModel) {
   pb::ClientMessage t;
   t.mutable_top()->set_pages(tt::service::AdminService::kMaxTopPages + 1);
-  auto reply = ask(65534, t);
+  auto reply = ask(0, t);
   ASSERT_TRUE(reply.has_error()) << reply.DebugString();
   EXPECT_EQ(reply.error().code(), pb::BAD_REQUEST);
   EXPECT_NE(reply.error().message().find("at most 1000 pages"), std::string::npos) << reply.error().message();
-  // At the limit it answers, as to anyone (like the region lists): this loop has no policy, so
+  // At the limit it answers (an admin: the page list is admin-only): this loop has no policy, so
   // there are no pages, but the regions are listed.
   t.mutable_top()->set_pages(tt::service::AdminService::kMaxTopPages);
-  reply = ask(65534, t);
+  reply = ask(500, t);
   ASSERT_TRUE(reply.has_top()) << reply.DebugString();
   EXPECT_EQ(reply.top().hottest_pages_size(), 0);
   EXPECT_EQ(reply.top().hottest_size(), 1);
@@ -412,18 +412,29 @@ TEST(AdminServiceTop, HottestPagesComeFromTheHeatModel) {
   ctx.registry = &registry;
   ctx.epochLoop = &loop;
   ctx.nowNs = [&nowNs] { return nowNs; };
+  ctx.isAdmin = [](const tt::registry::Peer& p) { return p.uid == 0; };
   tt::service::AdminService admin(std::move(ctx));
-  auto top = [&admin](uint32_t pages, pid_t pid) {
+  auto topAs = [&admin](uid_t uid, uint32_t pages, pid_t pid) {
     pb::ClientMessage m;
     m.mutable_top()->set_pages(pages);
     m.mutable_top()->set_pid(pid);
     tt::ipc::Session session;
-    session.peer = {99, 65534, 65534};  // read-only: anyone who can connect
+    session.peer = {99, uid, uid};
     session.hello = true;
     pb::DaemonMessage reply;
     admin.handleAdmin(session, m, reply);
     return reply;
   };
+  auto top = [&topAs](uint32_t pages, pid_t pid) { return topAs(0, pages, pid); };
+
+  // The page list is another process's access pattern: admins only, even of one's own process;
+  // the region lists stay open to anyone who can connect.
+  auto refused = topAs(1000, 3, kA);
+  ASSERT_TRUE(refused.has_error()) << refused.DebugString();
+  EXPECT_EQ(refused.error().code(), pb::PERMISSION_DENIED);
+  auto open = topAs(65534, 0, 0);
+  ASSERT_TRUE(open.has_top()) << open.DebugString();
+  EXPECT_EQ(open.top().hottest_size(), 2);
 
   auto reply = top(3, 0);
   ASSERT_TRUE(reply.has_top()) << reply.DebugString();
