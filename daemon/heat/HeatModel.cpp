@@ -306,8 +306,9 @@ void HeatModel::ingestRecords(std::span<const AccessEvidence> batch, uint64_t no
 
 // A block's pages are a run of addresses: the unit is looked up once per unit the run crosses
 // (a chunk is one unit unless regions split it), and each unit and the period detector get the
-// run's accesses at once. The result is the records' (the unit's updates are sums), up to the
-// order of floating-point additions.
+// run's accesses at once. The units get what the records would give them (their updates are
+// sums), up to the order of floating-point additions; per-page heat too, up to its rounding to the
+// chunk's scale, which a page's several records meet once each.
 void HeatModel::ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double scale) {
   assert(block.base % kBlockBytes == 0 && "a block is one aligned chunk of page heat");
   Process& proc = process(block.tgid);
