@@ -10,7 +10,8 @@
 //                            epoch 1000 ms as the daemon's default; `breakdown` adds the
 //                            software-faults-only and fault-trace-only sets
 //   sources_bench touch-rounds [CYCLES [MIB [PASSES]]]   first-touch slowdown of default sources
-//                            (and of an empty fault program, and with the child untracked) from
+//                            (and of an empty fault program, with the child untracked, and of the
+//                            software-fault sampler alone) from
 //                            short rounds in one child, conditions rotating (median, bootstrap
 //                            interval); PASSES > 0 adds memory-bound passes to every round and
 //                            reports the whole round too (100: `slowdown`'s workload in small)
@@ -1001,13 +1002,18 @@ void touchRounds(int cycles, uint64_t mib, int passes) {
     return;
   }
   RoundChild child(bytes, passes);
-  enum Condition { kNone, kEmptyProgram, kUntracked, kTracked, kConditions };
+  // kSampled: the fault tracer off, so first touches come from the software page-fault sampler
+  // alone, whose period never goes below its storm floor (calibrated at open): what a storm
+  // would cost if the tracer's program were not attached to every fault.
+  enum Condition { kNone, kEmptyProgram, kUntracked, kTracked, kSampled, kConditions };
   const char* names[kConditions] = {"no program", "empty fault program", "default sources, child untracked",
-                                    "default sources, child tracked"};
+                                    "default sources, child tracked", "software-fault sampler only, child tracked"};
+  tensortier::v1::SourcesConfig samplerOnly = defaults;
+  samplerOnly.mutable_fault_trace()->set_enabled(false);
   std::vector<double> cpu[kConditions], wall[kConditions], wholeCpu[kConditions];
   double cpuSum[kConditions] = {};
-  uint64_t evidence = 0;
-  std::string sources;
+  uint64_t evidence[kConditions] = {};
+  std::string sources[kConditions];
   auto run = [&](int c, RoundTimes& t) {
     if (c == kNone) {
       if (!child.round(t)) std::abort();
@@ -1017,25 +1023,26 @@ void touchRounds(int cycles, uint64_t mib, int passes) {
       if (!child.round(t)) std::abort();
       bpf_link__destroy(link);
     } else {
-      auto set = SourceSet::open(defaults, topo);
-      if (sources.empty())
-        for (const auto& line : set->statusLines()) sources += "\n  " + line;
+      auto set = SourceSet::open(c == kSampled ? samplerOnly : defaults, topo);
+      if (sources[c].empty())
+        for (const auto& line : set->statusLines()) sources[c] += "\n  " + line;
       // Untracked: this process is tracked instead, so the page-fault program is attached (it is
       // only while something is tracked) and the child pays its filter, as any other process.
-      (void)set->addProcess(c == kTracked ? child.pid() : ::getpid());
+      (void)set->addProcess(c == kUntracked ? ::getpid() : child.pid());
       EvidenceBatch out;
       (void)set->collect(out);  // drains the sources' own start-up events
       out.clear();
       if (!child.round(t)) std::abort();
       (void)set->collect(out);  // the drain, as the daemon's epoch would
-      if (c == kTracked)
-        out.forEachRecord([&](const AccessEvidence& e) { evidence += e.tgid == child.pid() ? 1 : 0; });
+      if (c != kUntracked)
+        out.forEachRecord([&](const AccessEvidence& e) { evidence[c] += e.tgid == child.pid() ? 1 : 0; });
     }
   };
   std::printf("touch-rounds: %d cycles of %llu MiB first-touch rounds (%llu faults each, then %d memory-bound passes) "
-              "in one child, one round per condition, conditions rotating (cycle i starts at condition i mod 4); per "
+              "in one child, one round per condition, conditions rotating (cycle i starts at condition i mod %d); per "
               "cycle each condition's CPU and wall time over the same cycle's no-program round\n",
-              cycles, static_cast<unsigned long long>(mib), static_cast<unsigned long long>(pages), passes);
+              cycles, static_cast<unsigned long long>(mib), static_cast<unsigned long long>(pages), passes,
+              static_cast<int>(kConditions));
   for (int i = 0; i < 2; ++i) {  // warm-up: the child's first rounds also build its page tables
     RoundTimes w;
     run(kNone, w);
@@ -1055,9 +1062,11 @@ void touchRounds(int cycles, uint64_t mib, int passes) {
     }
   }
   sample_drop__destroy(noop);
-  std::printf("sources:%s\n", sources.c_str());
-  std::printf("evidence records of the child: %.3f per tracked fault\n",
-              static_cast<double>(evidence) / static_cast<double>(pages) / cycles);
+  for (int c : {kTracked, kSampled}) {
+    std::printf("%s: sources:%s\n", names[c], sources[c].c_str());
+    std::printf("  evidence pages of the child: %.3f per tracked fault\n",
+                static_cast<double>(evidence[c]) / static_cast<double>(pages) / cycles);
+  }
   for (int c = 0; c < kConditions; ++c) {
     std::printf("%s: child CPU %.0f ns per fault (mean)\n", names[c],
                 cpuSum[c] / cycles / static_cast<double>(pages) * 1e9);
