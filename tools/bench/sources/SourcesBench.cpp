@@ -1209,8 +1209,10 @@ class PathRig {
     }
     auto cpus = sys::perf::onlineCpus(sys::Fs("/sys"));
     if (!cpus) return;
-    if ((c == Consumer::EmptyProgram || c == Consumer::RingKept) && (drop_ = sample_drop__open_and_load()) == nullptr)
-      return;
+    if (c == Consumer::EmptyProgram || c == Consumer::RingKept) {
+      if ((drop_ = sample_drop__open_and_load()) == nullptr) return;
+      program_ = c == Consumer::RingKept ? drop_->progs.tt_keep_sample : drop_->progs.tt_drop_sample;
+    }
     if (c == Consumer::InKernel) {
       auto pidMax = sys::bpf::readPidMax("/proc");
       if (!pidMax) return;
@@ -1228,9 +1230,8 @@ class PathRig {
       a.disabled = 1;
       auto ev = sys::perf::PerfEvent::open(a, -1, cpu, ringPages);
       if (!ev) return;
-      if (drop_) {
-        bpf_link* link = bpf_program__attach_perf_event(
-            c == Consumer::RingKept ? drop_->progs.tt_keep_sample : drop_->progs.tt_drop_sample, (*ev)->fd());
+      if (program_ != nullptr) {
+        bpf_link* link = bpf_program__attach_perf_event(program_, (*ev)->fd());
         if (link == nullptr) return;
         links_.push_back(link);
       }
@@ -1262,9 +1263,8 @@ class PathRig {
   }
   // Run time (ns) and runs of the rig's BPF program (run time needs bpf_enable_stats); 0 without.
   std::pair<uint64_t, uint64_t> programRunTime() const {
-    if (drop_) {
-      bpf_program* prog = c_ == Consumer::RingKept ? drop_->progs.tt_keep_sample : drop_->progs.tt_drop_sample;
-      auto rt = sys::bpf::programRunTime(bpf_program__fd(prog), "sample_drop");
+    if (program_ != nullptr) {
+      auto rt = sys::bpf::programRunTime(bpf_program__fd(program_), "sample_drop");
       return rt ? *rt : std::pair<uint64_t, uint64_t>{0, 0};
     }
     if (agg_) {
@@ -1299,6 +1299,7 @@ class PathRig {
   bool ok_ = false;
   std::vector<std::unique_ptr<sys::perf::PerfEvent>> events_;
   sample_drop* drop_ = nullptr;
+  bpf_program* program_ = nullptr;  // drop_'s program this rig attaches (empty or kept)
   std::vector<bpf_link*> links_;
   std::unique_ptr<sys::bpf::PerfSampleAgg> agg_;
   RingRecords ring_{"path-cost"};
