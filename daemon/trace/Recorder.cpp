@@ -233,28 +233,20 @@ void Recorder::onMark(const IterationMark& mark) {
 void Recorder::onEvidence(const EvidenceBatch& evidence, uint64_t nowNs) {
   std::lock_guard lock(mutex_);
   if (active_.empty()) return;
-  auto recordingOf = [this](pid_t tgid) -> Recording* {
-    auto it = active_.find(tgid);
-    return it == active_.end() || !it->second->info.ended.empty() ? nullptr : it->second.get();
-  };
   // Marks of this epoch were written before its evidence; the writer needs accesses in time
-  // order, and marks carry the client's own (earlier) timestamps.
-  auto add = [&](Recording& rec, const AccessEvidence& e) {
+  // order, and marks carry the client's own (earlier) timestamps. Block pages are recorded as the
+  // records they stand for (a trace has one access per page); a failed write ends the recording
+  // and with it what the rest of the evidence would have added.
+  evidence.forEachRecord([&](const AccessEvidence& e) {
+    auto it = active_.find(e.tgid);
+    if (it == active_.end() || !it->second->info.ended.empty()) return;
+    Recording& rec = *it->second;
     if (auto r = rec.writer.addAccess(nowNs, e.page, e.weight, e.kind == AccessKind::Store); !r) {
       failLocked(rec, r.error());
       return;
     }
     ++rec.info.accesses;
-  };
-  for (const AccessEvidence& e : evidence.records)
-    if (Recording* rec = recordingOf(e.tgid)) add(*rec, e);
-  // Block pages are recorded as the records they stand for: a trace has one access per page.
-  for (const EvidenceBlock& b : evidence.blocks) {
-    Recording* rec = recordingOf(b.tgid);
-    // A failed write ends the recording: nothing more of the block goes to it.
-    for (uint32_t i = 0; rec != nullptr && rec->info.ended.empty() && i < kBlockPages; ++i)
-      if (b.counts[i] != 0) add(*rec, b.record(i));
-  }
+  });
 }
 
 void Recorder::onProcessExit(pid_t tgid, uint64_t nowNs) {
