@@ -395,6 +395,27 @@ void Engine::account(PlanState& plan, size_t runIndex, Direction direction, cons
   plan.report.runs[runIndex].outcome.add(o);
 }
 
+std::optional<std::string> Engine::promotionRefused(PlanState& plan, int node, uint64_t bytes) {
+  auto inflightTo = [&] {
+    std::lock_guard lock(plan.mutex);
+    return plan.inflightBytes[node];
+  };
+  auto mem = freeMemory_.read(node);
+  if (mem && mem->freeBytes < inflightTo() + bytes + watermarkBytes(*mem) && inflightTo() > 0) {
+    // Worst case this drains the pipeline once per plan, at the point where the node fills.
+    {
+      std::unique_lock lock(batchMutex_);
+      batchCv_.wait(lock, [this] { return batchesInFlight_ == 0; });
+    }
+    mem = freeMemory_.read(node);
+  }
+  if (mem && mem->freeBytes >= inflightTo() + bytes + watermarkBytes(*mem)) return std::nullopt;
+  guardTrips_.fetch_add(1, std::memory_order_relaxed);
+  if (!mem) return "capacity guard cannot read free memory, promotion stopped: " + mem.error().message();
+  return "capacity guard: node " + std::to_string(node) + " has " + std::to_string(mem->freeBytes >> 20) +
+         " MiB free, watermark " + std::to_string(watermarkBytes(*mem) >> 20) + " MiB: promotion to it stopped for this plan";
+}
+
 bool Engine::sleepUnlessCancelled(PlanState& plan, pid_t tgid, std::chrono::nanoseconds duration) {
   const auto until = clock_.now() + duration;
   for (;;) {
@@ -444,17 +465,8 @@ bool Engine::tryInProcess(PlanState& plan, size_t runIndex) {
     return true;
   }
   if (direction == Direction::Promote) {
-    auto mem = freeMemory_.read(run.targetNode);
-    uint64_t inflight = 0;
-    {
-      std::lock_guard lock(plan.mutex);
-      inflight = plan.inflightBytes[run.targetNode];
-    }
-    if (!mem || mem->freeBytes < inflight + run.length + watermarkBytes(*mem)) {
-      guardTrips_.fetch_add(1, std::memory_order_relaxed);
-      plan.markFull(run.targetNode, mem ? "capacity guard: node " + std::to_string(run.targetNode) +
-                                              " would fall below its free-memory watermark; promotion to it stopped for this plan"
-                                        : "capacity guard: " + mem.error().message());
+    if (auto refused = promotionRefused(plan, run.targetNode, run.length)) {
+      plan.markFull(run.targetNode, *refused);
       o.skippedTargetFull = pages;
       account(plan, runIndex, direction, o);
       return true;
@@ -629,22 +641,8 @@ void Engine::dispatch(PlanState& plan, Batch* batch) {
   }
   if (batch->direction == Direction::Promote) {
     // Capacity guard, read after the rate wait so it sees the node as the batch will find it.
-    auto mem = freeMemory_.read(batch->node);
-    uint64_t inflight = 0;
-    {
-      std::lock_guard lock(plan.mutex);
-      inflight = plan.inflightBytes[batch->node];
-    }
-    if (!mem || mem->freeBytes < inflight + bytes + watermarkBytes(*mem)) {
-      guardTrips_.fetch_add(1, std::memory_order_relaxed);
-      if (mem) {
-        plan.markFull(batch->node, "capacity guard: node " + std::to_string(batch->node) + " has " +
-                                       std::to_string(mem->freeBytes >> 20) + " MiB free, watermark " +
-                                       std::to_string(watermarkBytes(*mem) >> 20) +
-                                       " MiB: promotion to it stopped for this plan");
-      } else {
-        plan.markFull(batch->node, "capacity guard cannot read free memory, promotion stopped: " + mem.error().message());
-      }
+    if (auto refused = promotionRefused(plan, batch->node, bytes)) {
+      plan.markFull(batch->node, *refused);
       o.skippedTargetFull = pages;
       return finishUnsent();
     }

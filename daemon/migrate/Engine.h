@@ -182,6 +182,11 @@ class Engine {
   bool sleepUnlessCancelled(PlanState& plan, pid_t tgid, std::chrono::nanoseconds duration);
   [[nodiscard]] std::optional<Direction> directionOf(int node) const;
   [[nodiscard]] uint64_t watermarkBytes(const topology::NodeMemory& memory) const;
+  // The capacity guard for promoting `bytes` to `node`: empty when they fit above the watermark,
+  // else why not. Counts the plan's batches still in flight to the node; when only those tip the
+  // balance it lets them land and reads again, because a batch the kernel has already moved is
+  // counted twice until its worker returns (in free memory and in flight).
+  [[nodiscard]] std::optional<std::string> promotionRefused(PlanState& plan, int node, uint64_t bytes);
   void configureBuckets();
 
   const topology::Topology topology_;
