@@ -15,12 +15,16 @@
 #pragma once
 
 #include <bitset>
+#include <chrono>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "sources/FaultStormGuard.h"
 #include "sources/Source.h"
+#include "sys/Fs.h"
 #include "sys/bpf/FaultTrace.h"
 
 namespace tt::sources {
@@ -44,7 +48,16 @@ uint64_t appendNotPresentFaults(const std::vector<sys::bpf::ChunkCounts>& blocks
 
 class FaultTraceSource final : public Source {
  public:
-  explicit FaultTraceSource(sys::bpf::FaultTrace::Options options) : options_(options) {}
+  // The storm guard's settings (FaultStormGuard.h; sources.fault_trace.pause_over_budget).
+  struct Guard {
+    bool pauseOverBudget = true;
+    double cpuBudgetPercent = 2.0;
+    double faultCostNs = 150;  // configured; a calibrated figure replaces it
+    bool calibrate = true;
+  };
+  // `procfs` is where the guard reads the machine's fault count (vmstat).
+  FaultTraceSource(sys::bpf::FaultTrace::Options options, Guard guard, sys::Fs procfs)
+      : options_(options), guard_(guard), procfs_(std::move(procfs)) {}
   void open();
 
   std::string_view name() const override { return "fault-trace"; }
@@ -53,6 +66,13 @@ class FaultTraceSource final : public Source {
   Result<void> removeProcess(pid_t tgid) override;
   Result<void> collect(EvidenceBatch& out) override;
   SourceCounters counters() const override { return counters_; }
+  // Takes the budget and the configured per-fault cost (sampleCostNs); the periods do not apply.
+  Result<void> setSamplingLimits(const SamplingLimits& limits) override;
+  // Whether the storm guard has the page-fault program paused, and how often it paused it.
+  [[nodiscard]] bool faultProgramPaused() const { return stormGuard_.paused(); }
+  [[nodiscard]] uint64_t pauses() const { return stormGuard_.pauses(); }
+  // The per-fault cost the guard charges: calibrated at open, else configured.
+  [[nodiscard]] double faultCostNs() const { return calibratedCostNs_ > 0 ? calibratedCostNs_ : guard_.faultCostNs; }
   void takeKernelMoves(std::vector<KernelMove>& out) override;
   [[nodiscard]] Result<sys::bpf::MigrationTotals> migrationTotals() const;
   // migrationTotals() as read by the last collect(), by reason.
@@ -61,9 +81,23 @@ class FaultTraceSource final : public Source {
   [[nodiscard]] const sys::bpf::FaultTrace* trace() const { return trace_.get(); }
 
  private:
+  [[nodiscard]] Result<double> calibrate();
+  // Reads the machine's fault count and lets the guard decide for the epoch that just ended.
+  void guardEpoch();
+  void describe();
+
   sys::bpf::FaultTrace::Options options_;
+  Guard guard_;
+  sys::Fs procfs_;
   std::unique_ptr<sys::bpf::FaultTrace> trace_;
   SourceStatus status_;
+  std::string baseDetail_;  // status_.detail without the guard's current state
+  FaultStormGuard stormGuard_;
+  bool guardRuns_ = false;
+  double calibratedCostNs_ = 0;
+  std::string costFrom_;  // where faultCostNs() comes from, for the status line
+  uint64_t lastFaults_ = 0;
+  std::chrono::steady_clock::time_point lastRead_{};
   SourceCounters counters_;
   EvidenceAggregator pending_;
   // Kernel page moves until the next takeKernelMoves(); capped, in case nobody takes them, so a

@@ -163,7 +163,12 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
     o.ringBytes = c.fault_trace().ring_kib() * 1024U;
     o.reportFirstTouch = c.fault_trace().first_touch();
     o.maxChunks = c.aggregation_map_entries();
-    auto s = std::make_unique<FaultTraceSource>(o);
+    FaultTraceSource::Guard storm;
+    storm.pauseOverBudget = c.fault_trace().pause_over_budget();
+    storm.cpuBudgetPercent = c.cpu_budget_percent();
+    storm.faultCostNs = c.fault_trace().fault_cost_ns();
+    storm.calibrate = c.fault_trace().calibrate_fault_cost();
+    auto s = std::make_unique<FaultTraceSource>(o, storm, procfs);
     s->open();
     faultTraceRuns = s->status().available && o.reportFirstTouch;
     sources.push_back(std::move(s));
@@ -230,6 +235,13 @@ struct LiveKey {
 };
 
 const LiveKey kLiveKeys[] = {
+    {"sources.fault_trace.fault_cost_ns",
+     [](const pb::SourcesConfig& a, const pb::SourcesConfig& b) {
+       return a.fault_trace().fault_cost_ns() != b.fault_trace().fault_cost_ns();
+     },
+     [](const pb::SourcesConfig& f, pb::SourcesConfig& t) {
+       t.mutable_fault_trace()->set_fault_cost_ns(f.fault_trace().fault_cost_ns());
+     }},
     {"sources.cpu_budget_percent",
      [](const pb::SourcesConfig& a, const pb::SourcesConfig& b) { return a.cpu_budget_percent() != b.cpu_budget_percent(); },
      [](const pb::SourcesConfig& f, pb::SourcesConfig& t) { t.set_cpu_budget_percent(f.cpu_budget_percent()); }},
@@ -336,6 +348,8 @@ Result<SourceSet::ConfigChanges> SourceSet::applyConfig(const pb::SourcesConfig&
       limits.minPeriod = tuned.software_faults().period();
       limits.maxPeriod = std::max(tuned.software_faults().period(), tuned.software_faults().max_period());
       limits.sampleCostNs = tuned.software_faults().sample_cost_ns();
+    } else if (s->name() == "fault-trace") {
+      limits.sampleCostNs = tuned.fault_trace().fault_cost_ns();  // per fault: the storm guard's charge
     } else {
       continue;
     }

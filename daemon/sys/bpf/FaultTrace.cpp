@@ -76,13 +76,10 @@ Result<void> FaultTrace::track(pid_t tgid) {
   if (auto set = setTgidBit(bpf_map__fd(skel_->maps.tracked_bits), pidMax_, tgid, true, "fault_trace"); !set)
     return set.error();
   tracked_.insert(tgid);
-  if (faultLink_ != nullptr) return {};
-  faultLink_ = bpf_program__attach(skel_->progs.tt_page_fault_user);
-  if (faultLink_ == nullptr) {
-    const int err = errno;
+  if (auto attached = updateFaultLink(); !attached) {
     tracked_.erase(tgid);
     (void)setTgidBit(bpf_map__fd(skel_->maps.tracked_bits), pidMax_, tgid, false, "fault_trace");
-    return systemError(err, "attach fault_trace to page_fault_user");
+    return attached.error();
   }
   return {};
 }
@@ -90,11 +87,25 @@ Result<void> FaultTrace::track(pid_t tgid) {
 Result<void> FaultTrace::untrack(pid_t tgid) {
   auto cleared = setTgidBit(bpf_map__fd(skel_->maps.tracked_bits), pidMax_, tgid, false, "fault_trace");
   tracked_.erase(tgid);
-  if (tracked_.empty() && faultLink_ != nullptr) {
+  (void)updateFaultLink();  // detaching cannot fail
+  return cleared;
+}
+
+Result<void> FaultTrace::setFaultProgramPaused(bool paused) {
+  paused_ = paused;
+  return updateFaultLink();
+}
+
+Result<void> FaultTrace::updateFaultLink() {
+  const bool wanted = !tracked_.empty() && !paused_;
+  if (wanted && faultLink_ == nullptr) {
+    faultLink_ = bpf_program__attach(skel_->progs.tt_page_fault_user);
+    if (faultLink_ == nullptr) return systemError(errno, "attach fault_trace to page_fault_user");
+  } else if (!wanted && faultLink_ != nullptr) {
     bpf_link__destroy(faultLink_);
     faultLink_ = nullptr;
   }
-  return cleared;
+  return {};
 }
 
 Result<size_t> FaultTrace::drainFirstTouches(std::vector<ChunkCounts>& out) {

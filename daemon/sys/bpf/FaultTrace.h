@@ -52,10 +52,14 @@ class FaultTrace {
 
   // The page-fault program runs on every user fault of every process while it is attached (the
   // kernel's call into it alone is ~2.5% of a first-touch fault here), so it is attached only
-  // while at least one process is tracked: the first track() attaches it, the last untrack()
-  // detaches it. The migrate/* programs stay attached (they run only when pages migrate).
+  // while at least one process is tracked and it is not paused: the first track() attaches it,
+  // the last untrack() detaches it. The migrate/* programs stay attached (they run only when
+  // pages migrate).
   [[nodiscard]] Result<void> track(pid_t tgid);
   [[nodiscard]] Result<void> untrack(pid_t tgid);
+  // Detaches the page-fault program while paused (tracking is kept: the tgid filter still holds
+  // every tracked process, and resuming attaches the program again if any is tracked).
+  [[nodiscard]] Result<void> setFaultProgramPaused(bool paused);
   [[nodiscard]] bool faultProgramAttached() const { return faultLink_ != nullptr; }
 
   // Reads and empties the first-touch counts (one block per 2 MiB chunk touched since the last
@@ -83,7 +87,9 @@ class FaultTrace {
   bool pageMigrationEvents_ = false;
   uint32_t pidMax_ = 0;
   ChunkCountMap firstTouches_{"fault_trace chunks"};
-  bpf_link* faultLink_ = nullptr;  // the page-fault program's, while anything is tracked
+  [[nodiscard]] Result<void> updateFaultLink();
+  bpf_link* faultLink_ = nullptr;  // the page-fault program's, while anything is tracked and not paused
+  bool paused_ = false;
   std::set<pid_t> tracked_;
 };
 

@@ -49,7 +49,7 @@ Score score(const std::vector<AccessEvidence>& ev, pid_t tgid, uint64_t base, co
 
 TEST(SourcesE2e, BpfFaultTraceLoadsAndReportsFirstTouches) {
   TT_REQUIRE_ROOT();
-  FaultTraceSource source(sys::bpf::FaultTrace::Options{});
+  FaultTraceSource source(sys::bpf::FaultTrace::Options{}, FaultTraceSource::Guard{.pauseOverBudget = false}, sys::Fs("/proc"));
   source.open();
   ASSERT_TRUE(source.status().available) << source.status().detail;
   std::cout << "fault-trace: " << source.status().detail << "\n";
@@ -205,7 +205,7 @@ TEST(SourcesE2e, CooperateModeSeesHintFaultsAndKernelPromotions) {
   std::vector<int> nodes(4096, 1), status(4096, -1);
   for (size_t i = 0; i < pages.size(); ++i) pages[i] = reinterpret_cast<void*>(child.base() + i * 4096);
   ASSERT_EQ(numa_move_pages(child.pid(), pages.size(), pages.data(), nodes.data(), status.data(), MPOL_MF_MOVE), 0);
-  FaultTraceSource source(sys::bpf::FaultTrace::Options{});
+  FaultTraceSource source(sys::bpf::FaultTrace::Options{}, FaultTraceSource::Guard{.pauseOverBudget = false}, sys::Fs("/proc"));
   source.open();
   ASSERT_TRUE(source.status().available) << source.status().detail;
   ASSERT_TRUE(source.addProcess(child.pid()).ok());

@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 
 #include "PatternChild.h"
 #include "TierReaderCheck.h"
@@ -88,7 +89,7 @@ void exercise(Source& source) {
 
 TEST(SourcesPrivileged, FaultTraceReportsTouchedPagesOfTrackedProcessesOnly) {
   TT_REQUIRE_ROOT();
-  FaultTraceSource source(sys::bpf::FaultTrace::Options{});
+  FaultTraceSource source(sys::bpf::FaultTrace::Options{}, FaultTraceSource::Guard{.pauseOverBudget = false}, sys::Fs("/proc"));
   source.open();
   ASSERT_TRUE(source.status().available) << source.status().detail;
   exercise(source);
@@ -127,6 +128,66 @@ TEST(SourcesPrivileged, FaultProgramIsAttachedOnlyWhileAProcessIsTracked) {
     }
   EXPECT_EQ(ofA, 0U);
   EXPECT_EQ(ofB, touched.size());
+}
+
+// The storm guard: over the CPU budget the page-fault program is detached (the tracked child's
+// faults go uncounted), and once the estimate is under half the budget it is attached again. The
+// guard counts every fault on the machine, and tests may run in parallel: the budget is set out of
+// reach (100% of a CPU) except for the epochs that must pause.
+TEST(SourcesPrivileged, StormGuardPausesTheFaultProgramOverBudgetAndResumesUnderIt) {
+  TT_REQUIRE_ROOT();
+  using namespace std::chrono_literals;
+  FaultTraceSource::Guard guard;
+  guard.cpuBudgetPercent = 100;
+  FaultTraceSource source(sys::bpf::FaultTrace::Options{}, guard, sys::Fs("/proc"));
+  source.open();
+  ASSERT_TRUE(source.status().available) << source.status().detail;
+  EXPECT_NE(source.status().detail.find("paused while faults would cost over 100% of a CPU"), std::string::npos)
+      << source.status().detail;
+  EXPECT_GT(source.faultCostNs(), 0);
+  auto budget = [&](double percent) {
+    SamplingLimits limits;
+    limits.cpuBudgetPercent = percent;
+    limits.sampleCostNs = guard.faultCostNs;
+    ASSERT_TRUE(source.setSamplingLimits(limits).ok());
+  };
+  auto epoch = [&](std::vector<AccessEvidence>& evidence) {
+    std::this_thread::sleep_for(120ms);  // FaultStormGuard::kMinEpochSeconds
+    evidence.clear();
+    ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
+  };
+  test::PatternChild child(8192);  // 32 MiB
+  ASSERT_TRUE(source.addProcess(child.pid()).ok());
+  std::vector<AccessEvidence> evidence;
+  epoch(evidence);
+  ASSERT_NE(source.trace(), nullptr);
+  EXPECT_TRUE(source.trace()->faultProgramAttached());
+  EXPECT_FALSE(source.faultProgramPaused());
+  // 16384 faults in an epoch of ~0.15 s: at >= 10 ns each, over 0.1% of a CPU.
+  budget(0.1);  // the smallest the config allows
+  (void)child.refaultRange(0, 8192, 2);
+  epoch(evidence);
+  EXPECT_GT(countOf(evidence, child.pid()), 0U) << "the storm's faults before the pause are kept";
+  EXPECT_TRUE(source.faultProgramPaused()) << "cost " << source.counters().costPercent << "% of a CPU";
+  EXPECT_FALSE(source.trace()->faultProgramAttached());
+  EXPECT_EQ(source.pauses(), 1U);
+  EXPECT_GT(source.counters().costPercent, 0.1);
+  EXPECT_NE(source.status().detail.find("PAUSED"), std::string::npos) << source.status().detail;
+  // Paused: the child's faults cost nothing and are not counted; the storm goes on, so does the pause.
+  (void)child.refaultRange(0, 8192, 2);
+  epoch(evidence);
+  EXPECT_EQ(countOf(evidence, child.pid()), 0U);
+  EXPECT_TRUE(source.faultProgramPaused());
+  // A budget raised live (as tensortierctl tune does): the quiet epoch's estimate is under half of
+  // it, so the program is attached again and counts.
+  budget(100);
+  epoch(evidence);
+  EXPECT_FALSE(source.faultProgramPaused()) << "cost " << source.counters().costPercent << "% of a CPU";
+  EXPECT_TRUE(source.trace()->faultProgramAttached());
+  EXPECT_EQ(source.status().detail.find("PAUSED"), std::string::npos) << source.status().detail;
+  const auto touched = child.refaultRange(0, 64, 1);
+  epoch(evidence);
+  EXPECT_GE(countOf(evidence, child.pid()), touched.size());
 }
 
 // Where the fault trace counts every fault of tracked processes, software-fault sampling (a sample

@@ -476,6 +476,7 @@ tensortier::v1::SourcesConfig liveTuned(const tensortier::v1::SourcesConfig& bas
   c.mutable_pmu()->set_sample_cost_ns(1500);
   c.mutable_software_faults()->set_max_period(4096);
   c.mutable_software_faults()->set_sample_cost_ns(3000);
+  c.mutable_fault_trace()->set_fault_cost_ns(250);
   return c;
 }
 
@@ -489,6 +490,7 @@ TEST(SourceSetLiveConfig, ClassifiesLiveAndRestartKeys) {
                                                     "sources.pmu.sample_cost_ns", "sources.software_faults.period",
                                                     "sources.software_faults.max_period",
                                                     "sources.software_faults.sample_cost_ns",
+                                                    "sources.fault_trace.fault_cost_ns",
                                                     "sources.cpu_budget_percent"}));
   EXPECT_EQ(changes.restart, (std::vector<std::string>{"sources.aggregation", "sources.fault_trace.ring_kib"}));
   // A key set to its default value is no change.
@@ -542,7 +544,7 @@ TEST(SourceSetLiveConfig, TunesEachSamplingSourceWithItsOwnBounds) {
   next.mutable_fault_trace()->set_ring_kib(2048);  // needs a restart
   auto changes = set.applyConfig(next);
   ASSERT_TRUE(changes.ok()) << changes.error().message();
-  EXPECT_EQ(changes->live.size(), 7U);
+  EXPECT_EQ(changes->live.size(), 8U);
   EXPECT_EQ(changes->restart, std::vector<std::string>{"sources.fault_trace.ring_kib"});
   ASSERT_TRUE(pp->limits.has_value());
   EXPECT_DOUBLE_EQ(pp->limits->cpuBudgetPercent, 7.5);
@@ -554,7 +556,10 @@ TEST(SourceSetLiveConfig, TunesEachSamplingSourceWithItsOwnBounds) {
   EXPECT_EQ(ps->limits->minPeriod, 4U);  // `period` is the finest period
   EXPECT_EQ(ps->limits->maxPeriod, 4096U);
   EXPECT_DOUBLE_EQ(ps->limits->sampleCostNs, 3000);
-  EXPECT_FALSE(pt->limits.has_value());
+  // The fault trace takes the budget and its per-fault cost (the storm guard's), no periods.
+  ASSERT_TRUE(pt->limits.has_value());
+  EXPECT_DOUBLE_EQ(pt->limits->cpuBudgetPercent, 7.5);
+  EXPECT_DOUBLE_EQ(pt->limits->sampleCostNs, 250);
   // The running config has the live keys only; the restart key is still pending.
   EXPECT_DOUBLE_EQ(set.config().cpu_budget_percent(), 7.5);
   EXPECT_EQ(set.config().fault_trace().ring_kib(), base.fault_trace().ring_kib());

@@ -634,7 +634,7 @@ constexpr const char* kTraceModeNames[] = {"no tracer", "untracked", "tracked"};
 FaultCostRun faultCostOnce(TraceMode mode, uint64_t bytes, int rounds) {
   std::unique_ptr<FaultTraceSource> source;
   if (mode != TraceMode::Off) {
-    source = std::make_unique<FaultTraceSource>(sys::bpf::FaultTrace::Options{});
+    source = std::make_unique<FaultTraceSource>(sys::bpf::FaultTrace::Options{}, FaultTraceSource::Guard{.pauseOverBudget = false}, sys::Fs("/proc"));
     source->open();
     if (!source->status().available) {
       std::fprintf(stderr, "cannot open the fault trace: %s\n", source->status().detail.c_str());
