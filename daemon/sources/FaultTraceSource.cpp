@@ -130,13 +130,15 @@ void FaultTraceSource::describe() {
 // differs between machines, kernels and virtualisation, and nothing counts it per fault. How: the
 // daemon's own thread takes bursts of first-touch faults (one fault per fresh page) with the
 // program attached, its own tgid tracked so each fault is counted (the worst case: an untracked
-// process's fault only runs the filter), and detached, alternating, 9 rounds x 2 x 2048 faults
-// (~0.1 s); CLOCK_THREAD_CPUTIME_ID counts this thread's fault handling only.
+// process's fault only runs the filter), and detached, alternating, 31 rounds x 2 x 2048 faults
+// (~0.2 s); CLOCK_THREAD_CPUTIME_ID counts this thread's fault handling only. The effect is ~7%
+// of a fault and single rounds here differ by +-30% (the host's load lands in a guest's CPU time
+// too): 9 rounds gave 80-310 ns for the same ~110 ns, 31 rounds 120-175 ns.
 //   cost = median over rounds of (attached - detached) / pages
 // The counts of the daemon's own faults are drained and dropped. A cost <= 0 (noise) fails.
 Result<double> FaultTraceSource::calibrate() {
   constexpr size_t kPages = 2048;
-  constexpr int kRounds = 9;
+  constexpr int kRounds = 31;
   const pid_t self = sys::perf::currentTgid();
   if (auto r = trace_->track(self); !r) return r.error();
   std::vector<double> extra;
