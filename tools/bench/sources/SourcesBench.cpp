@@ -15,6 +15,9 @@
 //                            short rounds in one child, conditions rotating (median, bootstrap
 //                            interval); PASSES > 0 adds memory-bound passes to every round and
 //                            reports the whole round too (100: `slowdown`'s workload in small)
+//   sources_bench storm [CYCLES [SECONDS [MIB [EPOCH_MS]]]]   a sustained first-touch storm in
+//                            blocks of SECONDS under the daemon's epochs: no sources vs default
+//                            sources with and without the fault trace's storm guard
 //   sources_bench slowdown-periods [PAIRS]   software faults alone at fixed periods
 //   sources_bench period-latency   time of one sample-period change on every per-CPU event
 //   sources_bench fault-cost [N]   the fault tracer's cost per page fault, tracked and untracked
@@ -1084,6 +1087,100 @@ void touchRounds(int cycles, uint64_t mib, int passes) {
   }
 }
 
+// --- storm: a sustained first-touch storm under the daemon's epochs, with and without the
+// fault trace's storm guard (sources.fault_trace.pause_over_budget). `touch-rounds` opens the
+// sources afresh for every 25 ms round, so no epoch ever ends inside its storm; here each
+// condition keeps one source set open for a block of SECONDS of back-to-back rounds and collects
+// every EPOCH_MS of wall time between rounds, as the daemon's epoch loop does. Conditions per
+// cycle, rotating: no sources; default sources tracking the child; the same with the guard off.
+void storm(int cycles, double seconds, uint64_t mib, int epochMs) {
+  topology::Topology topo;
+  const uint64_t bytes = mib << 20, pagesPerRound = bytes / 4096;
+  RoundChild child(bytes, 0);
+  enum Condition { kNone, kGuarded, kUnguarded, kConditions };
+  const char* names[kConditions] = {"no sources", "default sources (storm guard on), child tracked",
+                                    "default sources, pause_over_budget: false, child tracked"};
+  tensortier::v1::SourcesConfig guarded;
+  tensortier::v1::SourcesConfig unguarded = guarded;
+  unguarded.mutable_fault_trace()->set_pause_over_budget(false);
+  std::vector<double> cpu[kConditions];
+  double nsPerFault[kConditions] = {}, attachedShare[kConditions] = {}, pausesSum[kConditions] = {};
+  std::vector<double> firstPauseSec;
+  std::string status;
+  auto block = [&](int c) {
+    std::unique_ptr<SourceSet> set;
+    const FaultTraceSource* trace = nullptr;
+    if (c != kNone) {
+      set = SourceSet::open(c == kGuarded ? guarded : unguarded, topo);
+      for (const auto& src : set->sources())
+        if (const auto* f = dynamic_cast<const FaultTraceSource*>(src.get())) trace = f;
+      if (trace == nullptr || !trace->status().available) {
+        std::fprintf(stderr, "the fault trace did not open\n");
+        std::exit(1);
+      }
+      if (c == kGuarded && status.empty()) status = trace->status().detail;
+      (void)set->addProcess(child.pid());
+      EvidenceBatch out;
+      (void)set->collect(out);  // starts the first epoch
+    }
+    double childCpu = 0, attachedRounds = 0, firstPause = -1;
+    uint64_t rounds = 0;
+    const double t0 = nowSec();
+    double nextEpoch = t0 + epochMs / 1000.0;
+    while (nowSec() - t0 < seconds) {
+      const bool attached = trace != nullptr && trace->trace()->faultProgramAttached();
+      RoundTimes t;
+      if (!child.round(t)) std::abort();
+      childCpu += t.touch.cpu;
+      attachedRounds += attached ? 1 : 0;
+      ++rounds;
+      if (set && nowSec() >= nextEpoch) {
+        EvidenceBatch out;
+        (void)set->collect(out);
+        nextEpoch += epochMs / 1000.0;
+        if (firstPause < 0 && trace->faultProgramPaused()) firstPause = nowSec() - t0;
+      }
+    }
+    nsPerFault[c] += childCpu / static_cast<double>(rounds * pagesPerRound) * 1e9;
+    attachedShare[c] += attachedRounds / static_cast<double>(rounds);
+    if (trace != nullptr) pausesSum[c] += static_cast<double>(trace->pauses());
+    if (c == kGuarded && firstPause >= 0) firstPauseSec.push_back(firstPause);
+    return childCpu / static_cast<double>(rounds * pagesPerRound);
+  };
+  std::printf("storm: %d cycles; per cycle one %.0f s block per condition, conditions rotating; each block back-to-back "
+              "first touches of %llu MiB (%llu faults) in one child, sources collected every %d ms between rounds; per "
+              "cycle each condition's child CPU per fault over the same cycle's no-sources block\n",
+              cycles, seconds, static_cast<unsigned long long>(mib), static_cast<unsigned long long>(pagesPerRound),
+              epochMs);
+  for (int i = 0; i < 2; ++i) {  // warm-up: the child's first rounds also build its page tables
+    RoundTimes w;
+    if (!child.round(w)) std::abort();
+  }
+  for (int i = 0; i < cycles; ++i) {
+    double perFault[kConditions] = {};
+    for (int k = 0; k < kConditions; ++k) {
+      const int c = (i + k) % kConditions;
+      perFault[c] = block(c);
+    }
+    for (int c = 1; c < kConditions; ++c) cpu[c].push_back(perFault[c] / perFault[kNone]);
+  }
+  std::printf("fault-trace: %s\n", status.c_str());
+  for (int c = 0; c < kConditions; ++c) {
+    std::printf("%s: child CPU %.0f ns per fault (mean over blocks)", names[c], nsPerFault[c] / cycles);
+    if (c != kNone)
+      std::printf("; page-fault program attached for %.1f%% of rounds, %.1f pauses per block", 100 * attachedShare[c] / cycles,
+                  pausesSum[c] / cycles);
+    std::printf("\n");
+    if (c == kNone) continue;
+    printSpread("CPU over no sources", cpu[c]);
+    const auto [lo, hi] = medianInterval(cpu[c]);
+    std::printf("  median CPU, 95%% bootstrap interval [%+6.2f%%, %+6.2f%%]\n", 100 * (lo - 1), 100 * (hi - 1));
+  }
+  if (!firstPauseSec.empty())
+    std::printf("storm guard: first pause %.2f s into the block (median of %zu blocks)\n", median(firstPauseSec),
+                firstPauseSec.size());
+}
+
 uint64_t rssBytes() {
   std::ifstream in("/proc/self/status");
   std::string key;
@@ -1459,6 +1556,10 @@ int main(int argc, char** argv) {
   if (mode == "touch-rounds")
     touchRounds(argc > 2 ? std::max(2, std::atoi(argv[2])) : 100, argc > 3 ? std::max(1, std::atoi(argv[3])) : 64,
                 argc > 4 ? std::max(0, std::atoi(argv[4])) : 0);
+  if (mode == "storm")
+    storm(argc > 2 ? std::max(2, std::atoi(argv[2])) : 8, argc > 3 ? std::max(1.0, std::atof(argv[3])) : 6.0,
+          argc > 4 ? static_cast<uint64_t>(std::max(1, std::atoi(argv[4]))) : 64,
+          argc > 5 ? std::max(100, std::atoi(argv[5])) : 1000);
   if (mode == "period-latency") periodLatency();
   if (mode == "path-cost")
     pathCost(argc > 2 ? std::max(2, std::atoi(argv[2])) : 101,
