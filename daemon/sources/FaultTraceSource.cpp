@@ -72,6 +72,17 @@ uint64_t appendNotPresentFaults(const std::vector<sys::bpf::ChunkCounts>& blocks
   return events;
 }
 
+FaultTraceSource::~FaultTraceSource() {
+  if (watch_.joinable()) {
+    {
+      std::lock_guard lock(guardMutex_);
+      stopWatch_ = true;
+    }
+    watchCv_.notify_all();
+    watch_.join();
+  }
+}
+
 void FaultTraceSource::open() {
   auto t = sys::bpf::FaultTrace::start(options_);
   if (!t) {
@@ -100,27 +111,52 @@ void FaultTraceSource::open() {
       }
     }
     guardRuns_ = true;
+    lastFaults_ = *faults;
     if (auto again = sys::readVmstat(procfs_, "pgfault")) lastFaults_ = *again;  // after calibration's faults
     lastRead_ = std::chrono::steady_clock::now();
+    watch_ = std::thread([this] { watch(); });
   }
   describe();
 }
 
 void FaultTraceSource::describe() {
+  std::lock_guard lock(guardMutex_);
   std::string detail = baseDetail_;
   if (guardRuns_) {
     char guard[128];
     std::snprintf(guard, sizeof guard, "; paused while faults would cost over %g%% of a CPU (%.0f ns per fault, ",
-                  guard_.cpuBudgetPercent, faultCostNs());
+                  guard_.cpuBudgetPercent, costNsLocked());
     detail += guard + costFrom_ + ")";
     if (stormGuard_.paused()) {
       char now[96];
-      std::snprintf(now, sizeof now, "; PAUSED: the last epoch's faults would cost %.2f%% of a CPU",
-                    stormGuard_.costPercent());
+      std::snprintf(now, sizeof now, "; PAUSED: faults would cost %.2f%% of a CPU", stormGuard_.costPercent());
       detail += now;
     }
+    counters_.costPercent = stormGuard_.costPercent();
+    counters_.sampleCostNs = costNsLocked();
   }
   status_ = {true, detail};
+}
+
+bool FaultTraceSource::faultProgramPaused() const {
+  std::lock_guard lock(guardMutex_);
+  return stormGuard_.paused();
+}
+
+uint64_t FaultTraceSource::pauses() const {
+  std::lock_guard lock(guardMutex_);
+  return stormGuard_.pauses();
+}
+
+double FaultTraceSource::faultCostNs() const {
+  std::lock_guard lock(guardMutex_);
+  return costNsLocked();
+}
+
+void FaultTraceSource::watch() {
+  const auto interval = std::chrono::duration<double>(FaultStormGuard::kMinEpochSeconds);
+  std::unique_lock lock(guardMutex_);
+  while (!watchCv_.wait_for(lock, interval, [this] { return stopWatch_; })) guardTickLocked();
 }
 
 // Calibration of the per-fault cost the storm guard charges.
@@ -173,42 +209,41 @@ Result<double> FaultTraceSource::calibrate() {
   return cost;
 }
 
-void FaultTraceSource::guardEpoch() {
-  if (!guardRuns_) return;
+void FaultTraceSource::guardTickLocked() {
   const auto now = std::chrono::steady_clock::now();
   const double seconds = std::chrono::duration<double>(now - lastRead_).count();
   if (seconds < FaultStormGuard::kMinEpochSeconds) return;  // counted into the next one
   auto faults = sys::readVmstat(procfs_, "pgfault");
   if (!faults) {
-    TT_LOG(Warn) << "fault-trace: storm guard cannot count faults this epoch: " << faults.error().message();
+    TT_LOG(Warn) << "fault-trace: storm guard cannot count faults: " << faults.error().message();
+    lastRead_ = now;
     return;
   }
   const uint64_t delta = *faults >= lastFaults_ ? *faults - lastFaults_ : 0;
   lastFaults_ = *faults;
   lastRead_ = now;
   const bool wasPaused = stormGuard_.paused();
-  const bool paused = stormGuard_.update(delta, seconds, faultCostNs(), guard_.cpuBudgetPercent);
-  counters_.costPercent = stormGuard_.costPercent();
-  counters_.sampleCostNs = faultCostNs();
+  const bool paused = stormGuard_.update(delta, seconds, costNsLocked(), guard_.cpuBudgetPercent);
   if (paused == wasPaused) return;
   if (auto r = trace_->setFaultProgramPaused(paused); !r) {
     TT_LOG(Warn) << "fault-trace: storm guard: " << r.error().message();
     return;
   }
   if (paused) {
-    TT_LOG(Info) << "fault-trace: " << delta << " faults in " << seconds << " s would cost "
-                 << stormGuard_.costPercent() << "% of a CPU (budget " << guard_.cpuBudgetPercent
-                 << "%): page-fault program paused";
+    TT_LOG(Info) << "fault-trace: " << delta << " faults in " << seconds << " s would cost " << stormGuard_.costPercent()
+                 << "% of a CPU (budget " << guard_.cpuBudgetPercent << "%): page-fault program paused";
   } else {
     TT_LOG(Info) << "fault-trace: faults would cost " << stormGuard_.costPercent()
                  << "% of a CPU: page-fault program resumed";
   }
-  describe();
 }
 
 Result<void> FaultTraceSource::setSamplingLimits(const SamplingLimits& limits) {
-  guard_.cpuBudgetPercent = limits.cpuBudgetPercent;
-  guard_.faultCostNs = limits.sampleCostNs;
+  {
+    std::lock_guard lock(guardMutex_);
+    guard_.cpuBudgetPercent = limits.cpuBudgetPercent;
+    guard_.faultCostNs = limits.sampleCostNs;
+  }
   if (trace_) describe();
   return {};
 }
@@ -226,7 +261,7 @@ Result<void> FaultTraceSource::removeProcess(pid_t tgid) {
 
 Result<void> FaultTraceSource::collect(EvidenceBatch& out) {
   if (!trace_) return {};
-  guardEpoch();  // pausing loses nothing counted so far: the drain below reads it either way
+  describe();  // the storm guard's state as of now (its thread pauses and resumes in between)
   // First touches (and, on x86, NUMA hinting faults: both not present) arrive as per-page counts.
   blocks_.clear();
   auto drained = trace_->drainFirstTouches(blocks_);

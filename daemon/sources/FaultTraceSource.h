@@ -16,9 +16,12 @@
 
 #include <bitset>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -57,7 +60,13 @@ class FaultTraceSource final : public Source {
   };
   // `procfs` is where the guard reads the machine's fault count (vmstat).
   FaultTraceSource(sys::bpf::FaultTrace::Options options, Guard guard, sys::Fs procfs)
-      : options_(options), guard_(guard), procfs_(std::move(procfs)) {}
+      : options_(options), procfs_(std::move(procfs)), guard_(guard) {}
+  ~FaultTraceSource() override;
+  FaultTraceSource(const FaultTraceSource&) = delete;
+  FaultTraceSource& operator=(const FaultTraceSource&) = delete;
+  // Starts the tracer and, with pause_over_budget, the storm guard's watch thread: it reads the
+  // machine's fault count every FaultStormGuard::kMinEpochSeconds (not every epoch: a storm is
+  // then paused within ~0.1-0.2 s rather than within an epoch).
   void open();
 
   std::string_view name() const override { return "fault-trace"; }
@@ -69,10 +78,10 @@ class FaultTraceSource final : public Source {
   // Takes the budget and the configured per-fault cost (sampleCostNs); the periods do not apply.
   Result<void> setSamplingLimits(const SamplingLimits& limits) override;
   // Whether the storm guard has the page-fault program paused, and how often it paused it.
-  [[nodiscard]] bool faultProgramPaused() const { return stormGuard_.paused(); }
-  [[nodiscard]] uint64_t pauses() const { return stormGuard_.pauses(); }
+  [[nodiscard]] bool faultProgramPaused() const;
+  [[nodiscard]] uint64_t pauses() const;
   // The per-fault cost the guard charges: calibrated at open, else configured.
-  [[nodiscard]] double faultCostNs() const { return calibratedCostNs_ > 0 ? calibratedCostNs_ : guard_.faultCostNs; }
+  [[nodiscard]] double faultCostNs() const;
   void takeKernelMoves(std::vector<KernelMove>& out) override;
   [[nodiscard]] Result<sys::bpf::MigrationTotals> migrationTotals() const;
   // migrationTotals() as read by the last collect(), by reason.
@@ -82,22 +91,31 @@ class FaultTraceSource final : public Source {
 
  private:
   [[nodiscard]] Result<double> calibrate();
-  // Reads the machine's fault count and lets the guard decide for the epoch that just ended.
-  void guardEpoch();
+  void watch();
+  // One check of the storm guard: reads the machine's fault count, pauses or resumes.
+  void guardTickLocked();
+  [[nodiscard]] double costNsLocked() const { return calibratedCostNs_ > 0 ? calibratedCostNs_ : guard_.faultCostNs; }
+  // status_ and counters_ from the guard's state (the epoch's thread: status() hands out a reference).
   void describe();
 
   sys::bpf::FaultTrace::Options options_;
-  Guard guard_;
   sys::Fs procfs_;
   std::unique_ptr<sys::bpf::FaultTrace> trace_;
   SourceStatus status_;
   std::string baseDetail_;  // status_.detail without the guard's current state
-  FaultStormGuard stormGuard_;
   bool guardRuns_ = false;
-  double calibratedCostNs_ = 0;
-  std::string costFrom_;  // where faultCostNs() comes from, for the status line
+  double calibratedCostNs_ = 0;  // set before the watch thread starts
+  std::string costFrom_;          // where faultCostNs() comes from, for the status line
+
+  // The storm guard, shared with its watch thread.
+  mutable std::mutex guardMutex_;
+  Guard guard_;
+  FaultStormGuard stormGuard_;
   uint64_t lastFaults_ = 0;
   std::chrono::steady_clock::time_point lastRead_{};
+  bool stopWatch_ = false;
+  std::condition_variable watchCv_;
+  std::thread watch_;
   SourceCounters counters_;
   EvidenceAggregator pending_;
   // Kernel page moves until the next takeKernelMoves(); capped, in case nobody takes them, so a

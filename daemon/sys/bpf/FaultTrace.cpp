@@ -73,6 +73,7 @@ int FaultTrace::onEvent(void* ctx, void* data, size_t size) {
 }
 
 Result<void> FaultTrace::track(pid_t tgid) {
+  std::lock_guard lock(linkMutex_);
   if (auto set = setTgidBit(bpf_map__fd(skel_->maps.tracked_bits), pidMax_, tgid, true, "fault_trace"); !set)
     return set.error();
   tracked_.insert(tgid);
@@ -85,6 +86,7 @@ Result<void> FaultTrace::track(pid_t tgid) {
 }
 
 Result<void> FaultTrace::untrack(pid_t tgid) {
+  std::lock_guard lock(linkMutex_);
   auto cleared = setTgidBit(bpf_map__fd(skel_->maps.tracked_bits), pidMax_, tgid, false, "fault_trace");
   tracked_.erase(tgid);
   (void)updateFaultLink();  // detaching cannot fail
@@ -92,8 +94,14 @@ Result<void> FaultTrace::untrack(pid_t tgid) {
 }
 
 Result<void> FaultTrace::setFaultProgramPaused(bool paused) {
+  std::lock_guard lock(linkMutex_);
   paused_ = paused;
   return updateFaultLink();
+}
+
+bool FaultTrace::faultProgramAttached() const {
+  std::lock_guard lock(linkMutex_);
+  return faultLink_ != nullptr;
 }
 
 Result<void> FaultTrace::updateFaultLink() {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
@@ -59,8 +60,10 @@ class FaultTrace {
   [[nodiscard]] Result<void> untrack(pid_t tgid);
   // Detaches the page-fault program while paused (tracking is kept: the tgid filter still holds
   // every tracked process, and resuming attaches the program again if any is tracked).
+  // track(), untrack(), setFaultProgramPaused() and faultProgramAttached() may be called from
+  // different threads (the storm guard pauses from its own); the rest from one thread.
   [[nodiscard]] Result<void> setFaultProgramPaused(bool paused);
-  [[nodiscard]] bool faultProgramAttached() const { return faultLink_ != nullptr; }
+  [[nodiscard]] bool faultProgramAttached() const;
 
   // Reads and empties the first-touch counts (one block per 2 MiB chunk touched since the last
   // drain). Appends to `out`; returns the number of blocks appended.
@@ -87,7 +90,8 @@ class FaultTrace {
   bool pageMigrationEvents_ = false;
   uint32_t pidMax_ = 0;
   ChunkCountMap firstTouches_{"fault_trace chunks"};
-  [[nodiscard]] Result<void> updateFaultLink();
+  [[nodiscard]] Result<void> updateFaultLink();  // with linkMutex_ held
+  mutable std::mutex linkMutex_;  // guards faultLink_, paused_, tracked_
   bpf_link* faultLink_ = nullptr;  // the page-fault program's, while anything is tracked and not paused
   bool paused_ = false;
   std::set<pid_t> tracked_;
