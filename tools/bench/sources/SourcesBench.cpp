@@ -1134,11 +1134,11 @@ void storm(int cycles, double seconds, uint64_t mib, int epochMs) {
       childCpu += t.touch.cpu;
       attachedRounds += attached ? 1 : 0;
       ++rounds;
+      if (firstPause < 0 && trace != nullptr && trace->faultProgramPaused()) firstPause = nowSec() - t0;
       if (set && nowSec() >= nextEpoch) {
         EvidenceBatch out;
         (void)set->collect(out);
         nextEpoch += epochMs / 1000.0;
-        if (firstPause < 0 && trace->faultProgramPaused()) firstPause = nowSec() - t0;
       }
     }
     nsPerFault[c] += childCpu / static_cast<double>(rounds * pagesPerRound) * 1e9;
@@ -1177,8 +1177,8 @@ void storm(int cycles, double seconds, uint64_t mib, int epochMs) {
     std::printf("  median CPU, 95%% bootstrap interval [%+6.2f%%, %+6.2f%%]\n", 100 * (lo - 1), 100 * (hi - 1));
   }
   if (!firstPauseSec.empty())
-    std::printf("storm guard: first pause %.2f s into the block (median of %zu blocks)\n", median(firstPauseSec),
-                firstPauseSec.size());
+    std::printf("storm guard: first pause seen %.2f s into the block (after a round; median of %zu blocks)\n",
+                median(firstPauseSec), firstPauseSec.size());
 }
 
 uint64_t rssBytes() {
