@@ -64,9 +64,10 @@ class FaultTraceSource final : public Source {
   ~FaultTraceSource() override;
   FaultTraceSource(const FaultTraceSource&) = delete;
   FaultTraceSource& operator=(const FaultTraceSource&) = delete;
-  // Starts the tracer and, with pause_over_budget, the storm guard's watch thread: it reads the
-  // machine's fault count every FaultStormGuard::kMinEpochSeconds (not every epoch: a storm is
-  // then paused within ~0.1-0.2 s rather than within an epoch).
+  // Starts the tracer and, with pause_over_budget, the storm guard's watch thread: it calibrates
+  // the per-fault cost, then reads the machine's fault count every
+  // FaultStormGuard::kMinEpochSeconds (not every epoch: a storm is then paused within ~0.1-0.2 s
+  // rather than within an epoch).
   void open();
 
   std::string_view name() const override { return "fault-trace"; }
@@ -104,12 +105,12 @@ class FaultTraceSource final : public Source {
   SourceStatus status_;
   std::string baseDetail_;  // status_.detail without the guard's current state
   bool guardRuns_ = false;
-  double calibratedCostNs_ = 0;  // set before the watch thread starts
-  std::string costFrom_;          // where faultCostNs() comes from, for the status line
 
   // The storm guard, shared with its watch thread.
   mutable std::mutex guardMutex_;
   Guard guard_;
+  double calibratedCostNs_ = 0;  // set by the watch thread once calibrated
+  std::string costFrom_;          // where faultCostNs() comes from, for the status line
   FaultStormGuard stormGuard_;
   uint64_t lastFaults_ = 0;
   std::chrono::steady_clock::time_point lastRead_{};

@@ -1118,7 +1118,6 @@ void storm(int cycles, double seconds, uint64_t mib, int epochMs) {
         std::fprintf(stderr, "the fault trace did not open\n");
         std::exit(1);
       }
-      if (c == kGuarded && status.empty()) status = trace->status().detail;
       (void)set->addProcess(child.pid());
       EvidenceBatch out;
       (void)set->collect(out);  // starts the first epoch
@@ -1145,6 +1144,7 @@ void storm(int cycles, double seconds, uint64_t mib, int epochMs) {
     attachedShare[c] += attachedRounds / static_cast<double>(rounds);
     if (trace != nullptr) pausesSum[c] += static_cast<double>(trace->pauses());
     if (c == kGuarded && firstPause >= 0) firstPauseSec.push_back(firstPause);
+    if (c == kGuarded) status = trace->status().detail;  // at the end: calibrated by then
     return childCpu / static_cast<double>(rounds * pagesPerRound);
   };
   std::printf("storm: %d cycles; per cycle one %.0f s block per condition, conditions rotating; each block back-to-back "
