@@ -7,9 +7,9 @@
 // "First-touch storm"): more than the sources' CPU budget stands for. The sampling sources meet
 // their budget by raising the sample period; a tracepoint has no period, so the guard pauses it.
 //
-// How: each epoch it estimates what the program cost, or while paused would have cost: the
+// How: every 0.1 s it estimates what the program cost, or while paused would have cost: the
 // machine's user faults in the epoch (from /proc/vmstat) times the cost of one fault's program
-// run (calibrated at start, or configured), over the epoch's length, as a percentage of one CPU:
+// run (sources.fault_trace.fault_cost_ns), over the epoch's length, as a percentage of one CPU:
 // the unit of sources.cpu_budget_percent. Over the budget it pauses the program (detached: no
 // fault on the machine pays anything for it); it resumes once the estimate is at most half the
 // budget, so a fault rate near the budget does not attach and detach it every epoch.

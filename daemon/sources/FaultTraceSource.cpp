@@ -7,7 +7,6 @@
 #include "core/Buffers.h"
 #include "core/Log.h"
 #include "sys/VmStat.h"
-#include "sys/perf/PerfEvent.h"
 
 namespace tt::sources {
 
@@ -101,9 +100,6 @@ void FaultTraceSource::open() {
   } else if (auto faults = sys::readVmstat(procfs_, "pgfault"); !faults) {
     baseDetail_ += "; never paused: the storm guard cannot count faults: " + faults.error().message();
   } else {
-    // Calibration runs on the watch thread (~0.3 s that the daemon's start-up need not wait for);
-    // until it ends the guard charges the configured cost.
-    costFrom_ = guard_.calibrate ? "configured until calibrated" : "configured";
     guardRuns_ = true;
     lastFaults_ = *faults;
     lastRead_ = std::chrono::steady_clock::now();
@@ -117,16 +113,16 @@ void FaultTraceSource::describe() {
   std::string detail = baseDetail_;
   if (guardRuns_) {
     char guard[128];
-    std::snprintf(guard, sizeof guard, "; paused while faults would cost over %g%% of a CPU (%.0f ns per fault, ",
-                  guard_.cpuBudgetPercent, costNsLocked());
-    detail += guard + costFrom_ + ")";
+    std::snprintf(guard, sizeof guard, "; paused while faults would cost over %g%% of a CPU (%.0f ns per fault)",
+                  guard_.cpuBudgetPercent, guard_.faultCostNs);
+    detail += guard;
     if (stormGuard_.paused()) {
       char now[96];
       std::snprintf(now, sizeof now, "; PAUSED: faults would cost %.2f%% of a CPU", stormGuard_.costPercent());
       detail += now;
     }
     counters_.costPercent = stormGuard_.costPercent();
-    counters_.sampleCostNs = costNsLocked();
+    counters_.sampleCostNs = guard_.faultCostNs;
   }
   status_ = {true, detail};
 }
@@ -143,83 +139,13 @@ uint64_t FaultTraceSource::pauses() const {
 
 double FaultTraceSource::faultCostNs() const {
   std::lock_guard lock(guardMutex_);
-  return costNsLocked();
+  return guard_.faultCostNs;
 }
 
 void FaultTraceSource::watch() {
-  if (guard_.calibrate) {  // set before the thread started, never changed
-    auto cost = calibrate();
-    std::lock_guard lock(guardMutex_);
-    if (cost) {
-      calibratedCostNs_ = *cost;
-      costFrom_ = "calibrated";
-    } else {
-      costFrom_ = "configured, calibration failed: " + cost.error().message();
-      TT_LOG(Warn) << "fault-trace: storm guard: " << costFrom_;
-    }
-    // The calibration's own faults are not a storm to judge.
-    if (auto faults = sys::readVmstat(procfs_, "pgfault")) lastFaults_ = *faults;
-    lastRead_ = std::chrono::steady_clock::now();
-  }
   const auto interval = std::chrono::duration<double>(FaultStormGuard::kMinEpochSeconds);
   std::unique_lock lock(guardMutex_);
   while (!watchCv_.wait_for(lock, interval, [this] { return stopWatch_; })) guardTickLocked();
-}
-
-// Calibration of the per-fault cost the storm guard charges.
-//
-// Why measure: the cost is the kernel's call into a BPF program (an indirect call, dearer under
-// retpolines and return-thunk mitigations) plus the program, paid inside every user fault; it
-// differs between machines, kernels and virtualisation, and nothing counts it per fault. How: a
-// second, private instance of the same BPF object (so the running tracer's link, tracked set and
-// counts are not touched while processes are tracked) tracks the daemon's own tgid; the watch
-// thread takes bursts of first-touch faults (one fault per fresh page) with that instance's
-// page-fault program attached, so each fault is counted (the worst case: an untracked process's
-// fault only runs the filter), and detached, alternating; CLOCK_THREAD_CPUTIME_ID counts this
-// thread's fault handling only. 31 rounds x 2 x 2048 faults (~0.2 s):
-//   cost = median over rounds of (attached - detached) / pages
-// Only rounds in which the running tracer's own page-fault program stayed detached count (nothing
-// tracked yet, as at the daemon's start, or paused): a second program on the tracepoint costs
-// less than the first (66 against ~130 ns here: the tracepoint's dispatch is paid already), and
-// the guard charges what the first costs. Without 16 such rounds in 93 it fails.
-// The effect is ~7% of a fault and single rounds here differ by +-30% (the host's load lands in
-// a guest's CPU time too): 9 rounds gave 80-310 ns for the same ~110 ns, 31 rounds 120-175 ns.
-// A cost <= 0 (noise) fails.
-Result<double> FaultTraceSource::calibrate() {
-  constexpr size_t kPages = 2048;
-  constexpr int kRounds = 31;
-  sys::bpf::FaultTrace::Options small = options_;
-  small.ringBytes = 4096;
-  small.maxChunks = 64;  // a burst touches 4 chunks, drained after every round
-  auto probe = sys::bpf::FaultTrace::start(small);
-  if (!probe) return probe.error();
-  sys::bpf::FaultTrace& trace = **probe;
-  if (auto r = trace.track(sys::perf::currentTgid()); !r) return r.error();
-  constexpr int kMinRounds = 16, kMaxAttempts = 3 * kRounds;
-  std::vector<double> extra;
-  std::vector<sys::bpf::ChunkCounts> drop;
-  for (int k = 0; k < kMaxAttempts && static_cast<int>(extra.size()) < kRounds; ++k) {
-    const bool alone = !trace_->faultProgramAttached();
-    double perFault[2] = {0, 0};  // detached, attached
-    for (int j = 0; j < 2; ++j) {
-      const int attached = (j + k) % 2;
-      if (auto r = trace.setFaultProgramPaused(attached == 0); !r) return r.error();
-      auto ns = sys::perf::faultBurstCpuNs(kPages);
-      if (!ns) return ns.error();
-      perFault[attached] = static_cast<double>(*ns) / kPages;
-    }
-    if (alone && !trace_->faultProgramAttached()) extra.push_back(perFault[1] - perFault[0]);
-    drop.clear();
-    if (auto d = trace.drainFirstTouches(drop); !d) return d.error();
-  }
-  if (static_cast<int>(extra.size()) < kMinRounds)
-    return logicError("only " + std::to_string(extra.size()) + " of " + std::to_string(kMaxAttempts) +
-                      " rounds ran with the tracer's own program detached (processes were tracked)");
-  std::sort(extra.begin(), extra.end());
-  const double cost = extra[extra.size() / 2];
-  TT_LOG(Info) << "fault-trace: calibration: " << cost << " ns per fault with the page-fault program attached";
-  if (!(cost > 0)) return logicError("calibration of the per-fault cost measured " + std::to_string(cost) + " ns (noise)");
-  return cost;
 }
 
 void FaultTraceSource::guardTickLocked() {
@@ -236,7 +162,7 @@ void FaultTraceSource::guardTickLocked() {
   lastFaults_ = *faults;
   lastRead_ = now;
   const bool wasPaused = stormGuard_.paused();
-  const bool paused = stormGuard_.update(delta, seconds, costNsLocked(), guard_.cpuBudgetPercent);
+  const bool paused = stormGuard_.update(delta, seconds, guard_.faultCostNs, guard_.cpuBudgetPercent);
   if (paused == wasPaused) return;
   if (auto r = trace_->setFaultProgramPaused(paused); !r) {
     TT_LOG(Warn) << "fault-trace: storm guard: " << r.error().message();

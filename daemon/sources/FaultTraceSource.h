@@ -55,8 +55,7 @@ class FaultTraceSource final : public Source {
   struct Guard {
     bool pauseOverBudget = true;
     double cpuBudgetPercent = 2.0;
-    double faultCostNs = 150;  // configured; a calibrated figure replaces it
-    bool calibrate = true;
+    double faultCostNs = 150;  // charged per fault on the machine
   };
   // `procfs` is where the guard reads the machine's fault count (vmstat).
   FaultTraceSource(sys::bpf::FaultTrace::Options options, Guard guard, sys::Fs procfs)
@@ -64,10 +63,9 @@ class FaultTraceSource final : public Source {
   ~FaultTraceSource() override;
   FaultTraceSource(const FaultTraceSource&) = delete;
   FaultTraceSource& operator=(const FaultTraceSource&) = delete;
-  // Starts the tracer and, with pause_over_budget, the storm guard's watch thread: it calibrates
-  // the per-fault cost, then reads the machine's fault count every
-  // FaultStormGuard::kMinEpochSeconds (not every epoch: a storm is then paused within ~0.1-0.2 s
-  // rather than within an epoch).
+  // Starts the tracer and, with pause_over_budget, the storm guard's watch thread: it reads the
+  // machine's fault count every FaultStormGuard::kMinEpochSeconds (not every epoch: a storm is
+  // then paused within ~0.1-0.2 s rather than within an epoch).
   void open();
 
   std::string_view name() const override { return "fault-trace"; }
@@ -81,7 +79,7 @@ class FaultTraceSource final : public Source {
   // Whether the storm guard has the page-fault program paused, and how often it paused it.
   [[nodiscard]] bool faultProgramPaused() const;
   [[nodiscard]] uint64_t pauses() const;
-  // The per-fault cost the guard charges: calibrated at open, else configured.
+  // The per-fault cost the guard charges.
   [[nodiscard]] double faultCostNs() const;
   void takeKernelMoves(std::vector<KernelMove>& out) override;
   [[nodiscard]] Result<sys::bpf::MigrationTotals> migrationTotals() const;
@@ -91,11 +89,9 @@ class FaultTraceSource final : public Source {
   [[nodiscard]] const sys::bpf::FaultTrace* trace() const { return trace_.get(); }
 
  private:
-  [[nodiscard]] Result<double> calibrate();
   void watch();
   // One check of the storm guard: reads the machine's fault count, pauses or resumes.
   void guardTickLocked();
-  [[nodiscard]] double costNsLocked() const { return calibratedCostNs_ > 0 ? calibratedCostNs_ : guard_.faultCostNs; }
   // status_ and counters_ from the guard's state (the epoch's thread: status() hands out a reference).
   void describe();
 
@@ -109,8 +105,6 @@ class FaultTraceSource final : public Source {
   // The storm guard, shared with its watch thread.
   mutable std::mutex guardMutex_;
   Guard guard_;
-  double calibratedCostNs_ = 0;  // set by the watch thread once calibrated
-  std::string costFrom_;          // where faultCostNs() comes from, for the status line
   FaultStormGuard stormGuard_;
   uint64_t lastFaults_ = 0;
   std::chrono::steady_clock::time_point lastRead_{};

@@ -167,7 +167,6 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
     storm.pauseOverBudget = c.fault_trace().pause_over_budget();
     storm.cpuBudgetPercent = c.cpu_budget_percent();
     storm.faultCostNs = c.fault_trace().fault_cost_ns();
-    storm.calibrate = c.fault_trace().calibrate_fault_cost();
     auto s = std::make_unique<FaultTraceSource>(o, storm, procfs);
     s->open();
     faultTraceRuns = s->status().available && o.reportFirstTouch;
