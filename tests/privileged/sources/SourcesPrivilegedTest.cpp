@@ -138,6 +138,16 @@ TEST(SourcesPrivileged, FaultProgramIsAttachedOnlyWhileAProcessIsTracked) {
 // budget it is attached again. The machine's fault count comes from a fake procfs whose vmstat the
 // test writes (the real one counts every process, and tests may run in parallel); the guard reads
 // it on its own thread every 0.1 s.
+// A fault-trace source opened with the default storm guard over the vmstat of `procfs`, and what
+// its status line says of the guard.
+constexpr const char* kDefaultGuard = "; paused while faults would cost over 2% of a CPU (150 ns per fault)";
+std::unique_ptr<FaultTraceSource> openGuarded(const std::string& procfs) {
+  auto source = std::make_unique<FaultTraceSource>(sys::bpf::FaultTrace::Options{}, FaultTraceSource::Guard{},
+                                                   sys::Fs(procfs));
+  source->open();
+  return source;
+}
+
 class StormGuardTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -179,13 +189,10 @@ class StormGuardTest : public ::testing::Test {
 
 TEST_F(StormGuardTest, PausesTheFaultProgramOverBudgetKeepsWhatWasCountedAndResumesUnderHalfOfIt) {
   TT_REQUIRE_ROOT();
-  FaultTraceSource::Guard guard;  // 150 ns per fault, 2% of a CPU
-  FaultTraceSource source(sys::bpf::FaultTrace::Options{}, guard, sys::Fs(dir_.string()));
-  source.open();
+  auto guarded = openGuarded(dir_.string());
+  FaultTraceSource& source = *guarded;
   ASSERT_TRUE(source.status().available) << source.status().detail;
-  EXPECT_NE(source.status().detail.find("paused while faults would cost over 2% of a CPU (150 ns per fault)"),
-            std::string::npos)
-      << source.status().detail;
+  EXPECT_NE(source.status().detail.find(kDefaultGuard), std::string::npos) << source.status().detail;
   test::PatternChild child(256);
   ASSERT_TRUE(source.addProcess(child.pid()).ok());
   std::vector<AccessEvidence> evidence;
@@ -225,9 +232,8 @@ TEST_F(StormGuardTest, PausesTheFaultProgramOverBudgetKeepsWhatWasCountedAndResu
 // while the storm goes on.
 TEST_F(StormGuardTest, ABudgetRaisedLiveResumesTheProgram) {
   TT_REQUIRE_ROOT();
-  FaultTraceSource::Guard guard;
-  FaultTraceSource source(sys::bpf::FaultTrace::Options{}, guard, sys::Fs(dir_.string()));
-  source.open();
+  auto guarded = openGuarded(dir_.string());
+  FaultTraceSource& source = *guarded;
   ASSERT_TRUE(source.status().available) << source.status().detail;
   test::PatternChild child(16);
   ASSERT_TRUE(source.addProcess(child.pid()).ok());
@@ -247,12 +253,10 @@ TEST_F(StormGuardTest, ABudgetRaisedLiveResumesTheProgram) {
 // say it never pauses), and a tracked process is counted.
 TEST(SourcesPrivileged, StormGuardRunsOnTheRealFaultCount) {
   TT_REQUIRE_ROOT();
-  FaultTraceSource source(sys::bpf::FaultTrace::Options{}, FaultTraceSource::Guard{}, sys::Fs("/proc"));
-  source.open();
+  auto guarded = openGuarded("/proc");
+  FaultTraceSource& source = *guarded;
   ASSERT_TRUE(source.status().available) << source.status().detail;
-  EXPECT_NE(source.status().detail.find("; paused while faults would cost over 2% of a CPU (150 ns per fault)"),
-            std::string::npos)
-      << source.status().detail;
+  EXPECT_NE(source.status().detail.find(kDefaultGuard), std::string::npos) << source.status().detail;
   test::PatternChild child(16);
   ASSERT_TRUE(source.addProcess(child.pid()).ok());
   const auto touched = child.touch(1, 0);
