@@ -34,6 +34,8 @@ std::vector<SourceReport> SourceSetEvidence::status() const {
     r.cpuPercent = c.costPercent;
     r.lost = c.lost;
     r.throttled = c.throttled;
+    r.paused = c.paused;
+    r.pauses = c.pauses;
     r.systemMigrations = s->systemMigrations();
     if (r.name == "fault-trace") r.kernelMoves = kernelMoves_;
   }

@@ -79,6 +79,8 @@ void AdminService::status(pb::DaemonMessage& reply) {
     o->set_samples(src.samples);
     o->set_lost(src.lost);
     o->set_throttled(src.throttled);
+    o->set_paused(src.paused);
+    o->set_pauses(src.pauses);
     o->set_kernel_promoted_pages(src.kernelMoves.promoted);
     o->set_kernel_demoted_pages(src.kernelMoves.demoted);
     o->set_kernel_syscall_pages(src.kernelMoves.syscall);

@@ -376,6 +376,12 @@ void EpochLoop::exportCounters(double epochSeconds, const ExecutorCounters& c) {
           .add(s.cpuPercent / 100.0 * epochSeconds);
       metrics_.gauge("tensortier_source_active", "1 when the source runs", {{"source", s.name}})
           .set(s.active ? 1 : 0);
+      metrics_.gauge("tensortier_source_paused",
+                     "1 while the source is detached over the CPU budget (the fault trace's storm guard)",
+                     {{"source", s.name}})
+          .set(s.paused ? 1 : 0);
+      grow("tensortier_source_pauses_total", "Times the source was detached over the CPU budget", {{"source", s.name}},
+           s.pauses);
     }
     const std::pair<const char*, uint64_t> moves[] = {{"promoted", kernelMoves.promoted},
                                                       {"demoted", kernelMoves.demoted},

@@ -121,8 +121,11 @@ void FaultTraceSource::describe() {
       std::snprintf(now, sizeof now, "; PAUSED: faults would cost %.2f%% of a CPU", stormGuard_.costPercent());
       detail += now;
     }
-    counters_.costPercent = stormGuard_.costPercent();
+    // What the program costs, not what it would: nothing while detached.
+    counters_.costPercent = stormGuard_.paused() ? 0 : stormGuard_.costPercent();
     counters_.sampleCostNs = guard_.faultCostNs;
+    counters_.paused = stormGuard_.paused();
+    counters_.pauses = stormGuard_.pauses();
   }
   status_ = {true, detail};
 }

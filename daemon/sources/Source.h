@@ -35,6 +35,10 @@ struct SourceCounters {
   uint64_t period = 0;       // current sample period (sampling sources)
   double costPercent = 0;    // last epoch's estimated sampling cost (kernel + daemon), percent of one CPU
   double sampleCostNs = 0;   // kernel-side cost per sample the estimate uses
+  // Sources that detach themselves over the CPU budget (the fault trace's storm guard): whether
+  // they are detached now, and how often they were.
+  bool paused = false;
+  uint64_t pauses = 0;
 };
 
 // Sample-period limits a sampling source adapts within, changed at run time (SourceSet::applyConfig).

@@ -50,6 +50,7 @@ json statusJson(const pb::StatusReply& s) {
           {{"reason", m.reason()}, {"succeeded_pages", m.succeeded_pages()}, {"failed_pages", m.failed_pages()}});
     sources.push_back({{"name", src.name()}, {"active", src.active()}, {"detail", src.detail()},
                        {"samples", src.samples()}, {"lost", src.lost()}, {"throttled", src.throttled()},
+                       {"paused", src.paused()}, {"pauses", src.pauses()},
                        {"kernel_promoted_pages", src.kernel_promoted_pages()},
                        {"kernel_demoted_pages", src.kernel_demoted_pages()},
                        {"kernel_syscall_pages", src.kernel_syscall_pages()},
@@ -105,7 +106,8 @@ std::string statusText(const pb::StatusReply& s) {
       << "\n\n";
   Table sources({"SOURCE", "STATE", "SAMPLES", "LOST", "THROTTLED", "DETAIL"});
   for (const auto& src : s.sources())
-    sources.add({src.name(), src.active() ? "on" : "off", std::to_string(src.samples()), std::to_string(src.lost()),
+    sources.add({src.name(), !src.active() ? "off" : src.paused() ? "paused" : "on", std::to_string(src.samples()),
+                 std::to_string(src.lost()),
                  std::to_string(src.throttled()), src.detail()});
   out << sources.str();
   // The start log's other lines: kernel tiering, topology, sources not opened and why.

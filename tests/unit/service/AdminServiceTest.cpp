@@ -518,11 +518,13 @@ TEST(TopView, PagesFollowTheRegionListsInTextAndJson) {
 // What the sources logged at start (kernel tiering, sources not opened), each source's throttled
 // count and the kernel's system-wide migrations travel from the SourceSet through the epoch loop's
 // stats into the status reply, and `tensortierctl status` shows them as text and JSON.
-TEST(AdminServiceSources, StatusCarriesStartNotesThrottlingAndSystemMigrationsToTheCli) {
+TEST(AdminServiceSources, StatusCarriesStartNotesThrottlingPausesAndSystemMigrationsToTheCli) {
   std::vector<std::unique_ptr<tt::sources::Source>> v;
   auto trace = std::make_unique<tt::fakes::FakeSource>("fault-trace", true, "eBPF");
   trace->reported.throttled = 0;
   trace->reported.samples = 11;
+  trace->reported.paused = true;
+  trace->reported.pauses = 2;
   tt::sources::SystemMigrations m;
   m.demotion = {4096, 7};
   m.promotion = {300, 1};
@@ -549,6 +551,9 @@ TEST(AdminServiceSources, StatusCarriesStartNotesThrottlingAndSystemMigrationsTo
   EXPECT_EQ(st.source_notes(1), notes[1]);
   ASSERT_EQ(st.sources_size(), 2);
   EXPECT_EQ(st.sources(1).throttled(), 42u);
+  EXPECT_TRUE(st.sources(0).paused());
+  EXPECT_EQ(st.sources(0).pauses(), 2u);
+  EXPECT_FALSE(st.sources(1).paused());
   EXPECT_TRUE(st.sources(1).system_migrations().empty()) << "pmu does not trace migrations";
   ASSERT_EQ(st.sources(0).system_migrations_size(), 4) << st.DebugString();
   std::map<std::string, std::pair<uint64_t, uint64_t>> byReason;
@@ -562,11 +567,14 @@ TEST(AdminServiceSources, StatusCarriesStartNotesThrottlingAndSystemMigrationsTo
   EXPECT_NE(text.find(notes[1] + "\n"), std::string::npos) << text;
   EXPECT_NE(text.find("THROTTLED"), std::string::npos) << text;
   EXPECT_TRUE(std::regex_search(text, std::regex("\npmu +on +0 +0 +42 +cycles\n"))) << text;
+  EXPECT_TRUE(std::regex_search(text, std::regex("\nfault-trace +paused +11 +0 +0 +eBPF\n"))) << text;
   EXPECT_NE(text.find("demoted 4096 (7 failed)"), std::string::npos) << text;
   EXPECT_NE(text.find("promoted 300 (1 failed)"), std::string::npos) << text;
   const auto json = tt::ctl::statusJson(st);
   EXPECT_EQ(json["source_notes"], nlohmann::json(notes));
   EXPECT_EQ(json["sources"][1]["throttled"], 42);
+  EXPECT_EQ(json["sources"][0]["paused"], true);
+  EXPECT_EQ(json["sources"][0]["pauses"], 2);
   EXPECT_EQ(json["sources"][0]["system_migrations"][1]["reason"], "demoted");
   EXPECT_EQ(json["sources"][0]["system_migrations"][1]["succeeded_pages"], 4096);
   EXPECT_EQ(json["sources"][0]["system_migrations"][1]["failed_pages"], 7);

@@ -230,7 +230,12 @@ TEST_F(EpochLoopTest, CountersBecomeMetricsAndRates) {
   report.throttled = 2;
   report.kernelMoves.promoted = 7;
   report.kernelMoves.syscall = 9;
-  source.reports = {report};
+  tt::service::SourceReport trace;
+  trace.name = "fault-trace";
+  trace.active = true;
+  trace.paused = true;
+  trace.pauses = 3;
+  source.reports = {report, trace};
   loop.runOnce(3 * kSecond);  // two seconds later
   const auto st = loop.stats();
   EXPECT_DOUBLE_EQ(st.promoteBytesPerSec, 8.0 * kPage / 2.0);
@@ -247,17 +252,23 @@ TEST_F(EpochLoopTest, CountersBecomeMetricsAndRates) {
   EXPECT_NE(text.find("tensortier_kernel_moved_pages_total{reason=\"promoted\"} 7\n"), std::string::npos) << text;
   EXPECT_NE(text.find("tensortier_kernel_moved_pages_total{reason=\"syscall\"} 9\n"), std::string::npos) << text;
   EXPECT_NE(text.find("tensortier_kernel_moved_pages_total{reason=\"demoted\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("tensortier_source_paused{source=\"fault-trace\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("tensortier_source_paused{source=\"software-faults\"} 0\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("tensortier_source_pauses_total{source=\"fault-trace\"} 3\n"), std::string::npos) << text;
   // Counters only grow by the delta: a third epoch without new moves adds nothing, and a source's
   // running totals add only what changed.
   source.reports[0].lost = 6;
   source.reports[0].kernelMoves.promoted = 10;
+  source.reports[1].paused = false;  // resumed; the pause count stays
   loop.runOnce(4 * kSecond);
   const std::string third = metrics.render();
   EXPECT_NE(third.find("tensortier_promoted_bytes_total 32768\n"), std::string::npos);
   EXPECT_NE(third.find("tensortier_samples_total{source=\"software-faults\"} 40\n"), std::string::npos) << third;
   EXPECT_NE(third.find("tensortier_source_lost_total{source=\"software-faults\"} 6\n"), std::string::npos) << third;
   EXPECT_NE(third.find("tensortier_kernel_moved_pages_total{reason=\"promoted\"} 10\n"), std::string::npos) << third;
-  ASSERT_EQ(loop.stats().sources.size(), 1u);
+  EXPECT_NE(third.find("tensortier_source_paused{source=\"fault-trace\"} 0\n"), std::string::npos) << third;
+  EXPECT_NE(third.find("tensortier_source_pauses_total{source=\"fault-trace\"} 3\n"), std::string::npos) << third;
+  ASSERT_EQ(loop.stats().sources.size(), 2u);
 }
 
 // The kernel's migrations on the whole machine (kswapd's demotions are charged to no tracked
