@@ -401,8 +401,12 @@ std::optional<std::string> Engine::promotionRefused(PlanState& plan, int node, u
     return plan.inflightBytes[node];
   };
   auto mem = freeMemory_.read(node);
-  if (mem && mem->freeBytes < inflightTo() + bytes + watermarkBytes(*mem) && inflightTo() > 0) {
-    // Worst case this drains the pipeline once per plan, at the point where the node fills.
+  const uint64_t inflight = inflightTo();
+  if (mem && inflight > 0 && mem->freeBytes >= bytes + watermarkBytes(*mem) &&
+      mem->freeBytes < inflight + bytes + watermarkBytes(*mem)) {
+    // Only when the batches in flight alone tip the balance: it drains the pipeline near the
+    // point where the node fills, at most once per batch from there on (a node that is full
+    // without them trips at once).
     {
       std::unique_lock lock(batchMutex_);
       batchCv_.wait(lock, [this] { return batchesInFlight_ == 0; });
@@ -468,6 +472,13 @@ bool Engine::tryInProcess(PlanState& plan, size_t runIndex) {
     if (auto refused = promotionRefused(plan, run.targetNode, run.length)) {
       plan.markFull(run.targetNode, *refused);
       o.skippedTargetFull = pages;
+      account(plan, runIndex, direction, o);
+      return true;
+    }
+    // The guard may have waited for batches in flight: the plan may have been superseded, the
+    // process gone or the node found full (ENOMEM) meanwhile.
+    if (plan.cancelled(run.tgid) || plan.isFull(run.targetNode)) {
+      (plan.cancelled(run.tgid) ? o.cancelled : o.skippedTargetFull) = pages;
       account(plan, runIndex, direction, o);
       return true;
     }
@@ -644,6 +655,11 @@ void Engine::dispatch(PlanState& plan, Batch* batch) {
     if (auto refused = promotionRefused(plan, batch->node, bytes)) {
       plan.markFull(batch->node, *refused);
       o.skippedTargetFull = pages;
+      return finishUnsent();
+    }
+    // As in tryInProcess: the guard may have waited.
+    if (plan.cancelled(batch->tgid) || plan.isFull(batch->node)) {
+      (plan.cancelled(batch->tgid) ? o.cancelled : o.skippedTargetFull) = pages;
       return finishUnsent();
     }
   }

@@ -1,7 +1,7 @@
 // The fault trace's CPU budget (the storm guard).
 //
 // Why: while attached, the page-fault program runs on every user fault of every process on the
-// machine, tracked or not. Here that is 60-100 ns of a ~1.5 us first-touch fault (the kernel's
+// machine, tracked or not. Here that is 60-130 ns of a ~1.5 us first-touch fault (the kernel's
 // call into a BPF program, the tgid filter, the count), so a thread that does nothing but fault,
 // as a process does while it populates its memory, is slowed 5-7% (docs/benchmarks.md,
 // "First-touch storm"): more than the sources' CPU budget stands for. The sampling sources meet
@@ -36,6 +36,11 @@ class FaultStormGuard {
   // should be paused from now on. Epochs shorter than kMinEpochSeconds leave everything as it was.
   bool update(uint64_t faults, double seconds, double faultCostNs, double budgetPercent);
 
+  // Forget the decision and the estimate (nothing to judge by: the fault count is unreadable).
+  void reset() {
+    paused_ = false;
+    costPercent_ = 0;
+  }
   [[nodiscard]] bool paused() const { return paused_; }
   // The last epoch's estimate, percent of one CPU.
   [[nodiscard]] double costPercent() const { return costPercent_; }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <sstream>
 
 #include "core/Buffers.h"
 #include "core/Log.h"
@@ -116,15 +117,15 @@ void FaultTraceSource::describe() {
     std::snprintf(guard, sizeof guard, "; paused while faults would cost over %g%% of a CPU (%.0f ns per fault)",
                   guard_.cpuBudgetPercent, guard_.faultCostNs);
     detail += guard;
-    if (stormGuard_.paused()) {
+    if (appliedPaused_) {
       char now[96];
       std::snprintf(now, sizeof now, "; PAUSED: faults would cost %.2f%% of a CPU", stormGuard_.costPercent());
       detail += now;
     }
     // What the program costs, not what it would: nothing while detached.
-    counters_.costPercent = stormGuard_.paused() ? 0 : stormGuard_.costPercent();
+    counters_.costPercent = appliedPaused_ ? 0 : stormGuard_.costPercent();
     counters_.sampleCostNs = guard_.faultCostNs;
-    counters_.paused = stormGuard_.paused();
+    counters_.paused = appliedPaused_;
     counters_.pauses = stormGuard_.pauses();
   }
   status_ = {true, detail};
@@ -132,7 +133,7 @@ void FaultTraceSource::describe() {
 
 bool FaultTraceSource::faultProgramPaused() const {
   std::lock_guard lock(guardMutex_);
-  return stormGuard_.paused();
+  return appliedPaused_;
 }
 
 uint64_t FaultTraceSource::pauses() const {
@@ -147,37 +148,69 @@ double FaultTraceSource::faultCostNs() const {
 
 void FaultTraceSource::watch() {
   const auto interval = std::chrono::duration<double>(FaultStormGuard::kMinEpochSeconds);
-  std::unique_lock lock(guardMutex_);
-  while (!watchCv_.wait_for(lock, interval, [this] { return stopWatch_; })) guardTickLocked();
+  bool applied = false;  // the tracer's pause state: only this thread changes it
+  bool applyFailing = false;
+  for (;;) {
+    bool wanted = false;
+    std::string change;
+    {
+      std::unique_lock lock(guardMutex_);
+      if (watchCv_.wait_for(lock, interval, [this] { return stopWatch_; })) return;
+      wanted = guardTickLocked(change);
+    }
+    // Attaching takes a while (a static key's text patch): not under the lock collect() takes.
+    if (wanted == applied) continue;
+    if (auto r = trace_->setFaultProgramPaused(wanted); !r) {
+      if (!applyFailing) {
+        TT_LOG(Warn) << "fault-trace: storm guard (retried every 0.1 s): " << r.error().message();
+      }
+      applyFailing = true;
+      continue;
+    }
+    applyFailing = false;
+    applied = wanted;
+    {
+      std::lock_guard lock(guardMutex_);
+      appliedPaused_ = applied;
+    }
+    TT_LOG(Info) << "fault-trace: " << (change.empty() ? std::string("storm guard") : change) << ": page-fault program "
+                 << (applied ? "paused" : "resumed");
+  }
 }
 
-void FaultTraceSource::guardTickLocked() {
+bool FaultTraceSource::guardTickLocked(std::string& change) {
   const auto now = std::chrono::steady_clock::now();
-  const double seconds = std::chrono::duration<double>(now - lastRead_).count();
-  if (seconds < FaultStormGuard::kMinEpochSeconds) return;  // counted into the next one
   auto faults = sys::readVmstat(procfs_, "pgfault");
   if (!faults) {
-    TT_LOG(Warn) << "fault-trace: storm guard cannot count faults: " << faults.error().message();
-    lastRead_ = now;
-    return;
+    // Without a count there is nothing to judge: the program runs, as when the guard is off.
+    if (!countFailing_) {
+      TT_LOG(Warn) << "fault-trace: storm guard cannot count faults, program kept attached: " << faults.error().message();
+    }
+    countFailing_ = true;
+    stormGuard_.reset();
+    return false;
   }
+  if (countFailing_) {  // a fresh baseline: the faults since the last good read are not one window's
+    TT_LOG(Info) << "fault-trace: storm guard counts faults again";
+    countFailing_ = false;
+    lastFaults_ = *faults;
+    lastRead_ = now;
+    return stormGuard_.paused();
+  }
+  const double seconds = std::chrono::duration<double>(now - lastRead_).count();
+  if (seconds < FaultStormGuard::kMinEpochSeconds) return stormGuard_.paused();  // counted into the next one
   const uint64_t delta = *faults >= lastFaults_ ? *faults - lastFaults_ : 0;
   lastFaults_ = *faults;
   lastRead_ = now;
   const bool wasPaused = stormGuard_.paused();
   const bool paused = stormGuard_.update(delta, seconds, guard_.faultCostNs, guard_.cpuBudgetPercent);
-  if (paused == wasPaused) return;
-  if (auto r = trace_->setFaultProgramPaused(paused); !r) {
-    TT_LOG(Warn) << "fault-trace: storm guard: " << r.error().message();
-    return;
+  if (paused != wasPaused) {
+    std::ostringstream why;
+    why << delta << " faults in " << seconds << " s would cost " << stormGuard_.costPercent() << "% of a CPU (budget "
+        << guard_.cpuBudgetPercent << "%)";
+    change = why.str();
   }
-  if (paused) {
-    TT_LOG(Info) << "fault-trace: " << delta << " faults in " << seconds << " s would cost " << stormGuard_.costPercent()
-                 << "% of a CPU (budget " << guard_.cpuBudgetPercent << "%): page-fault program paused";
-  } else {
-    TT_LOG(Info) << "fault-trace: faults would cost " << stormGuard_.costPercent()
-                 << "% of a CPU: page-fault program resumed";
-  }
+  return paused;
 }
 
 Result<void> FaultTraceSource::setSamplingLimits(const SamplingLimits& limits) {

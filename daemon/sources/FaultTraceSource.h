@@ -76,7 +76,8 @@ class FaultTraceSource final : public Source {
   SourceCounters counters() const override { return counters_; }
   // Takes the budget and the configured per-fault cost (sampleCostNs); the periods do not apply.
   Result<void> setSamplingLimits(const SamplingLimits& limits) override;
-  // Whether the storm guard has the page-fault program paused, and how often it paused it.
+  // Whether the storm guard has the page-fault program paused (detached), and how often the guard
+  // decided to.
   [[nodiscard]] bool faultProgramPaused() const;
   [[nodiscard]] uint64_t pauses() const;
   // The per-fault cost the guard charges.
@@ -90,8 +91,9 @@ class FaultTraceSource final : public Source {
 
  private:
   void watch();
-  // One check of the storm guard: reads the machine's fault count, pauses or resumes.
-  void guardTickLocked();
+  // One check of the storm guard: reads the machine's fault count and returns whether the program
+  // should be paused; `change` says why when that changed.
+  bool guardTickLocked(std::string& change);
   // status_ and counters_ from the guard's state (the epoch's thread: status() hands out a reference).
   void describe();
 
@@ -106,6 +108,8 @@ class FaultTraceSource final : public Source {
   mutable std::mutex guardMutex_;
   Guard guard_;
   FaultStormGuard stormGuard_;
+  bool appliedPaused_ = false;  // what the tracer has: the guard's wish once attach/detach worked
+  bool countFailing_ = false;   // vmstat unreadable at the last check
   uint64_t lastFaults_ = 0;
   std::chrono::steady_clock::time_point lastRead_{};
   bool stopWatch_ = false;

@@ -76,10 +76,12 @@ Result<void> FaultTrace::track(pid_t tgid) {
   std::lock_guard lock(linkMutex_);
   if (auto set = setTgidBit(bpf_map__fd(skel_->maps.tracked_bits), pidMax_, tgid, true, "fault_trace"); !set)
     return set.error();
-  tracked_.insert(tgid);
+  const bool added = tracked_.insert(tgid).second;
   if (auto attached = updateFaultLink(); !attached) {
-    tracked_.erase(tgid);
-    (void)setTgidBit(bpf_map__fd(skel_->maps.tracked_bits), pidMax_, tgid, false, "fault_trace");
+    if (added) {  // a process tracked already stays tracked
+      tracked_.erase(tgid);
+      (void)setTgidBit(bpf_map__fd(skel_->maps.tracked_bits), pidMax_, tgid, false, "fault_trace");
+    }
     return attached.error();
   }
   return {};

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -47,7 +48,17 @@ class FakeFreeMemory final : public migrate::FreeMemoryReader {
     nodes_[node] = {totalBytes, baseUsedBytes};
   }
   void failReads(int err) { std::lock_guard l(mutex_); fail_ = err; }
+  // Runs at the start of every read, outside the lock, with the read's index (0 first).
+  void onRead(std::function<void(size_t readIndex)> hook) { std::lock_guard l(mutex_); hook_ = std::move(hook); }
   Result<topology::NodeMemory> read(int node) override {
+    std::function<void(size_t)> hook;
+    size_t index = 0;
+    {
+      std::lock_guard l(mutex_);
+      hook = hook_;
+      index = reads_;
+    }
+    if (hook) hook(index);
     std::lock_guard l(mutex_);
     ++reads_;
     if (fail_ != 0) return systemError(fail_, "fake meminfo of node " + std::to_string(node));
@@ -68,6 +79,7 @@ class FakeFreeMemory final : public migrate::FreeMemoryReader {
   std::map<int, uint64_t> lowestFree_;
   size_t reads_ = 0;
   int fail_ = 0;
+  std::function<void(size_t)> hook_;
 };
 
 class FakeHugePageProbe final : public sys::HugePageProbe {

@@ -60,6 +60,9 @@ class FakePageMover final : public sys::PageMover {
   // Runs at the start of every moving call (not queries), outside the lock: lets tests cancel,
   // supersede or kill in the middle of a plan.
   void onMove(std::function<void(size_t callIndex)> hook) { std::lock_guard l(mutex_); hook_ = std::move(hook); }
+  // Runs when a moving call returns, after its pages moved, outside the lock: a caller that is
+  // slow to get back from the kernel.
+  void afterMove(std::function<void(size_t callIndex)> hook) { std::lock_guard l(mutex_); after_ = std::move(hook); }
 
   [[nodiscard]] int nodeOf(pid_t pid, uint64_t page) const {
     std::lock_guard lock(mutex_);
@@ -78,11 +81,12 @@ class FakePageMover final : public sys::PageMover {
 
   Result<long> movePages(pid_t pid, std::span<void* const> pages, std::span<const int> nodes, std::span<int> status,
                          bool moveAll) override {
-    std::function<void(size_t)> hook;
+    std::function<void(size_t)> hook, after;
     size_t index = 0;
     {
       std::lock_guard lock(mutex_);
       hook = hook_;
+      after = after_;
       index = calls_.size();
       Call call{pid, {}, nodes.empty() ? -1 : nodes[0], moveAll};
       for (void* p : pages) call.pages.push_back(reinterpret_cast<uint64_t>(p));
@@ -91,6 +95,13 @@ class FakePageMover final : public sys::PageMover {
       ++concurrent_;
       maxConcurrent_ = std::max(maxConcurrent_, concurrent_);
     }
+    struct After {  // destroyed last: after the lock below is released
+      const std::function<void(size_t)>& f;
+      size_t i;
+      ~After() {
+        if (f) f(i);
+      }
+    } afterReturn{after, index};
     if (hook) hook(index);
     std::unique_lock lock(mutex_);
     struct Leave {
@@ -198,7 +209,7 @@ class FakePageMover final : public sys::PageMover {
   std::vector<Call> calls_;
   size_t queries_ = 0;
   size_t concurrent_ = 0, maxConcurrent_ = 0;
-  std::function<void(size_t)> hook_;
+  std::function<void(size_t)> hook_, after_;
 
 };
 

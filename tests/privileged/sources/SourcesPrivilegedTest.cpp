@@ -6,11 +6,11 @@
 #include <linux/perf_event.h>
 
 #include <algorithm>
-#include <chrono>
-#include <functional>
-#include <filesystem>
 #include <atomic>
+#include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -133,11 +133,6 @@ TEST(SourcesPrivileged, FaultProgramIsAttachedOnlyWhileAProcessIsTracked) {
   EXPECT_EQ(ofB, touched.size());
 }
 
-// The storm guard: over the CPU budget the page-fault program is detached (the tracked child's
-// faults go uncounted, what was counted before is kept), and once the estimate is under half the
-// budget it is attached again. The machine's fault count comes from a fake procfs whose vmstat the
-// test writes (the real one counts every process, and tests may run in parallel); the guard reads
-// it on its own thread every 0.1 s.
 // A fault-trace source opened with the default storm guard over the vmstat of `procfs`, and what
 // its status line says of the guard.
 constexpr const char* kDefaultGuard = "; paused while faults would cost over 2% of a CPU (150 ns per fault)";
@@ -148,6 +143,11 @@ std::unique_ptr<FaultTraceSource> openGuarded(const std::string& procfs) {
   return source;
 }
 
+// The storm guard: over the CPU budget the page-fault program is detached (the tracked child's
+// faults go uncounted, what was counted before is kept), and once the estimate is under half the
+// budget it is attached again. The machine's fault count comes from a fake procfs whose vmstat the
+// test writes (the real one counts every process, and tests may run in parallel); the guard reads
+// it on its own thread every 0.1 s.
 class StormGuardTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -157,20 +157,25 @@ class StormGuardTest : public ::testing::Test {
   }
   void TearDown() override {
     stopStorm();
+    source_.reset();
     std::filesystem::remove_all(dir_);
   }
   void setFaults(uint64_t n) {
     const auto tmp = dir_ / "vmstat.tmp";
-    std::ofstream(tmp) << "nr_free_pages 1\npgfault " << n << "\npgmajfault 0\n";
+    if (garbled_)
+      std::ofstream(tmp) << "nr_free_pages 1\npgfault many\n";
+    else
+      std::ofstream(tmp) << "nr_free_pages 1\npgfault " << n << "\npgmajfault 0\n";
     std::filesystem::rename(tmp, dir_ / "vmstat");
   }
-  // A fake storm: 10^6 more faults every 20 ms (50M faults/s) until stopStorm().
+  // A fake storm: 250k more faults every 5 ms (50M faults/s) until stopStorm(). Frequent writes,
+  // so a stalled writer does not give the guard's 0.1 s window a quiet spell.
   void startStorm() {
     storming_ = true;
     storm_ = std::thread([this] {
-      for (uint64_t n = 2000000; storming_; n += 1000000) {
+      for (uint64_t n = 2000000; storming_; n += 250000) {
         setFaults(n);
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
     });
   }
@@ -178,11 +183,21 @@ class StormGuardTest : public ::testing::Test {
     storming_ = false;
     if (storm_.joinable()) storm_.join();
   }
+  // Opens the guarded source over the fake vmstat, tracks `child` and storms until it pauses.
+  void pausedByAStorm(const test::PatternChild& child) {
+    source_ = openGuarded(dir_.string());
+    ASSERT_TRUE(source_->status().available) << source_->status().detail;
+    ASSERT_TRUE(source_->addProcess(child.pid()).ok());
+    startStorm();  // 50M faults/s x 150 ns: 750% of a CPU
+    ASSERT_TRUE(waitFor([&] { return source_->faultProgramPaused(); })) << "no pause in 3 s";
+  }
   static bool waitFor(const std::function<bool()>& done) {
     for (int i = 0; i < 300 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     return done();
   }
   std::filesystem::path dir_;
+  std::unique_ptr<FaultTraceSource> source_;  // pausedByAStorm's
+  std::atomic<bool> garbled_{false};           // the storm writes a count that is no number
   std::atomic<bool> storming_{false};
   std::thread storm_;
 };
@@ -213,11 +228,21 @@ TEST_F(StormGuardTest, PausesTheFaultProgramOverBudgetKeepsWhatWasCountedAndResu
   EXPECT_EQ(source.counters().pauses, 1U);
   EXPECT_EQ(source.counters().costPercent, 0.0);
   EXPECT_NE(source.status().detail.find("PAUSED: faults would cost"), std::string::npos) << source.status().detail;
-  // Paused: the child's faults are not counted.
+  // Paused: the child's faults are not counted; tracking changes keep the program detached, the
+  // last process untracked and a new one tracked included.
   (void)child.touch(4, 1);
+  test::PatternChild other(16);
+  ASSERT_TRUE(source.addProcess(other.pid()).ok());
+  EXPECT_FALSE(source.trace()->faultProgramAttached()) << "tracking a process while paused";
+  (void)other.touch(1, 0);
+  ASSERT_TRUE(source.removeProcess(other.pid()).ok());
+  ASSERT_TRUE(source.removeProcess(child.pid()).ok());
+  ASSERT_TRUE(source.addProcess(child.pid()).ok());
+  EXPECT_FALSE(source.trace()->faultProgramAttached()) << "tracking again after the last was untracked, paused";
   evidence.clear();
   ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
   EXPECT_EQ(countOf(evidence, child.pid()), 0U);
+  EXPECT_EQ(countOf(evidence, other.pid()), 0U);
   EXPECT_TRUE(source.faultProgramPaused()) << "the storm goes on, so does the pause";
   // The storm ends: at most half the budget, attached again, counting again.
   stopStorm();
@@ -236,13 +261,9 @@ TEST_F(StormGuardTest, PausesTheFaultProgramOverBudgetKeepsWhatWasCountedAndResu
 // while the storm goes on.
 TEST_F(StormGuardTest, ABudgetRaisedLiveResumesTheProgram) {
   TT_REQUIRE_ROOT();
-  auto guarded = openGuarded(dir_.string());
-  FaultTraceSource& source = *guarded;
-  ASSERT_TRUE(source.status().available) << source.status().detail;
   test::PatternChild child(16);
-  ASSERT_TRUE(source.addProcess(child.pid()).ok());
-  startStorm();  // 50M faults/s x 150 ns: 750% of a CPU
-  ASSERT_TRUE(waitFor([&] { return source.faultProgramPaused(); })) << "no pause in 3 s";
+  ASSERT_NO_FATAL_FAILURE(pausedByAStorm(child));
+  FaultTraceSource& source = *source_;
   SamplingLimits limits;
   limits.cpuBudgetPercent = 100;
   limits.sampleCostNs = 1;  // 5-10% of a CPU, under half the new budget
@@ -253,19 +274,49 @@ TEST_F(StormGuardTest, ABudgetRaisedLiveResumesTheProgram) {
       << source.status().detail;
 }
 
-// Against the real /proc/vmstat: the guard can count the machine's faults (else the status would
-// say it never pauses), and a tracked process is counted.
+// A fault count that cannot be read leaves nothing to judge by: the program runs, as with the guard
+// off, until the count reads again and the guard judges afresh.
+TEST_F(StormGuardTest, AnUnreadableFaultCountKeepsTheProgramAttached) {
+  TT_REQUIRE_ROOT();
+  test::PatternChild child(16);
+  ASSERT_NO_FATAL_FAILURE(pausedByAStorm(child));
+  FaultTraceSource& source = *source_;
+  garbled_ = true;
+  ASSERT_TRUE(waitFor([&] { return !source.faultProgramPaused(); })) << "still paused on an unreadable count";
+  EXPECT_TRUE(source.trace()->faultProgramAttached());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(source.faultProgramPaused()) << "paused without a count";
+  garbled_ = false;  // the storm goes on, readable again
+  ASSERT_TRUE(waitFor([&] { return source.faultProgramPaused(); })) << "no pause in 3 s once readable";
+  EXPECT_EQ(source.pauses(), 2U);
+}
+
+// Against the real /proc/vmstat: the watch thread counts the machine's faults (here this test's
+// own, in a loop) into an estimate, with a budget out of reach (other tests run in parallel), and
+// a tracked process is counted.
 TEST(SourcesPrivileged, StormGuardRunsOnTheRealFaultCount) {
   TT_REQUIRE_ROOT();
   auto guarded = openGuarded("/proc");
   FaultTraceSource& source = *guarded;
   ASSERT_TRUE(source.status().available) << source.status().detail;
   EXPECT_NE(source.status().detail.find(kDefaultGuard), std::string::npos) << source.status().detail;
+  SamplingLimits limits;
+  limits.cpuBudgetPercent = 100;
+  limits.sampleCostNs = 150;
+  ASSERT_TRUE(source.setSamplingLimits(limits).ok());
   test::PatternChild child(16);
   ASSERT_TRUE(source.addProcess(child.pid()).ok());
   const auto touched = child.touch(1, 0);
   std::vector<AccessEvidence> evidence;
-  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
+  double estimate = 0;
+  for (int i = 0; i < 30 && estimate <= 0; ++i) {  // up to 3 s of 0.1 s windows with faults in them
+    (void)sys::perf::faultBurstCpuNs(256);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
+    estimate = source.counters().costPercent;
+  }
+  EXPECT_GT(estimate, 0.0) << "the watch thread never counted a fault";
+  EXPECT_FALSE(source.faultProgramPaused());
   EXPECT_EQ(countOf(evidence, child.pid()), touched.size());
 }
 

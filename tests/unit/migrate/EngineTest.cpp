@@ -363,6 +363,34 @@ TEST_F(MigrateEngine, CapacityGuardKeepsTheFastNodeAboveItsWatermark) {
   EXPECT_NE(report.errors[0].find("capacity guard"), std::string::npos);
 }
 
+// A batch the kernel has moved is counted in the node's free memory and in the plan's in-flight
+// bytes until its worker returns; a guard read in that window stopped promotion a batch early (CI
+// caught it, ~5% of runs under load). Here the window is held open: the first call is slow to
+// return, and the second batch's guard read comes only once the first call's pages are on the node.
+TEST_F(MigrateEngine, CapacityGuardDoesNotCountABatchTwiceWhileItsWorkerReturns) {
+  mover_.map(100, kBase, 51200 * kPage, kSlow);
+  free_.setNode(kFast, 1024 * kMiB, 1024 * kMiB - 300 * kMiB);  // 300 MiB free
+  std::atomic<bool> firstMoved{false};
+  mover_.afterMove([&](size_t call) {
+    if (call != 0) return;
+    firstMoved = true;
+    std::this_thread::sleep_for(50ms);
+  });
+  free_.onRead([&](size_t read) {
+    if (read != 1) return;  // read 0: the first batch's guard; read 1: the second's
+    for (int i = 0; i < 5000 && !firstMoved; ++i) std::this_thread::sleep_for(1ms);
+  });
+  auto config = unlimited();
+  config.set_fast_node_min_free_mib(256);
+  auto engine = make(config);
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 51200 * kPage, kFast, 1, 0}}));
+  ASSERT_TRUE(firstMoved);
+  EXPECT_EQ(report.runs[0].outcome.moved, 8192u) << "284 MiB free after the first batch: the second fits";
+  EXPECT_EQ(report.runs[0].outcome.skippedTargetFull, 51200u - 8192u);
+  EXPECT_GE(free_.lowestFree(kFast), 256 * kMiB);
+  EXPECT_EQ(engine->counters().guardTrips, 1u);
+}
+
 TEST_F(MigrateEngine, UnreadableFreeMemoryStopsPromotionNotDemotion) {
   mover_.map(100, kBase, 1024 * kPage, kSlow);
   mover_.map(200, kBase, 1024 * kPage, kFast);

@@ -56,6 +56,15 @@ TEST(FaultStormGuard, AnEpochShorterThanTheMinimumIsNotJudged) {
   EXPECT_FALSE(g.update(0, FaultStormGuard::kMinEpochSeconds, kCostNs, kBudget));
 }
 
+TEST(FaultStormGuard, ResetForgetsThePauseAndTheEstimate) {
+  FaultStormGuard g;
+  ASSERT_TRUE(g.update(1000000, 1.0, kCostNs, kBudget));
+  g.reset();
+  EXPECT_FALSE(g.paused());
+  EXPECT_DOUBLE_EQ(g.costPercent(), 0.0);
+  EXPECT_EQ(g.pauses(), 1U) << "the count of pauses is history, not state";
+}
+
 class VmStat : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -1144,7 +1144,7 @@ void storm(int cycles, double seconds, uint64_t mib, int epochMs) {
     attachedShare[c] += attachedRounds / static_cast<double>(rounds);
     if (trace != nullptr) pausesSum[c] += static_cast<double>(trace->pauses());
     if (c == kGuarded && firstPause >= 0) firstPauseSec.push_back(firstPause);
-    if (c == kGuarded) status = trace->status().detail;  // at the end: calibrated by then
+    if (c == kGuarded) status = trace->status().detail;  // at the end: with the last estimate
     return childCpu / static_cast<double>(rounds * pagesPerRound);
   };
   std::printf("storm: %d cycles; per cycle one %.0f s block per condition, conditions rotating; each block back-to-back "
