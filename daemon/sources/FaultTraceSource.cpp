@@ -1,9 +1,9 @@
 #include "sources/FaultTraceSource.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <sstream>
+#include <system_error>
 
 #include "core/Buffers.h"
 #include "core/Log.h"
@@ -101,10 +101,14 @@ void FaultTraceSource::open() {
   } else if (auto faults = sys::readVmstat(procfs_, "pgfault"); !faults) {
     baseDetail_ += "; never paused: the storm guard cannot count faults: " + faults.error().message();
   } else {
-    guardRuns_ = true;
     lastFaults_ = *faults;
     lastRead_ = std::chrono::steady_clock::now();
-    watch_ = std::thread([this] { watch(); });
+    try {
+      watch_ = std::thread([this] { watch(); });
+      guardRuns_ = true;
+    } catch (const std::system_error& e) {  // no thread: the daemon runs without the guard
+      baseDetail_ += std::string("; never paused: no thread for the storm guard: ") + e.what();
+    }
   }
   describe();
 }
