@@ -14,6 +14,9 @@
 // fault on the machine pays anything for it); it resumes once the estimate is at most half the
 // budget, so a fault rate near the budget does not attach and detach it every epoch.
 //
+// While nothing is tracked the program is detached anyway: the source does not judge then, and
+// starts afresh with the first tracked process.
+//
 // What a pause loses: the not-present and hint faults of tracked processes while it lasts (in a
 // storm, pages being populated rather than re-used), and for pages first touched during it the
 // first-touch/hint split: their next not-present fault counts as a first touch. A storm shorter

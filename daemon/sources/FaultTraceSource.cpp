@@ -201,6 +201,14 @@ bool FaultTraceSource::guardTickLocked(std::string& change) {
     lastRead_ = now;
     return stormGuard_.paused();
   }
+  if (!trace_->tracksAny()) {
+    // The program is detached anyway: nothing to pause, and no pause/resume to log each time the
+    // machine gets busy. Judging starts afresh with the first tracked process.
+    lastFaults_ = *faults;
+    lastRead_ = now;
+    stormGuard_.reset();
+    return false;
+  }
   const double seconds = std::chrono::duration<double>(now - lastRead_).count();
   if (seconds < FaultStormGuard::kMinEpochSeconds) return stormGuard_.paused();  // counted into the next one
   const uint64_t delta = *faults >= lastFaults_ ? *faults - lastFaults_ : 0;

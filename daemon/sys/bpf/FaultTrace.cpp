@@ -101,6 +101,11 @@ Result<void> FaultTrace::setFaultProgramPaused(bool paused) {
   return updateFaultLink();
 }
 
+bool FaultTrace::tracksAny() const {
+  std::lock_guard lock(linkMutex_);
+  return !tracked_.empty();
+}
+
 bool FaultTrace::faultProgramAttached() const {
   std::lock_guard lock(linkMutex_);
   return faultLink_ != nullptr;

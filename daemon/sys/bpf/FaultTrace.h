@@ -64,6 +64,7 @@ class FaultTrace {
   // different threads (the storm guard pauses from its own); the rest from one thread.
   [[nodiscard]] Result<void> setFaultProgramPaused(bool paused);
   [[nodiscard]] bool faultProgramAttached() const;
+  [[nodiscard]] bool tracksAny() const;
 
   // Reads and empties the first-touch counts (one block per 2 MiB chunk touched since the last
   // drain). Appends to `out`; returns the number of blocks appended.

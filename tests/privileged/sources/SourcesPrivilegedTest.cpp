@@ -228,17 +228,14 @@ TEST_F(StormGuardTest, PausesTheFaultProgramOverBudgetKeepsWhatWasCountedAndResu
   EXPECT_EQ(source.counters().pauses, 1U);
   EXPECT_EQ(source.counters().costPercent, 0.0);
   EXPECT_NE(source.status().detail.find("PAUSED: faults would cost"), std::string::npos) << source.status().detail;
-  // Paused: the child's faults are not counted; tracking changes keep the program detached, the
-  // last process untracked and a new one tracked included.
+  // Paused: the child's faults are not counted; tracking another process keeps the program
+  // detached. (With nothing tracked the guard starts afresh: NothingTrackedNothingPaused.)
   (void)child.touch(4, 1);
   test::PatternChild other(16);
   ASSERT_TRUE(source.addProcess(other.pid()).ok());
   EXPECT_FALSE(source.trace()->faultProgramAttached()) << "tracking a process while paused";
   (void)other.touch(1, 0);
   ASSERT_TRUE(source.removeProcess(other.pid()).ok());
-  ASSERT_TRUE(source.removeProcess(child.pid()).ok());
-  ASSERT_TRUE(source.addProcess(child.pid()).ok());
-  EXPECT_FALSE(source.trace()->faultProgramAttached()) << "tracking again after the last was untracked, paused";
   evidence.clear();
   ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
   EXPECT_EQ(countOf(evidence, child.pid()), 0U);
@@ -272,6 +269,28 @@ TEST_F(StormGuardTest, ABudgetRaisedLiveResumesTheProgram) {
   EXPECT_TRUE(source.trace()->faultProgramAttached());
   EXPECT_NE(source.status().detail.find("over 100% of a CPU (1 ns per fault)"), std::string::npos)
       << source.status().detail;
+}
+
+// With nothing tracked the program is detached anyway: a storm pauses nothing (and logs nothing)
+// until a process is tracked; untracking the last one ends the pause, and tracking again judges
+// afresh.
+TEST_F(StormGuardTest, NothingTrackedNothingPaused) {
+  TT_REQUIRE_ROOT();
+  source_ = openGuarded(dir_.string());
+  ASSERT_TRUE(source_->status().available) << source_->status().detail;
+  startStorm();
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_FALSE(source_->faultProgramPaused());
+  EXPECT_EQ(source_->pauses(), 0U);
+  test::PatternChild child(16);
+  ASSERT_TRUE(source_->addProcess(child.pid()).ok());
+  EXPECT_TRUE(waitFor([&] { return source_->faultProgramPaused(); })) << "no pause in 3 s once tracking";
+  EXPECT_EQ(source_->pauses(), 1U);
+  ASSERT_TRUE(source_->removeProcess(child.pid()).ok());
+  EXPECT_TRUE(waitFor([&] { return !source_->faultProgramPaused(); })) << "still paused with nothing tracked";
+  ASSERT_TRUE(source_->addProcess(child.pid()).ok());
+  EXPECT_TRUE(waitFor([&] { return source_->faultProgramPaused(); })) << "no pause in 3 s once tracking again";
+  EXPECT_EQ(source_->pauses(), 2U);
 }
 
 // A fault count that cannot be read leaves nothing to judge by: the program runs, as with the guard
