@@ -402,8 +402,8 @@ std::optional<std::string> Engine::promotionRefused(PlanState& plan, int node, u
   };
   auto mem = freeMemory_.read(node);
   const uint64_t inflight = inflightTo();
-  if (mem && inflight > 0 && mem->freeBytes >= bytes + watermarkBytes(*mem) &&
-      mem->freeBytes < inflight + bytes + watermarkBytes(*mem)) {
+  const uint64_t watermark = mem ? watermarkBytes(*mem) : 0;
+  if (mem && inflight > 0 && mem->freeBytes >= bytes + watermark && mem->freeBytes < inflight + bytes + watermark) {
     // Only when the batches in flight alone tip the balance: it drains the pipeline near the
     // point where the node fills, at most once per batch from there on (a node that is full
     // without them trips at once).
@@ -413,11 +413,15 @@ std::optional<std::string> Engine::promotionRefused(PlanState& plan, int node, u
     }
     mem = freeMemory_.read(node);
   }
-  if (mem && mem->freeBytes >= inflightTo() + bytes + watermarkBytes(*mem)) return std::nullopt;
+  if (!mem) {
+    guardTrips_.fetch_add(1, std::memory_order_relaxed);
+    return "capacity guard cannot read free memory, promotion stopped: " + mem.error().message();
+  }
+  const uint64_t mark = watermarkBytes(*mem);  // of the new reading (a relative watermark follows total)
+  if (mem->freeBytes >= inflightTo() + bytes + mark) return std::nullopt;
   guardTrips_.fetch_add(1, std::memory_order_relaxed);
-  if (!mem) return "capacity guard cannot read free memory, promotion stopped: " + mem.error().message();
   return "capacity guard: node " + std::to_string(node) + " has " + std::to_string(mem->freeBytes >> 20) +
-         " MiB free, watermark " + std::to_string(watermarkBytes(*mem) >> 20) + " MiB: promotion to it stopped for this plan";
+         " MiB free, watermark " + std::to_string(mark >> 20) + " MiB: promotion to it stopped for this plan";
 }
 
 bool Engine::sleepUnlessCancelled(PlanState& plan, pid_t tgid, std::chrono::nanoseconds duration) {

@@ -101,8 +101,6 @@ void FaultTraceSource::open() {
   } else if (auto faults = sys::readVmstat(procfs_, "pgfault"); !faults) {
     baseDetail_ += "; never paused: the storm guard cannot count faults: " + faults.error().message();
   } else {
-    lastFaults_ = *faults;
-    lastRead_ = std::chrono::steady_clock::now();
     try {
       watch_ = std::thread([this] { watch(); });
       guardRuns_ = true;
@@ -183,6 +181,13 @@ void FaultTraceSource::watch() {
 }
 
 bool FaultTraceSource::guardTickLocked(std::string& change) {
+  if (!trace_->tracksAny()) {
+    // The program is detached anyway: nothing to pause, no pause/resume to log each time the
+    // machine gets busy, and no vmstat to read. Judging starts afresh with a tracked process.
+    baselineStale_ = true;
+    stormGuard_.reset();
+    return false;
+  }
   const auto now = std::chrono::steady_clock::now();
   auto faults = sys::readVmstat(procfs_, "pgfault");
   if (!faults) {
@@ -191,23 +196,19 @@ bool FaultTraceSource::guardTickLocked(std::string& change) {
       TT_LOG(Warn) << "fault-trace: storm guard cannot count faults, program kept attached: " << faults.error().message();
     }
     countFailing_ = true;
+    baselineStale_ = true;
     stormGuard_.reset();
     return false;
   }
-  if (countFailing_) {  // a fresh baseline: the faults since the last good read are not one window's
+  if (countFailing_) {
     TT_LOG(Info) << "fault-trace: storm guard counts faults again";
     countFailing_ = false;
+  }
+  if (baselineStale_) {  // the faults since the last read (if any) are not one window's
+    baselineStale_ = false;
     lastFaults_ = *faults;
     lastRead_ = now;
     return stormGuard_.paused();
-  }
-  if (!trace_->tracksAny()) {
-    // The program is detached anyway: nothing to pause, and no pause/resume to log each time the
-    // machine gets busy. Judging starts afresh with the first tracked process.
-    lastFaults_ = *faults;
-    lastRead_ = now;
-    stormGuard_.reset();
-    return false;
   }
   const double seconds = std::chrono::duration<double>(now - lastRead_).count();
   if (seconds < FaultStormGuard::kMinEpochSeconds) return stormGuard_.paused();  // counted into the next one

@@ -110,6 +110,7 @@ class FaultTraceSource final : public Source {
   FaultStormGuard stormGuard_;
   bool appliedPaused_ = false;  // what the tracer has: the guard's wish once attach/detach worked
   bool countFailing_ = false;   // vmstat unreadable at the last check
+  bool baselineStale_ = true;   // the next good read starts a window instead of closing one
   uint64_t lastFaults_ = 0;
   std::chrono::steady_clock::time_point lastRead_{};
   bool stopWatch_ = false;
