@@ -167,7 +167,7 @@ SamplingSource::~SamplingSource() {
   leaders_.clear();
 }
 
-Result<void> SamplingSource::openEvents(uint32_t ringPages) {
+Result<void> SamplingSource::openEvents(uint32_t ringPages, bool forProgram) {
   events_.clear();
   leaders_.clear();
   eventSampleType_.clear();
@@ -184,8 +184,11 @@ Result<void> SamplingSource::openEvents(uint32_t ringPages) {
     const AccessKind kind = k < options_.eventKinds.size() ? options_.eventKinds[k] : options_.defaultKind;
     const bool led = k < options_.groupLeaders.size() && options_.groupLeaders[k].has_value();
     for (int cpu : *cpus) {
-      perf_event_attr& a = options_.events[k];  // PHYS_ADDR dropped here stays dropped on reopen
-      a.disabled = 1;
+      perf_event_attr& configured = options_.events[k];  // PHYS_ADDR dropped here stays dropped on reopen
+      configured.disabled = 1;
+      perf_event_attr trimmed = configured;
+      if (forProgram) trimmed.sample_type = aggregatedSampleType(configured.sample_type);
+      perf_event_attr& a = forProgram ? trimmed : configured;
       std::optional<Error> physRefused;
       auto ev = openOnCpu<Handle>(a, led ? &*options_.groupLeaders[k] : nullptr, cpu, opener, physRefused);
       if (!ev) return ev.error();
@@ -214,7 +217,7 @@ void SamplingSource::open() {
                       : Result<std::unique_ptr<sys::bpf::PerfSampleAgg>>(pidMax.error());
     if (!agg) {
       fallbackWhy = "BPF unavailable (" + agg.error().message() + "), ";
-    } else if (auto opened = openEvents(kControlRingPages); !opened) {
+    } else if (auto opened = openEvents(kControlRingPages, true); !opened) {
       status_ = {false, options_.eventDescription + ": " + opened.error().message()};
       return;
     } else {
@@ -230,7 +233,7 @@ void SamplingSource::open() {
     }
   }
   if (!agg_) {
-    if (auto opened = openEvents(options_.ringPages); !opened) {
+    if (auto opened = openEvents(options_.ringPages, false); !opened) {
       status_ = {false, options_.eventDescription + ": " + opened.error().message()};
       return;
     }

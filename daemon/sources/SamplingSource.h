@@ -87,6 +87,17 @@ size_t appendChunkBlocks(const std::vector<sys::bpf::ChunkCounts>& chunks, Acces
 // count x period as an evidence weight (AccessEvidence::weight), saturating at UINT32_MAX.
 [[nodiscard]] uint32_t scaledWeight(uint64_t count, uint64_t period);
 
+// The sample fields an event keeps on the in-kernel path: those perf_sample_agg.bpf.c reads, the
+// address and, where the event records it, data_src. Since 6.3 the kernel prepares every field of
+// sample_type before it runs the program, for every sample of every process on the CPU, and the
+// program needs none of the others: it takes the tgid from the current task, so PERF_SAMPLE_TID
+// alone (two pid-namespace lookups per sample, about 90 ns of a first-touch fault on the
+// development host; docs/benchmarks.md, path-cost) was paid for nothing. The ring path keeps the
+// configured fields: its records are attributed by their TID.
+[[nodiscard]] constexpr uint64_t aggregatedSampleType(uint64_t sampleType) {
+  return sampleType & (PERF_SAMPLE_ADDR | PERF_SAMPLE_DATA_SRC);
+}
+
 // Ring of each event on the in-kernel path, in data pages: the BPF program consumes every sample,
 // so it carries only the kernel's throttle and lost records.
 inline constexpr uint32_t kControlRingPages = 1;
@@ -121,7 +132,9 @@ class SamplingSource final : public Source {
   [[nodiscard]] uint64_t lowestPeriod() const { return controller_.lowestPeriod(); }
 
  private:
-  Result<void> openEvents(uint32_t ringPages);
+  // Opens every configured event on every CPU; `forProgram`: with the fields the in-kernel
+  // program reads only (aggregatedSampleType).
+  Result<void> openEvents(uint32_t ringPages, bool forProgram);
   // Measures calibratedCostNs_ and eventCostNs_ with bursts of the daemon's own page faults.
   [[nodiscard]] Result<void> calibrate();
   [[nodiscard]] PeriodLimits periodLimits() const;

@@ -144,6 +144,30 @@ TEST(PmuPlan, IbsPlanStatesItsPeriodGranularity) {
   EXPECT_EQ(plan->events[0].sample_period, 10000U);
 }
 
+// The in-kernel path opens its events with only the fields its program reads: the address, and
+// data_src where the plan records it. The TID, weight and physical address the ring path decodes
+// would be prepared by the kernel for every sample and never read.
+TEST(AggregatedSampleType, KeepsOnlyTheFieldsTheProgramReads) {
+  PmuPlanInput in;
+  in.corePmu = "amd64_fam19h_zen3";
+  in.ibsOpType = 11;
+  in.period = 0x1000;
+  in.physicalAddresses = true;
+  auto plan = planPmuEvents(in);
+  ASSERT_TRUE(plan.ok());
+  const uint64_t configured = plan->events[0].sample_type;
+  ASSERT_NE(configured & PERF_SAMPLE_TID, 0U);
+  ASSERT_NE(configured & PERF_SAMPLE_PHYS_ADDR, 0U);
+  EXPECT_EQ(aggregatedSampleType(configured), uint64_t{PERF_SAMPLE_ADDR | PERF_SAMPLE_DATA_SRC});
+
+  const SamplingOptions sw = softwareFaultOptions(1, Aggregation::InKernel);
+  ASSERT_EQ(sw.events.size(), 1U);
+  ASSERT_NE(sw.events[0].sample_type & PERF_SAMPLE_TID, 0U);  // the ring path attributes by TID
+  EXPECT_EQ(aggregatedSampleType(sw.events[0].sample_type), uint64_t{PERF_SAMPLE_ADDR});
+  // Nothing the event did not ask for is added.
+  EXPECT_EQ(aggregatedSampleType(PERF_SAMPLE_TID | PERF_SAMPLE_TIME), 0U);
+}
+
 perf_event_attr sampledAttr(uint64_t period) {
   perf_event_attr a{};
   a.size = sizeof a;

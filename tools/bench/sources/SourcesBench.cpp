@@ -270,7 +270,9 @@ std::pair<double, double> ratioOfMediansInterval(const std::vector<double>& num,
 }
 
 // The cost baseline: the same software page-fault event on every online CPU with sample_drop
-// attached, so every sample is prepared and handed to a BPF program that returns 0 (no ring).
+// attached, so every sample is prepared and handed to a BPF program that returns 0 (no ring). Its
+// samples carry the fields the in-kernel path asks for (aggregatedSampleType: the address), the
+// least any consumer needs; the ring path's TID is the ring path's cost.
 class DropBaseline {
  public:
   DropBaseline() {
@@ -280,6 +282,7 @@ class DropBaseline {
     if (!cpus) return;
     for (int cpu : *cpus) {
       perf_event_attr a = softwareFaultAttr(1);
+      a.sample_type = aggregatedSampleType(a.sample_type);
       a.disabled = 1;
       auto ev = sys::perf::PerfEvent::open(a, -1, cpu, 0);
       if (!ev) return;
@@ -1291,6 +1294,12 @@ int recordFixture(const std::string& path) {
 // kernel calls the program and then writes the sample exactly as without it. Ring-kept minus ring,
 // paired per round, is that call (an upper bound: preparing the sample a second time, which finds
 // it prepared, is in it too); the charged figures add it to both paths over the empty program.
+//
+// Sample fields: the ring states ask for what the ring path needs (TID and address: its records
+// are attributed by TID), the in-kernel state for what its program reads (the address, as the
+// daemon opens it: aggregatedSampleType), and the reference states (no consumer, empty program)
+// for the same as the in-kernel state, the least any consumer needs. Since 6.3 the kernel prepares
+// every requested field before it runs a program, so preparing the TID is the ring path's cost.
 enum class Consumer { NoEvent = 0, NoConsumer, EmptyProgram, Ring, InKernel, RingKept };
 constexpr const char* kConsumerNames[] = {"no event", "no consumer", "empty program", "user ring", "in-kernel",
                                           "ring + kept"};
@@ -1324,6 +1333,9 @@ class PathRig {
     const uint32_t ringPages = ring ? 1024 : c == Consumer::InKernel ? kControlRingPages : 0;
     for (int cpu : *cpus) {
       perf_event_attr a = softwareFaultAttr(1);
+      // The ring states sample what the ring path needs (its records are attributed by TID); the
+      // others what the in-kernel path's program reads, as the daemon opens them (SamplingSource).
+      if (!ring) a.sample_type = aggregatedSampleType(a.sample_type);
       a.disabled = 1;
       auto ev = sys::perf::PerfEvent::open(a, -1, cpu, ringPages);
       if (!ev) return;
