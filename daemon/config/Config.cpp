@@ -5,6 +5,7 @@
 #include <google/protobuf/text_format.h>
 
 #include <cctype>
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -92,7 +93,10 @@ void checkBounds(const pb::Message& m, const std::string& prefix, std::vector<st
       const auto& b = f.options().GetExtension(tensortier::v1::bounds);
       const double v = numericValue(r, m, f, k);
       std::ostringstream msg;
-      if (b.has_min() && v < b.min()) {
+      if (std::isnan(v)) {
+        // Every comparison with NaN is false: without this it would pass any bound.
+        errors.push_back(where + ": not a number");
+      } else if (b.has_min() && v < b.min()) {
         msg << where << ": " << v << " is below the minimum " << b.min();
         errors.push_back(msg.str());
       } else if (b.has_max() && v > b.max()) {

@@ -3,6 +3,7 @@
 #include <google/protobuf/descriptor.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <regex>
 
@@ -62,6 +63,21 @@ TEST(Config, BoundsAreEnforced) {
   EXPECT_NE(valid.error().message().find("topology.node_override[0].node: 5000 is above the maximum 1023"),
             std::string::npos)
       << valid.error().message();
+}
+
+// NaN compares false with any bound, so it must be refused by name: a budget of NaN would
+// otherwise pass validation (from the file or from `tensortierctl tune --sampling-budget nan`).
+TEST(Config, NotANumberIsRejectedWhereBoundsApply) {
+  auto config = parseConfig("sources { cpu_budget_percent: nan }", "x");
+  ASSERT_TRUE(config) << config.error().message();
+  ASSERT_TRUE(std::isnan(config->sources().cpu_budget_percent()));
+  auto valid = validateConfig(*config);
+  ASSERT_FALSE(valid);
+  EXPECT_NE(valid.error().message().find("sources.cpu_budget_percent: not a number"), std::string::npos)
+      << valid.error().message();
+  auto finite = parseConfig("sources { cpu_budget_percent: 1.5 }", "x");
+  ASSERT_TRUE(finite);
+  EXPECT_TRUE(validateConfig(*finite)) << "a finite budget within bounds stays valid";
 }
 
 TEST(Config, CrossFieldRulesAreEnforced) {
