@@ -127,7 +127,9 @@ struct Args {
   }
 };
 
-uint64_t number(const std::string& option, const std::string& text) {
+// A non-negative decimal integer of at most `max`. Anything else is a usage error (exit 2): a
+// narrowing cast would turn --pid 4294967297 into pid 1, and act on a process nobody named.
+uint64_t number(const std::string& option, const std::string& text, uint64_t max = UINT64_MAX) {
   char* end = nullptr;
   errno = 0;
   const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
@@ -135,7 +137,18 @@ uint64_t number(const std::string& option, const std::string& text) {
     std::cerr << "tensortierctl: " << option << ": '" << text << "' is not a non-negative integer\n";
     std::exit(2);
   }
+  if (v > max) {
+    std::cerr << "tensortierctl: " << option << ": " << text << " is out of range (at most " << max << ")\n";
+    std::exit(2);
+  }
   return v;
+}
+uint32_t number32(const std::string& option, const std::string& text) {
+  return static_cast<uint32_t>(number(option, text, UINT32_MAX));
+}
+// Process ids and NUMA nodes travel as int32.
+int32_t numberInt32(const std::string& option, const std::string& text) {
+  return static_cast<int32_t>(number(option, text, INT32_MAX));
 }
 
 int fail(const std::string& message) {
@@ -195,17 +208,17 @@ int main(int argc, char** argv) {
     auto* r = request.mutable_regions();
     while (opts.more()) {
       const std::string a = opts.next("");
-      if (a == "--pid") r->set_pid(static_cast<int32_t>(number(a, opts.next(a))));
+      if (a == "--pid") r->set_pid(numberInt32(a, opts.next(a)));
       else { std::cerr << kUsage; return 2; }
     }
   } else if (command == "top") {
     auto* r = request.mutable_top();
     while (opts.more()) {
       const std::string a = opts.next("");
-      if (a == "--count") r->set_count(static_cast<uint32_t>(number(a, opts.next(a))));
+      if (a == "--count") r->set_count(number32(a, opts.next(a)));
       // Passed on unclamped: the daemon refuses more than it serves (AdminService::kMaxTopPages).
       else if (a == "--pages") r->set_pages(static_cast<uint32_t>(std::min<uint64_t>(number(a, opts.next(a)), UINT32_MAX)));
-      else if (a == "--pid") r->set_pid(static_cast<int32_t>(number(a, opts.next(a))));
+      else if (a == "--pid") r->set_pid(numberInt32(a, opts.next(a)));
       else { std::cerr << kUsage; return 2; }
     }
   } else if (command == "tune") {
@@ -214,18 +227,18 @@ int main(int argc, char** argv) {
     while (opts.more()) {
       const std::string a = opts.next("");
       any = true;
-      if (a == "--promote-mbps") r->set_promote_mbps(static_cast<uint32_t>(number(a, opts.next(a))));
-      else if (a == "--demote-mbps") r->set_demote_mbps(static_cast<uint32_t>(number(a, opts.next(a))));
-      else if (a == "--epoch-ms") r->set_epoch_ms(static_cast<uint32_t>(number(a, opts.next(a))));
+      if (a == "--promote-mbps") r->set_promote_mbps(number32(a, opts.next(a)));
+      else if (a == "--demote-mbps") r->set_demote_mbps(number32(a, opts.next(a)));
+      else if (a == "--epoch-ms") r->set_epoch_ms(number32(a, opts.next(a)));
       else if (a == "--sampling-budget") {
         const std::string v = opts.next(a);
         char* end = nullptr;
         const double d = std::strtod(v.c_str(), &end);
         if (!end || *end || v.empty()) return fail(a + ": '" + v + "' is not a number");
         r->set_sampling_cpu_budget_percent(d);
-      } else if (a == "--max-regions-per-uid") r->set_max_regions_per_uid(static_cast<uint32_t>(number(a, opts.next(a))));
+      } else if (a == "--max-regions-per-uid") r->set_max_regions_per_uid(number32(a, opts.next(a)));
       else if (a == "--max-registered-mib-per-uid") r->set_max_registered_mib_per_uid(number(a, opts.next(a)));
-      else if (a == "--max-connections-per-uid") r->set_max_connections_per_uid(static_cast<uint32_t>(number(a, opts.next(a))));
+      else if (a == "--max-connections-per-uid") r->set_max_connections_per_uid(number32(a, opts.next(a)));
       else if (a == "--policy") r->add_policy(opts.next(a));
       else { std::cerr << kUsage; return 2; }
     }
@@ -236,8 +249,8 @@ int main(int argc, char** argv) {
     while (opts.more()) {
       const std::string a = opts.next("");
       if (a == "--region") r->set_region_id(number(a, opts.next(a)));
-      else if (a == "--pid") r->set_pid(static_cast<int32_t>(number(a, opts.next(a))));
-      else if (a == "--node") r->set_node(static_cast<int32_t>(number(a, opts.next(a)))), haveNode = true;
+      else if (a == "--pid") r->set_pid(numberInt32(a, opts.next(a)));
+      else if (a == "--node") r->set_node(numberInt32(a, opts.next(a))), haveNode = true;
       else if (a == "--unpin") r->set_unpin(true);
       else { std::cerr << kUsage; return 2; }
     }
@@ -252,8 +265,8 @@ int main(int argc, char** argv) {
     else return fail("record: unknown action '" + action + "' (start, stop or list)");
     while (opts.more()) {
       const std::string a = opts.next("");
-      if (a == "--pid") r->set_pid(static_cast<int32_t>(number(a, opts.next(a))));
-      else if (a == "--seconds") r->set_seconds(static_cast<uint32_t>(number(a, opts.next(a))));
+      if (a == "--pid") r->set_pid(numberInt32(a, opts.next(a)));
+      else if (a == "--seconds") r->set_seconds(number32(a, opts.next(a)));
       else { std::cerr << kUsage; return 2; }
     }
     if (r->action() != pb::RecordRequest::LIST && r->pid() <= 0) return fail("record " + action + " needs --pid PID");

@@ -615,6 +615,23 @@ TEST_F(ServiceTest, MetricsAreServedOnLoopback) {
 
 namespace {
 
+// A number an option's field cannot hold is refused before anything is sent (exit 2): a narrowing
+// cast used to turn --pid 4294967297 into pid 1. No daemon is needed; the largest value that fits
+// gets past parsing and fails on the socket instead (exit 1).
+TEST(CtlArguments, NumbersOutOfRangeAreRefusedNotTruncated) {
+  const std::string ctl = std::string(TT_TENSORTIERCTL) + " --socket /nonexistent/tensortier.sock ";
+  for (const std::string args : {"top --pid 4294967297", "regions --pid 2147483648", "migrate --pid 1 --node 4294967296",
+                                 "tune --epoch-ms 4294967296", "record start --pid 4294967297"}) {
+    auto r = tt::test::runCommand(ctl + args + " 2>&1");
+    EXPECT_EQ(r.exitCode, 2) << args << ": " << r.out;
+    EXPECT_NE(r.out.find("is out of range"), std::string::npos) << args << ": " << r.out;
+  }
+  auto fits = tt::test::runCommand(ctl + "top --pid 2147483647 2>&1");
+  EXPECT_EQ(fits.exitCode, 1) << fits.out;
+  EXPECT_EQ(fits.out.find("out of range"), std::string::npos) << fits.out;
+  EXPECT_NE(fits.out.find("connect"), std::string::npos) << fits.out;
+}
+
 // Socket activation: systemd-socket-activate (from the systemd package) binds the socket and
 // passes it as fd 3 with LISTEN_FDS, as tensortierd.socket does; the daemon serves it.
 TEST(ServiceActivation, ServesTheSocketSystemdPasses) {
