@@ -265,11 +265,16 @@ void HeatModel::addPageAccessSlow(PageChunk& chunk, uint32_t index, double acces
   if (shift >= 17) {
     chunk.mantissa.fill(0);  // every other page is below half of the new step
   } else {
-    // In 16-bit lanes: round half up of mi / 2^shift, then count the pages left.
+    // In 16-bit lanes: mi / 2^shift rounded half to even, then count the pages left. Half up
+    // would keep a page of one step at one step through every rescale by 2 (1/2 -> 1), so a
+    // page the chunk's hot pages had left far behind would never stop counting as tracked, and
+    // its one step would stand for ever more accesses.
     const auto half = static_cast<uint16_t>(1U << (shift - 1));
+    const auto belowHalf = static_cast<uint16_t>(half - 1);
     for (uint16_t& mi : chunk.mantissa) {
-      const auto up = static_cast<uint16_t>((mi & half) != 0 ? 1 : 0);
-      mi = static_cast<uint16_t>((mi >> shift) + up);
+      const auto q = static_cast<uint16_t>(mi >> shift);
+      const bool up = (mi & half) != 0 && ((mi & belowHalf) != 0 || (q & 1) != 0);
+      mi = static_cast<uint16_t>(q + (up ? 1 : 0));
     }
   }
   // The page itself is the new top: at least 32768 steps, where every other page is at most

@@ -607,6 +607,33 @@ TEST(HeatModel, ChunkRenormalisesWhenAPageGetsFarHotterThanTheRest) {
   EXPECT_NEAR(u->heat, 150012.0, 1e-6);
 }
 
+// Rescales by a factor of 2 (a hot page that keeps doubling) round an exact half to even: a page
+// left at one step goes to 0 at the next one and stops counting, instead of staying at one step
+// (round half up: 1/2 -> 1) that stands for twice as many accesses at every rescale.
+TEST(HeatModel, APageLeftFarBehindByRescalesStopsCounting) {
+  HeatModel model(baseConfig());
+  const uint64_t t = 1000 * kMs;
+  std::vector<AccessEvidence> ev{sample(0x1000, 2), sample(0x2000, 1)};
+  model.ingest(ev, t);
+  model.advanceEpoch(t);
+  EXPECT_EQ(model.snapshot().trackedPages, 2U);
+  double hot = 2;
+  for (int i = 0; i < 20; ++i) {
+    // Doubling the hot page: 2 x 65535 steps, a rescale by exactly 2.
+    ev = {sample(0x1000, static_cast<uint32_t>(hot))};
+    model.ingest(ev, t);
+    model.advanceEpoch(t);
+    hot *= 2;
+  }
+  // 2^21 accesses on the hot page, 1 on the other: 1/32 of a step, rounded away.
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x1000, t), hot, hot / 65535);
+  EXPECT_EQ(model.pageHeat(kTgid, 0x2000, t), 0.0);
+  EXPECT_EQ(model.snapshot().trackedPages, 1U);
+  const auto top = model.hottestPages(10, t);
+  ASSERT_EQ(top.size(), 1U);
+  EXPECT_EQ(top[0].page, 0x1000U);
+}
+
 // A chunk's heat decays away: once its hottest page is negligible its pages stop counting as
 // tracked, and a later access counts a page once again (not twice).
 TEST(HeatModel, DecayedPagesStopCountingAsTrackedAndCountOnceWhenTouchedAgain) {
