@@ -91,8 +91,9 @@ size_t appendChunkBlocks(const std::vector<sys::bpf::ChunkCounts>& chunks, Acces
 // address and, where the event records it, data_src. Since 6.3 the kernel prepares every field of
 // sample_type before it runs the program, for every sample of every process on the CPU, and the
 // program needs none of the others: it takes the tgid from the current task, so PERF_SAMPLE_TID
-// alone (two pid-namespace lookups per sample, about 100 ns of a first-touch fault on the
-// development host; docs/benchmarks.md, path-cost) was paid for nothing. The ring path keeps the
+// alone (two pid-namespace lookups per sample, 40-120 ns of a first-touch fault on the development
+// host; docs/benchmarks.md, path-cost) was paid for nothing. Before 6.3 the program ran before
+// the fields were prepared: nothing to gain there, nothing lost. The ring path keeps the
 // configured fields: its records are attributed by their TID.
 [[nodiscard]] constexpr uint64_t aggregatedSampleType(uint64_t sampleType) {
   return sampleType & (PERF_SAMPLE_ADDR | PERF_SAMPLE_DATA_SRC);

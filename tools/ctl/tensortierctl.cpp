@@ -216,8 +216,8 @@ int main(int argc, char** argv) {
     while (opts.more()) {
       const std::string a = opts.next("");
       if (a == "--count") r->set_count(number32(a, opts.next(a)));
-      // Passed on unclamped: the daemon refuses more than it serves (AdminService::kMaxTopPages).
-      else if (a == "--pages") r->set_pages(static_cast<uint32_t>(std::min<uint64_t>(number(a, opts.next(a)), UINT32_MAX)));
+      // Passed on as given: the daemon refuses more than it serves (AdminService::kMaxTopPages).
+      else if (a == "--pages") r->set_pages(number32(a, opts.next(a)));
       else if (a == "--pid") r->set_pid(numberInt32(a, opts.next(a)));
       else { std::cerr << kUsage; return 2; }
     }

@@ -621,7 +621,8 @@ namespace {
 TEST(CtlArguments, NumbersOutOfRangeAreRefusedNotTruncated) {
   const std::string ctl = std::string(TT_TENSORTIERCTL) + " --socket /nonexistent/tensortier.sock ";
   for (const std::string args : {"top --pid 4294967297", "regions --pid 2147483648", "migrate --pid 1 --node 4294967296",
-                                 "tune --epoch-ms 4294967296", "record start --pid 4294967297"}) {
+                                 "tune --epoch-ms 4294967296", "record start --pid 4294967297",
+                                 "top --pages 4294967296"}) {
     auto r = tt::test::runCommand(ctl + args + " 2>&1");
     EXPECT_EQ(r.exitCode, 2) << args << ": " << r.out;
     EXPECT_NE(r.out.find("is out of range"), std::string::npos) << args << ": " << r.out;

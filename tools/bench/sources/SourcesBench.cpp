@@ -1336,6 +1336,7 @@ class PathRig {
       // The ring states sample what the ring path needs (its records are attributed by TID); the
       // others what the in-kernel path's program reads, as the daemon opens them (SamplingSource).
       if (!ring) a.sample_type = aggregatedSampleType(a.sample_type);
+      sampleType_ = a.sample_type;
       a.disabled = 1;
       auto ev = sys::perf::PerfEvent::open(a, -1, cpu, ringPages);
       if (!ev) return;
@@ -1390,11 +1391,10 @@ class PathRig {
       (void)agg_->drain(chunks_);
       (void)appendChunkBlocks(chunks_, AccessKind::Fault, 1, out_.blocks);
     }
-    const uint64_t sampleType = softwareFaultAttr(1).sample_type;
     for (const auto& ev : events_)
       ev->drain([&](std::span<const uint8_t> r) {
         ++ringRecords_;
-        ring_.handle(r, sampleType, AccessKind::Fault, 1, counters_);
+        ring_.handle(r, sampleType_, AccessKind::Fault, 1, counters_);
       });
     (void)ring_.flush(out_.records);
     return out_.pages();
@@ -1412,6 +1412,7 @@ class PathRig {
   std::vector<bpf_link*> links_;
   std::unique_ptr<sys::bpf::PerfSampleAgg> agg_;
   RingRecords ring_{"path-cost"};
+  uint64_t sampleType_ = 0;  // of the rig's events, as opened
   SourceCounters counters_;
   uint64_t ringRecords_ = 0;
   std::vector<sys::bpf::ChunkCounts> chunks_;
