@@ -119,6 +119,8 @@ class SamplingSource final : public Source {
   Result<void> setSamplingLimits(const SamplingLimits& limits) override;
 
   [[nodiscard]] Aggregation aggregation() const { return aggregation_; }
+  // The sample_type each open event asked the kernel for (one per event and CPU).
+  [[nodiscard]] const std::vector<uint64_t>& eventSampleTypes() const { return eventSampleType_; }
   [[nodiscard]] uint64_t period() const { return period_; }
   // Kernel-side cost of the in-kernel path so far (BPF run time, ns) when stats are enabled.
   [[nodiscard]] uint64_t bpfRunTimeNs() const;

@@ -393,6 +393,23 @@ TEST(SourcesPrivileged, SoftwareFaultSamplingThroughUserRing) {
   EXPECT_EQ(source->counters().lost, 0U);
 }
 
+// Each path's events ask the kernel for the fields it uses: the ring path the configured ones (its
+// records are attributed by TID), the in-kernel path only what its program reads (the address),
+// since the kernel prepares every requested field before it runs the program.
+TEST(SourcesPrivileged, EachPathOpensItsEventsWithTheFieldsItReads) {
+  TT_REQUIRE_ROOT();
+  const uint64_t configured = softwareFaultOptions(1, Aggregation::UserRing).events.at(0).sample_type;
+  ASSERT_NE(configured & PERF_SAMPLE_TID, 0U);
+  for (const Aggregation aggregation : {Aggregation::UserRing, Aggregation::InKernel}) {
+    auto source = softwareSource(aggregation);
+    ASSERT_TRUE(source->status().available) << source->status().detail;
+    ASSERT_EQ(source->aggregation(), aggregation) << source->status().detail;
+    ASSERT_FALSE(source->eventSampleTypes().empty());
+    const uint64_t expected = aggregation == Aggregation::InKernel ? uint64_t{PERF_SAMPLE_ADDR} : configured;
+    for (uint64_t t : source->eventSampleTypes()) EXPECT_EQ(t, expected) << source->status().detail;
+  }
+}
+
 TEST(SourcesPrivileged, SoftwareFaultSamplingThroughInKernelAggregation) {
   TT_REQUIRE_ROOT();
   auto source = softwareSource(Aggregation::InKernel);
