@@ -424,6 +424,23 @@ std::optional<std::string> Engine::promotionRefused(PlanState& plan, int node, u
          " MiB free, watermark " + std::to_string(mark >> 20) + " MiB: promotion to it stopped for this plan";
 }
 
+bool Engine::promotionSkipped(PlanState& plan, pid_t tgid, int node, uint64_t bytes, uint64_t pages, Outcome& o) {
+  if (auto refused = promotionRefused(plan, node, bytes)) {
+    plan.markFull(node, *refused);
+    o.skippedTargetFull = pages;
+    return true;
+  }
+  if (plan.cancelled(tgid)) {
+    o.cancelled = pages;
+    return true;
+  }
+  if (plan.isFull(node)) {
+    o.skippedTargetFull = pages;
+    return true;
+  }
+  return false;
+}
+
 bool Engine::sleepUnlessCancelled(PlanState& plan, pid_t tgid, std::chrono::nanoseconds duration) {
   const auto until = clock_.now() + duration;
   for (;;) {
@@ -472,20 +489,9 @@ bool Engine::tryInProcess(PlanState& plan, size_t runIndex) {
     account(plan, runIndex, direction, o);
     return true;
   }
-  if (direction == Direction::Promote) {
-    if (auto refused = promotionRefused(plan, run.targetNode, run.length)) {
-      plan.markFull(run.targetNode, *refused);
-      o.skippedTargetFull = pages;
-      account(plan, runIndex, direction, o);
-      return true;
-    }
-    // The guard may have waited for batches in flight: the plan may have been superseded, the
-    // process gone or the node found full (ENOMEM) meanwhile.
-    if (plan.cancelled(run.tgid) || plan.isFull(run.targetNode)) {
-      (plan.cancelled(run.tgid) ? o.cancelled : o.skippedTargetFull) = pages;
-      account(plan, runIndex, direction, o);
-      return true;
-    }
+  if (direction == Direction::Promote && promotionSkipped(plan, run.tgid, run.targetNode, run.length, pages, o)) {
+    account(plan, runIndex, direction, o);
+    return true;
   }
   mbindRequests_.fetch_add(1, std::memory_order_relaxed);
   auto bound = inProcess_->requestBind(run.tgid, run.regionId, run.start, run.length, run.targetNode);
@@ -654,19 +660,9 @@ void Engine::dispatch(PlanState& plan, Batch* batch) {
     o.cancelled = pages;
     return finishUnsent();
   }
-  if (batch->direction == Direction::Promote) {
-    // Capacity guard, read after the rate wait so it sees the node as the batch will find it.
-    if (auto refused = promotionRefused(plan, batch->node, bytes)) {
-      plan.markFull(batch->node, *refused);
-      o.skippedTargetFull = pages;
-      return finishUnsent();
-    }
-    // As in tryInProcess: the guard may have waited.
-    if (plan.cancelled(batch->tgid) || plan.isFull(batch->node)) {
-      (plan.cancelled(batch->tgid) ? o.cancelled : o.skippedTargetFull) = pages;
-      return finishUnsent();
-    }
-  }
+  // Capacity guard, read after the rate wait so it sees the node as the batch will find it.
+  if (batch->direction == Direction::Promote && promotionSkipped(plan, batch->tgid, batch->node, bytes, pages, o))
+    return finishUnsent();
   {
     std::lock_guard lock(plan.mutex);
     plan.inflightBytes[batch->node] += bytes;

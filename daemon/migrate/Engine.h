@@ -187,6 +187,11 @@ class Engine {
   // balance it lets them land and reads again, because a batch the kernel has already moved is
   // counted twice until its worker returns (in free memory and in flight).
   [[nodiscard]] std::optional<std::string> promotionRefused(PlanState& plan, int node, uint64_t bytes);
+  // Whether a promotion of `pages` pages (`bytes`) of `tgid` to `node` must not go ahead, with why
+  // in `o`: the capacity guard refused it (the node is marked full), or, since the guard may have
+  // waited for batches in flight, the plan was superseded, the process went away or the node was
+  // found full (ENOMEM) meanwhile. The one check before every promotion, mbind or move_pages.
+  [[nodiscard]] bool promotionSkipped(PlanState& plan, pid_t tgid, int node, uint64_t bytes, uint64_t pages, Outcome& o);
   void configureBuckets();
 
   const topology::Topology topology_;

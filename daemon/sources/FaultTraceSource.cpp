@@ -143,11 +143,6 @@ uint64_t FaultTraceSource::pauses() const {
   return stormGuard_.pauses();
 }
 
-double FaultTraceSource::faultCostNs() const {
-  std::lock_guard lock(guardMutex_);
-  return guard_.faultCostNs;
-}
-
 void FaultTraceSource::watch() {
   const auto interval = std::chrono::duration<double>(FaultStormGuard::kMinEpochSeconds);
   bool applied = false;  // the tracer's pause state: only this thread changes it

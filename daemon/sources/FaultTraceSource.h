@@ -80,8 +80,6 @@ class FaultTraceSource final : public Source {
   // decided to.
   [[nodiscard]] bool faultProgramPaused() const;
   [[nodiscard]] uint64_t pauses() const;
-  // The per-fault cost the guard charges.
-  [[nodiscard]] double faultCostNs() const;
   void takeKernelMoves(std::vector<KernelMove>& out) override;
   [[nodiscard]] Result<sys::bpf::MigrationTotals> migrationTotals() const;
   // migrationTotals() as read by the last collect(), by reason.
