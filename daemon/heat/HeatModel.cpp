@@ -791,11 +791,49 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
     h.expectedAccessesPerPage = raw.burst >= 0 ? raw.burst : score * maxReuse;
     h.nextUseInNs = raw.nextUse;
     h.accessesPerPagePerStep = raw.perStep;
+    h.blockWeights = blockWeightsOf(u, nowNs);
     u.predicted = h.features;
     u.hasPrediction = true;
     snap.units.push_back(std::move(h));
   }
   snapshot_ = std::move(snap);
+}
+
+std::vector<float> HeatModel::blockWeightsOf(const Unit& unit, uint64_t nowNs) const {
+  const uint64_t end = unit.start + unit.length;
+  const size_t blocks = static_cast<size_t>((unit.length + chunkBytes_ - 1) / chunkBytes_);
+  if (blocks < 2) return {};
+  // Page heat summed per block: the mantissas of each per-page chunk the unit overlaps, split at
+  // block boundaries, times the chunk's scale. One pass over the unit's pages with heat per epoch.
+  std::vector<double> heat(blocks, 0.0);
+  const uint64_t halfLife = halfLifeOf(unit.tgid);
+  for (uint64_t base = unit.start - unit.start % kBlockBytes; base < end; base += kBlockBytes) {
+    auto it = pageChunks_.find(chunkKey(unit.tgid, base));
+    if (it == pageChunks_.end() || it->second.pages == 0 || !(it->second.stepsPerAccess > 0)) continue;
+    const PageChunk& c = it->second;
+    const double perStep = decayFactor(c.lastNs, nowNs, halfLife) / c.stepsPerAccess;
+    uint64_t at = std::max(base, unit.start);
+    const uint64_t stop = std::min(base + kBlockBytes, end);
+    while (at < stop) {
+      const uint64_t block = (at - unit.start) / chunkBytes_;
+      const uint64_t segmentEnd = std::min(stop, unit.start + (block + 1) * chunkBytes_);
+      uint64_t steps = 0;
+      for (uint64_t i = (at - base) / kBasePageSize; i < (segmentEnd - base) / kBasePageSize; ++i) steps += c.mantissa[i];
+      heat[block] += static_cast<double>(steps) * perStep;
+      at = segmentEnd;
+    }
+  }
+  double total = 0;
+  for (double h : heat) total += h;
+  if (!(total > 0)) return {};
+  const double perPage = total / static_cast<double>(unit.pages());
+  std::vector<float> weights(blocks);
+  for (size_t b = 0; b < blocks; ++b) {
+    const uint64_t from = unit.start + b * chunkBytes_;
+    const double pages = static_cast<double>((std::min(end, from + chunkBytes_) - from) / kBasePageSize);
+    weights[b] = static_cast<float>(heat[b] / pages / perPage);
+  }
+  return weights;
 }
 
 double HeatModel::pageHeat(pid_t tgid, uint64_t page, uint64_t nowNs) const {

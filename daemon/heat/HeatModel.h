@@ -35,6 +35,11 @@
 // a pseudo-count weight: all there is without evidence, at most 1/(1 + n) of the strongest
 // measured value after n epochs with evidence, never learned from as if it were an access.
 //
+// Within a unit, accesses need not be even: a workspace reused by tensors of many sizes has a hot
+// head and a tail only the largest touches; an embedding table has hot rows. The unit's figures are
+// per page on average, and UnitHeat::blockWeights says, from the per-page heat, how each of its
+// blocks compares, so the planner keeps the hot part of a large unit rather than any part of it.
+//
 // Threading: not thread-safe; the daemon's epoch loop owns it.
 #pragma once
 
@@ -74,6 +79,12 @@ struct UnitHeat {
   double accessesPerPagePerStep = 0;
   // Time until the schedule predicts the next access, ns; 0 = in use now; UINT64_MAX = unknown.
   uint64_t nextUseInNs = UINT64_MAX;
+  // How the unit's accesses spread over its blocks of `chunk_pages` pages (block i starts i x
+  // chunk_pages pages after `start`; the planner's blocks), from the per-page heat: block i's page
+  // heat per page over the unit's. A block at 2 gets twice the unit's per-page accesses, and the
+  // weights over the unit's pages average 1. Empty when the unit is one block or has no page heat
+  // (hints alone): every block is then worth the unit's per-page figures.
+  std::vector<float> blockWeights;
 };
 
 struct ProcessClockInfo {
@@ -208,6 +219,7 @@ class HeatModel {
   [[nodiscard]] std::vector<Blend> blendPrior(const Process& proc, UnitMap& map, uint64_t nowNs);
   void learnWeights();
   void computeSnapshot(uint64_t nowNs);
+  [[nodiscard]] std::vector<float> blockWeightsOf(const Unit& unit, uint64_t nowNs) const;
   [[nodiscard]] static double decayFactor(uint64_t fromNs, uint64_t toNs, uint64_t halfLifeNs);
 
   tensortier::v1::PolicyConfig config_;

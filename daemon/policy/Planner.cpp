@@ -88,9 +88,15 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
   for (const heat::UnitHeat& unit : heat.units) {
     const uint32_t group = groupFor(unit.tgid);
     const Nodes nodes = nodesOf[unit.tgid];
-    const double soonPerPage = unit.expectedAccessesPerPage * penaltyNs;
-    const double longRunPerPage = config_.amortization_steps() * unit.accessesPerPagePerStep * penaltyNs;
+    const double unitSoonPerPage = unit.expectedAccessesPerPage * penaltyNs;
+    const double unitLongRunPerPage = config_.amortization_steps() * unit.accessesPerPagePerStep * penaltyNs;
+    // The heat model's blocks are the planner's when both use the same chunk_pages (a reloaded
+    // config may change it until the next snapshot): otherwise every block is worth the average.
+    const bool weighted = unit.blockWeights.size() == (unit.length + blockBytes - 1) / blockBytes;
     for (uint64_t off = 0; off < unit.length; off += blockBytes) {
+      const double weight = weighted ? static_cast<double>(unit.blockWeights[off / blockBytes]) : 1.0;
+      const double soonPerPage = unitSoonPerPage * weight;
+      const double longRunPerPage = unitLongRunPerPage * weight;
       PlanBlock b;
       b.tgid = unit.tgid;
       b.start = unit.start + off;

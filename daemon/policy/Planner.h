@@ -2,7 +2,9 @@
 //
 // Each heat unit is cut into blocks of at most `chunk_pages` pages. A block's value of being fast
 // is (the accesses per page the heat model expects over its horizon + `amortization_steps` x its
-// accesses per page per step) x the slow tier's extra cost per access x the block's present pages.
+// accesses per page per step) x the block's weight within the unit (UnitHeat::blockWeights: its
+// page heat per page over the unit's; 1 without per-page evidence) x the slow tier's extra cost per
+// access x the block's present pages.
 // Promoting costs each slow page one move plus `min_benefit_ns_per_page`, and keeping a fast block
 // saves the move of demoting it. Resident blocks get `hysteresis_margin` extra value, so a candidate
 // must beat a resident by that margin: no ping-pong on noise. The selection (Selection.h) maximises

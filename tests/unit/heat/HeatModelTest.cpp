@@ -109,6 +109,45 @@ TEST(HeatModel, PageAndUnitHeatDecayWithTheHalfLife) {
   EXPECT_NEAR(model.snapshot().units[0].features[tt::heat::kRecency], 0.5, 1e-9);
 }
 
+TEST(HeatModel, BlockWeightsFollowThePageHeatWithinAUnit) {
+  auto config = baseConfig();
+  config.set_chunk_pages(4);
+  HeatModel model(config);
+  // A 12-page tensor starting 2 pages before a 2 MiB boundary, where the per-page heat changes
+  // chunk: its first block of 4 pages straddles two chunks of page heat.
+  const uint64_t start = 2 * tt::kBlockBytes - 2 * kPage;
+  ASSERT_TRUE(model.addRegion(region(1, start, 12)).ok());
+  ASSERT_TRUE(model.addRegion(region(2, 0x40000000, 4)).ok());  // one block
+  ASSERT_TRUE(model.addRegion(region(3, 0x50000000, 8)).ok());  // never sampled
+  const uint64_t t0 = 5000 * kMs;
+  // Pages 0-1 (the first chunk) get 6 accesses each one half-life before the epoch closes, pages
+  // 2-3 (the next chunk) 3 each at the close: 3 each by then, 12 for block 0. Block 1 gets one
+  // access per page (4), block 2 none.
+  std::vector<AccessEvidence> early{sample(start, 6), sample(start + kPage, 6)};
+  model.ingest(early, t0);
+  std::vector<AccessEvidence> late{sample(start + 2 * kPage, 3), sample(start + 3 * kPage, 3), sample(0x40000000, 5)};
+  for (uint64_t p = 4; p < 8; ++p) late.push_back(sample(start + p * kPage, 1));
+  model.ingest(late, t0 + 1000 * kMs);
+  model.advanceEpoch(t0 + 1000 * kMs);
+
+  const UnitHeat* u = unitAt(model.snapshot(), start);
+  ASSERT_NE(u, nullptr);
+  ASSERT_EQ(u->blockWeights.size(), 3u);
+  // 16 accesses over 12 pages: 4/3 per page. Block 0: 3 per page (2.25x), block 1: 1 (0.75x).
+  EXPECT_NEAR(u->blockWeights[0], 2.25, 1e-3);
+  EXPECT_NEAR(u->blockWeights[1], 0.75, 1e-3);
+  EXPECT_EQ(u->blockWeights[2], 0.0f);
+  // The unit's own figures stay per page on average: the weights only split them.
+  EXPECT_NEAR(u->heat / 12.0, 4.0 / 3.0, 1e-6);
+
+  const UnitHeat* single = unitAt(model.snapshot(), 0x40000000);
+  ASSERT_NE(single, nullptr);
+  EXPECT_TRUE(single->blockWeights.empty());
+  const UnitHeat* unsampled = unitAt(model.snapshot(), 0x50000000);
+  ASSERT_NE(unsampled, nullptr);
+  EXPECT_TRUE(unsampled->blockWeights.empty());
+}
+
 TEST(HeatModel, RejectsBadRegions) {
   HeatModel model(baseConfig());
   ASSERT_TRUE(model.addRegion(region(1, 0x100000, 16)).ok());

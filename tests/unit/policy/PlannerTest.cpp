@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "fakes/policy/FakePlacement.h"
@@ -479,4 +480,53 @@ TEST(Planner, AResidentKeepsItsPlaceUnlessTheSwapPaysForBothCopiesTraffic) {
   };
   EXPECT_FALSE(swaps(2));
   EXPECT_TRUE(swaps(0));  // on copy time alone the same candidate displaces the resident
+}
+
+TEST(Planner, KeepsTheHotBlocksOfALargeUnit) {
+  // One tensor of four blocks, all slow, room for one block. The unit's per-page figures are an
+  // average; its block weights (from the per-page heat) say the third block takes most accesses.
+  auto fastBlocks = [](std::vector<float> weights) {
+    Planner planner(plannerConfig());
+    FakePlacement placement;
+    const auto topo = tt::fakes::twoNodeTopology();
+    HeatSnapshot snap;
+    UnitHeat u = unit(kTgid, 0x1000000, 4 * kChunk, 500.0, 7);
+    u.blockWeights = std::move(weights);
+    snap.units.push_back(u);
+    placement.map(kTgid, 0x1000000, 4 * kChunk, 1);
+    PlanContext ctx;
+    ctx.fastCapacityBytes = kChunk;
+    for (int round = 0; round < 3; ++round) placement.apply(planner.plan(snap, placement, topo, ctx));
+    EXPECT_LE(placement.fastBytes(), kChunk);
+    std::vector<bool> fast;
+    for (uint64_t b = 0; b < 4; ++b) fast.push_back(isFastUnit(placement, kTgid, 0x1000000 + b * kChunk));
+    return fast;
+  };
+  EXPECT_EQ(fastBlocks({0.4f, 0.4f, 2.8f, 0.4f}), (std::vector<bool>{false, false, true, false}));
+  EXPECT_EQ(fastBlocks({0.1f, 3.7f, 0.1f, 0.1f}), (std::vector<bool>{false, true, false, false}));
+  // Weights that do not match the unit's blocks (a chunk_pages the heat model did not use) are
+  // ignored: every block is worth the average, so one of them is promoted (applied, these would
+  // leave the first three worth nothing).
+  const std::vector<bool> ignored = fastBlocks({0.0f, 0.0f, 0.0f});
+  EXPECT_EQ(std::count(ignored.begin(), ignored.end(), true), 1);
+}
+
+TEST(Planner, ABlockWithoutAccessesIsNotWorthItsRoomWhateverItsUnit) {
+  // The cold tail of a hot unit is demoted for a warm unit, which on the averages would lose.
+  Planner planner(plannerConfig());
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  HeatSnapshot snap;
+  UnitHeat hot = unit(kTgid, 0x1000000, 2 * kChunk, 400.0, 1);
+  hot.blockWeights = {2.0f, 0.0f};
+  snap.units.push_back(hot);
+  snap.units.push_back(unit(kTgid, 0x4000000, kChunk, 300.0, 2));
+  placement.map(kTgid, 0x1000000, 2 * kChunk, 0);
+  placement.map(kTgid, 0x4000000, kChunk, 1);
+  PlanContext ctx;
+  ctx.fastCapacityBytes = 2 * kChunk;
+  for (int round = 0; round < 3; ++round) placement.apply(planner.plan(snap, placement, topo, ctx));
+  EXPECT_TRUE(isFastUnit(placement, kTgid, 0x1000000));
+  EXPECT_FALSE(isFastUnit(placement, kTgid, 0x1000000 + kChunk));
+  EXPECT_TRUE(isFastUnit(placement, kTgid, 0x4000000));
 }
