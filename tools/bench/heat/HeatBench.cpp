@@ -4,6 +4,7 @@
 //
 //   heat_bench ingest [ROUNDS [CHUNKS]]
 //   heat_bench memory
+//   heat_bench epoch [ROUNDS [CHUNKS]]
 //   heat_bench top [ROUNDS [CHUNKS]]
 //
 // Each round builds one epoch of evidence for CHUNKS 2 MiB chunks of one process (default 256:
@@ -17,6 +18,14 @@
 // 1 GiB of one process (512 blocks), per GiB and as a share of it: the daemon's side of the
 // tracking state (the BPF maps' side: sources_bench memory). Per GiB is the slope between 2 MiB
 // and 1 GiB of evidence; per-page heat is told from the units by capping it at one chunk.
+//
+// `epoch`: what closing an epoch (HeatModel::advanceEpoch) costs when the evidence lies in large
+// registered tensors: CHUNKS 2 MiB chunks (default 4096: 8 GiB, the default max_tracked_pages) with
+// evidence on every page, registered as 64 MiB tensors starting one page past a 2 MiB boundary, so
+// every planner block straddles two chunks of page heat. Median thread CPU time per epoch over
+// ROUNDS, with chunk_pages 512 (the default: each tensor's block weights are summed from its page
+// heat) and with chunk_pages 16384 (one block per tensor: no block weights); the difference is the
+// cost of the block weights.
 //
 // `top`: what one `tensortierctl top --pages 1000` costs the daemon: HeatModel::hottestPages(1000)
 // over every process and for one of two, with evidence on every page of CHUNKS 2 MiB chunks of
@@ -157,6 +166,49 @@ int memory() {
   return 0;
 }
 
+int epochClose(int rounds, uint64_t chunks) {
+  constexpr uint64_t kTensorPages = 16384;  // 64 MiB
+  const uint64_t base = 0x7f0000000000ULL;
+  const uint64_t pages = chunks * tt::kBlockPages;
+  std::printf("advanceEpoch, %llu chunks with evidence on every page in %llu tensors of 64 MiB, %d rounds\n",
+              static_cast<unsigned long long>(chunks), static_cast<unsigned long long>(pages / kTensorPages), rounds);
+  std::vector<double> perConfig[2];
+  tt::heat::HeatModel models[2] = {tt::heat::HeatModel(config()), tt::heat::HeatModel([] {
+                                     auto c = config();
+                                     c.set_chunk_pages(kTensorPages);
+                                     return c;
+                                   }())};
+  for (auto& model : models)
+    for (uint64_t t = 0; t + kTensorPages <= pages; t += kTensorPages) {
+      tt::RegionInfo r;
+      r.id = t / kTensorPages + 1;
+      r.tgid = 4242;
+      r.start = base + tt::kBasePageSize + t * tt::kBasePageSize;
+      r.length = kTensorPages * tt::kBasePageSize;
+      if (!model.addRegion(r)) return 1;
+    }
+  const tt::EvidenceBatch batch = epoch(chunks, false);
+  uint64_t weighted = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const uint64_t now = 1'000'000'000ULL * static_cast<uint64_t>(round + 1);
+    for (int k = 0; k < 2; ++k) {
+      auto& model = models[round % 2 == 0 ? k : 1 - k];  // alternate which goes first
+      model.ingest(batch, now);
+      const uint64_t t0 = threadCpuNs();
+      model.advanceEpoch(now);
+      perConfig[round % 2 == 0 ? k : 1 - k].push_back(static_cast<double>(threadCpuNs() - t0) / 1e6);
+    }
+  }
+  for (const auto& u : models[0].snapshot().units) weighted += u.blockWeights.empty() ? 0 : 1;
+  const double with = median(perConfig[0]), without = median(perConfig[1]);
+  std::printf("chunk_pages 512   (block weights for %llu tensors): %8.2f ms per epoch (median)\n",
+              static_cast<unsigned long long>(weighted), with);
+  std::printf("chunk_pages 16384 (one block per tensor, none):   %8.2f ms per epoch (median)\n", without);
+  std::printf("block weights: %.2f ms per epoch, %.2f ns per page with heat\n", with - without,
+              (with - without) * 1e6 / static_cast<double>(pages));
+  return 0;
+}
+
 long maxRssKiB() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -216,10 +268,14 @@ int main(int argc, char** argv) {
     return rounds == 0 ? 2 : ingest(rounds, chunks);
   }
   if (mode == "memory") return memory();
+  if (mode == "epoch") {
+    const auto [rounds, chunks] = roundsAndChunks(7, 4096);
+    return rounds == 0 ? 2 : epochClose(rounds, chunks);
+  }
   if (mode == "top") {
     const auto [rounds, chunks] = roundsAndChunks(5, 4096);
     return rounds == 0 ? 2 : top(rounds, chunks);
   }
-  std::fprintf(stderr, "usage: heat_bench ingest [ROUNDS [CHUNKS]] | memory | top [ROUNDS [CHUNKS]]\n");
+  std::fprintf(stderr, "usage: heat_bench ingest [ROUNDS [CHUNKS]] | memory | epoch [ROUNDS [CHUNKS]] | top [ROUNDS [CHUNKS]]\n");
   return 2;
 }
