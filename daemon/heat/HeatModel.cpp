@@ -792,6 +792,7 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
     h.nextUseInNs = raw.nextUse;
     h.accessesPerPagePerStep = raw.perStep;
     h.blockWeights = blockWeightsOf(u, nowNs);
+    if (!h.blockWeights.empty()) h.blockWeightBytes = chunkBytes_;
     u.predicted = h.features;
     u.hasPrediction = true;
     snap.units.push_back(std::move(h));

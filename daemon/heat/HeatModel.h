@@ -79,12 +79,15 @@ struct UnitHeat {
   double accessesPerPagePerStep = 0;
   // Time until the schedule predicts the next access, ns; 0 = in use now; UINT64_MAX = unknown.
   uint64_t nextUseInNs = UINT64_MAX;
-  // How the unit's accesses spread over its blocks of `chunk_pages` pages (block i starts i x
-  // chunk_pages pages after `start`; the planner's blocks), from the per-page heat: block i's page
-  // heat per page over the unit's. A block at 2 gets twice the unit's per-page accesses, and the
-  // weights over the unit's pages average 1. Empty when the unit is one block or has no page heat
-  // (hints alone): every block is then worth the unit's per-page figures.
+  // How the unit's accesses spread over its blocks of blockWeightBytes (the heat model's
+  // chunk_pages; block i starts i x blockWeightBytes after `start`: the planner's blocks when both
+  // use the same chunk_pages), from the per-page heat: block i's page heat per page over the unit's.
+  // A block at 2 gets twice the unit's per-page accesses, and the weights over the unit's pages
+  // average 1. Empty when the unit is one block or has no page heat (hints alone): every block is
+  // then worth the unit's per-page figures. A block with no page heat weighs 0, including blocks
+  // whose per-page heat was forgotten over max_tracked_pages (the coldest chunks go first).
   std::vector<float> blockWeights;
+  uint64_t blockWeightBytes = 0;
 };
 
 struct ProcessClockInfo {

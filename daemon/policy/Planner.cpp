@@ -90,9 +90,11 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
     const Nodes nodes = nodesOf[unit.tgid];
     const double unitSoonPerPage = unit.expectedAccessesPerPage * penaltyNs;
     const double unitLongRunPerPage = config_.amortization_steps() * unit.accessesPerPagePerStep * penaltyNs;
-    // The heat model's blocks are the planner's when both use the same chunk_pages (a reloaded
-    // config may change it until the next snapshot): otherwise every block is worth the average.
-    const bool weighted = unit.blockWeights.size() == (unit.length + blockBytes - 1) / blockBytes;
+    // The heat model's blocks are the planner's when both use the same chunk_pages. A reload
+    // changes the planner's at once and the heat model's only at the next start: until then every
+    // block is worth the unit's average.
+    const bool weighted = unit.blockWeightBytes == blockBytes &&
+                          unit.blockWeights.size() == (unit.length + blockBytes - 1) / blockBytes;
     for (uint64_t off = 0; off < unit.length; off += blockBytes) {
       const double weight = weighted ? static_cast<double>(unit.blockWeights[off / blockBytes]) : 1.0;
       const double soonPerPage = unitSoonPerPage * weight;

@@ -133,6 +133,7 @@ TEST(HeatModel, BlockWeightsFollowThePageHeatWithinAUnit) {
   const UnitHeat* u = unitAt(model.snapshot(), start);
   ASSERT_NE(u, nullptr);
   ASSERT_EQ(u->blockWeights.size(), 3u);
+  EXPECT_EQ(u->blockWeightBytes, 4 * kPage);
   // 16 accesses over 12 pages: 4/3 per page. Block 0: 3 per page (2.25x), block 1: 1 (0.75x).
   EXPECT_NEAR(u->blockWeights[0], 2.25, 1e-3);
   EXPECT_NEAR(u->blockWeights[1], 0.75, 1e-3);

@@ -485,13 +485,14 @@ TEST(Planner, AResidentKeepsItsPlaceUnlessTheSwapPaysForBothCopiesTraffic) {
 TEST(Planner, KeepsTheHotBlocksOfALargeUnit) {
   // One tensor of four blocks, all slow, room for one block. The unit's per-page figures are an
   // average; its block weights (from the per-page heat) say the third block takes most accesses.
-  auto fastBlocks = [](std::vector<float> weights) {
+  auto fastBlocks = [](std::vector<float> weights, uint64_t weightBytes = kChunk) {
     Planner planner(plannerConfig());
     FakePlacement placement;
     const auto topo = tt::fakes::twoNodeTopology();
     HeatSnapshot snap;
     UnitHeat u = unit(kTgid, 0x1000000, 4 * kChunk, 500.0, 7);
     u.blockWeights = std::move(weights);
+    u.blockWeightBytes = weightBytes;
     snap.units.push_back(u);
     placement.map(kTgid, 0x1000000, 4 * kChunk, 1);
     PlanContext ctx;
@@ -504,11 +505,17 @@ TEST(Planner, KeepsTheHotBlocksOfALargeUnit) {
   };
   EXPECT_EQ(fastBlocks({0.4f, 0.4f, 2.8f, 0.4f}), (std::vector<bool>{false, false, true, false}));
   EXPECT_EQ(fastBlocks({0.1f, 3.7f, 0.1f, 0.1f}), (std::vector<bool>{false, true, false, false}));
-  // Weights that do not match the unit's blocks (a chunk_pages the heat model did not use) are
-  // ignored: every block is worth the average, so one of them is promoted (applied, these would
-  // leave the first three worth nothing).
-  const std::vector<bool> ignored = fastBlocks({0.0f, 0.0f, 0.0f});
-  EXPECT_EQ(std::count(ignored.begin(), ignored.end(), true), 1);
+  // Weights for other blocks than the planner's (a chunk_pages the heat model did not use) are
+  // ignored: every block is worth the average, so one of them is promoted. The same count of
+  // blocks of another size is not enough: applied, either set would make block 1 the only one
+  // worth its room.
+  for (const auto& [weights, bytes] : {std::pair{std::vector<float>{0.0f, 4.0f, 0.0f}, 2 * kChunk},
+                                       std::pair{std::vector<float>{0.0f, 4.0f, 0.0f, 0.0f}, kChunk / 2}}) {
+    const std::vector<bool> ignored = fastBlocks(weights, bytes);
+    EXPECT_EQ(std::count(ignored.begin(), ignored.end(), true), 1);
+  }
+  const std::vector<bool> applied = fastBlocks({0.0f, 4.0f, 0.0f, 0.0f});
+  EXPECT_EQ(applied, (std::vector<bool>{false, true, false, false}));
 }
 
 TEST(Planner, ABlockWithoutAccessesIsNotWorthItsRoomWhateverItsUnit) {
@@ -519,6 +526,7 @@ TEST(Planner, ABlockWithoutAccessesIsNotWorthItsRoomWhateverItsUnit) {
   HeatSnapshot snap;
   UnitHeat hot = unit(kTgid, 0x1000000, 2 * kChunk, 400.0, 1);
   hot.blockWeights = {2.0f, 0.0f};
+  hot.blockWeightBytes = kChunk;
   snap.units.push_back(hot);
   snap.units.push_back(unit(kTgid, 0x4000000, kChunk, 300.0, 2));
   placement.map(kTgid, 0x1000000, 2 * kChunk, 0);
