@@ -20,9 +20,10 @@
 // and 1 GiB of evidence; per-page heat is told from the units by capping it at one chunk.
 //
 // `epoch`: what closing an epoch (HeatModel::advanceEpoch) costs when the evidence lies in large
-// registered tensors: CHUNKS 2 MiB chunks (default 4096: 8 GiB, the default max_tracked_pages) with
-// evidence on every page, registered as 64 MiB tensors starting one page past a 2 MiB boundary, so
-// every planner block straddles two chunks of page heat. Median thread CPU time per epoch over
+// registered tensors: CHUNKS 2 MiB chunks (default 4096: 8 GiB, within the default
+// max_tracked_pages of 4 Mi pages, so no page heat is forgotten) with evidence on every page,
+// registered as 64 MiB tensors starting one page past a 2 MiB boundary, so every planner block
+// straddles two chunks of page heat. Median thread CPU time per epoch over
 // ROUNDS, with chunk_pages 512 (the default: each tensor's block weights are summed from its page
 // heat) and with chunk_pages 16384 (one block per tensor: no block weights); the difference is the
 // cost of the block weights.
