@@ -158,15 +158,18 @@ HeatModel::Unit* HeatModel::unitFor(pid_t tgid, uint64_t page) {
 
 void HeatModel::decayUnit(Unit& unit, uint64_t nowNs) {
   const uint64_t halfLife = process(unit.tgid).halfLifeNs;
-  unit.heat *= decayFactor(unit.heatNs, nowNs, halfLife);
+  const double decay = decayFactor(unit.heatNs, nowNs, halfLife);
+  unit.heat *= decay;
+  unit.observations *= decay;
   unit.heatNs = std::max(unit.heatNs, nowNs);
   unit.priorHeat *= decayFactor(unit.priorHeatNs, nowNs, halfLife);
   unit.priorHeatNs = std::max(unit.priorHeatNs, nowNs);
 }
 
-void HeatModel::addAccess(Unit& unit, Process& proc, uint64_t nowNs, double accesses) {
+void HeatModel::addAccess(Unit& unit, Process& proc, uint64_t nowNs, double accesses, double observations) {
   decayUnit(unit, nowNs);
   unit.heat += accesses;
+  unit.observations += observations;
   unit.lastAccessNs = std::max(unit.lastAccessNs, nowNs);
   unit.accessed = true;
   unit.epochAccesses += accesses;
@@ -301,7 +304,7 @@ void HeatModel::ingestRecords(std::span<const AccessEvidence> batch, uint64_t no
     const uint64_t page = ev.page - ev.page % kBasePageSize;
     if (accesses > 0) addPageAccess(pageChunk(ev.tgid, page, nowNs, proc->halfLifeNs), page, accesses);
     Unit* unit = unitFor(ev.tgid, page);
-    addAccess(*unit, *proc, nowNs, accesses);
+    addAccess(*unit, *proc, nowNs, accesses, 1);
     proc->samples.add(nowNs, unit->start ^ (static_cast<uint64_t>(ev.tgid) << 48), accesses);
     proc->sampled = true;
     proc->evidenceThisEpoch = true;
@@ -320,10 +323,11 @@ void HeatModel::ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double s
   rollSteps(proc, block.tgid, nowNs);
   Unit* unit = nullptr;
   double unitAccesses = 0;
+  double unitCounts = 0;
   PageChunk* chunk = nullptr;  // fetched (or created) at the block's first page with a count
   auto flushUnit = [&] {
     if (unit == nullptr) return;
-    addAccess(*unit, proc, nowNs, unitAccesses);
+    addAccess(*unit, proc, nowNs, unitAccesses, unitCounts);
     proc.samples.add(nowNs, unit->start ^ (static_cast<uint64_t>(block.tgid) << 48), unitAccesses);
   };
   for (uint32_t i = 0; i < kBlockPages; ++i) {
@@ -336,8 +340,10 @@ void HeatModel::ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double s
       flushUnit();
       unit = unitFor(block.tgid, page);
       unitAccesses = 0;
+      unitCounts = 0;
     }
     unitAccesses += accesses;
+    unitCounts += block.counts[i];
   }
   flushUnit();
   if (unit == nullptr) return;
@@ -828,11 +834,18 @@ std::vector<float> HeatModel::blockWeightsOf(const Unit& unit, uint64_t nowNs) c
   for (double h : heat) total += h;
   if (!(total > 0)) return {};
   const double perPage = total / static_cast<double>(unit.pages());
+  // The unit's observations as of nowNs (decayed like its heat), spread over its pages: what a
+  // block would have seen at the unit's average.
+  const double observationsPerPage =
+      unit.observations * decayFactor(unit.heatNs, nowNs, halfLife) / static_cast<double>(unit.pages());
   std::vector<float> weights(blocks);
   for (size_t b = 0; b < blocks; ++b) {
     const uint64_t from = unit.start + b * chunkBytes_;
     const double pages = static_cast<double>((std::min(end, from + chunkBytes_) - from) / kBasePageSize);
-    weights[b] = static_cast<float>(heat[b] / pages / perPage);
+    const double measured = heat[b] / pages / perPage;
+    const double expected = observationsPerPage * pages;
+    weights[b] = static_cast<float>((measured * expected + kBlockWeightPriorObservations) /
+                                    (expected + kBlockWeightPriorObservations));
   }
   return weights;
 }

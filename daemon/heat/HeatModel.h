@@ -83,9 +83,13 @@ struct UnitHeat {
   // chunk_pages; block i starts i x blockWeightBytes after `start`: the planner's blocks when both
   // use the same chunk_pages), from the per-page heat: block i's page heat per page over the unit's.
   // A block at 2 gets twice the unit's per-page accesses, and the weights over the unit's pages
-  // average 1. Empty when the unit is one block or has no page heat (hints alone): every block is
-  // then worth the unit's per-page figures. A block with no page heat weighs 0, including blocks
-  // whose per-page heat was forgotten over max_tracked_pages (the coldest chunks go first).
+  // average 1 (nearly, when the last block is shorter). Empty when the unit is one block or has no page heat (hints alone): every block is
+  // then worth the unit's per-page figures. Sparse evidence is no proof of a difference: each
+  // weight is shrunk towards 1 as if kBlockWeightPriorObservations more observations had found the
+  // block at the unit's average, so a block that expects few observations stays near 1 whatever it
+  // got, and one that expects many keeps its measured weight (0 when it got none). Blocks whose
+  // per-page heat was forgotten over max_tracked_pages count as blocks without heat (the coldest
+  // chunks go first).
   std::vector<float> blockWeights;
   uint64_t blockWeightBytes = 0;
 };
@@ -107,6 +111,9 @@ struct HeatSnapshot {
   std::vector<ProcessClockInfo> processes;
   uint64_t trackedPages = 0;
 };
+
+// The pseudo-observations that pull a block's weight towards its unit's average (blockWeights).
+inline constexpr double kBlockWeightPriorObservations = 8;
 
 struct PageHeat {
   pid_t tgid = 0;
@@ -156,6 +163,7 @@ class HeatModel {
     uint64_t regionId = 0;
     RegionKind kind = RegionKind::Other;
     double heat = 0;
+    double observations = 0;  // decayed like heat: evidence records (or block counts), unweighted
     uint64_t heatNs = 0;
     uint64_t lastAccessNs = 0;
     bool accessed = false;
@@ -211,7 +219,7 @@ class HeatModel {
   void ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double scale);
   void trimPages(uint64_t nowNs);
   Unit* unitFor(pid_t tgid, uint64_t page);
-  void addAccess(Unit& unit, Process& proc, uint64_t nowNs, double accesses);
+  void addAccess(Unit& unit, Process& proc, uint64_t nowNs, double accesses, double observations);
   void addPrior(Unit& unit, Process& proc, uint64_t nowNs, double accesses);
   void decayUnit(Unit& unit, uint64_t nowNs);
   [[nodiscard]] uint64_t halfLifeOf(pid_t tgid) const;

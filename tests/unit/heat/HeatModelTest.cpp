@@ -120,13 +120,21 @@ TEST(HeatModel, BlockWeightsFollowThePageHeatWithinAUnit) {
   ASSERT_TRUE(model.addRegion(region(2, 0x40000000, 4)).ok());  // one block
   ASSERT_TRUE(model.addRegion(region(3, 0x50000000, 8)).ok());  // never sampled
   const uint64_t t0 = 5000 * kMs;
-  // Pages 0-1 (the first chunk) get 6 accesses each one half-life before the epoch closes, pages
-  // 2-3 (the next chunk) 3 each at the close: 3 each by then, 12 for block 0. Block 1 gets one
-  // access per page (4), block 2 none.
-  std::vector<AccessEvidence> early{sample(start, 6), sample(start + kPage, 6)};
+  // Dense evidence (each record 1000 times), so the measured split decides: pages 0-1 (the first
+  // chunk) get 6 accesses per record one half-life before the epoch closes, pages 2-3 (the next
+  // chunk) 3 at the close: 3 per record each by then, 12 for block 0. Block 1 gets one access per
+  // page and record (4), block 2 none.
+  constexpr int kRepeat = 1000;
+  std::vector<AccessEvidence> early, late;
+  for (int r = 0; r < kRepeat; ++r) {
+    early.push_back(sample(start, 6));
+    early.push_back(sample(start + kPage, 6));
+    late.push_back(sample(start + 2 * kPage, 3));
+    late.push_back(sample(start + 3 * kPage, 3));
+    for (uint64_t p = 4; p < 8; ++p) late.push_back(sample(start + p * kPage, 1));
+  }
+  late.push_back(sample(0x40000000, 5));
   model.ingest(early, t0);
-  std::vector<AccessEvidence> late{sample(start + 2 * kPage, 3), sample(start + 3 * kPage, 3), sample(0x40000000, 5)};
-  for (uint64_t p = 4; p < 8; ++p) late.push_back(sample(start + p * kPage, 1));
   model.ingest(late, t0 + 1000 * kMs);
   model.advanceEpoch(t0 + 1000 * kMs);
 
@@ -134,12 +142,22 @@ TEST(HeatModel, BlockWeightsFollowThePageHeatWithinAUnit) {
   ASSERT_NE(u, nullptr);
   ASSERT_EQ(u->blockWeights.size(), 3u);
   EXPECT_EQ(u->blockWeightBytes, 4 * kPage);
-  // 16 accesses over 12 pages: 4/3 per page. Block 0: 3 per page (2.25x), block 1: 1 (0.75x).
-  EXPECT_NEAR(u->blockWeights[0], 2.25, 1e-3);
-  EXPECT_NEAR(u->blockWeights[1], 0.75, 1e-3);
-  EXPECT_EQ(u->blockWeights[2], 0.0f);
+  // 16 accesses per record over 12 pages: 4/3 per page. Measured: block 0 3 per page (2.25x),
+  // block 1 1 (0.75x), block 2 0. Each is shrunk by the prior of 8 observations at 1x against the
+  // block's expected observations: 7000 records by the close (the early 2000 halved) over 12 pages,
+  // 7000 / 3 per block.
+  const double expected = 7000.0 / 3.0;
+  auto shrunk = [&](double measured) {
+    return (measured * expected + tt::heat::kBlockWeightPriorObservations) / (expected + tt::heat::kBlockWeightPriorObservations);
+  };
+  // (To 1%: a thousand small additions to a page's block floating point heat each round to the
+  // nearest step of its chunk's scale.)
+  EXPECT_NEAR(u->blockWeights[0], shrunk(2.25), 0.01);
+  EXPECT_NEAR(u->blockWeights[1], shrunk(0.75), 0.01);
+  EXPECT_NEAR(u->blockWeights[2], shrunk(0.0), 1e-5);
+  EXPECT_LT(u->blockWeights[2], 0.01f);
   // The unit's own figures stay per page on average: the weights only split them.
-  EXPECT_NEAR(u->heat / 12.0, 4.0 / 3.0, 1e-6);
+  EXPECT_NEAR(u->heat / 12.0, kRepeat * 4.0 / 3.0, 1e-3);
 
   const UnitHeat* single = unitAt(model.snapshot(), 0x40000000);
   ASSERT_NE(single, nullptr);
@@ -147,6 +165,52 @@ TEST(HeatModel, BlockWeightsFollowThePageHeatWithinAUnit) {
   const UnitHeat* unsampled = unitAt(model.snapshot(), 0x50000000);
   ASSERT_NE(unsampled, nullptr);
   EXPECT_TRUE(unsampled->blockWeights.empty());
+}
+
+TEST(HeatModel, SparseEvidenceMovesBlockWeightsLittle) {
+  auto config = baseConfig();
+  config.set_chunk_pages(4);
+  const uint64_t start = 0x10000000;  // 16 pages: four blocks
+  const uint64_t t0 = 5000 * kMs;
+  const double prior = tt::heat::kBlockWeightPriorObservations;
+  auto weightsAfter = [&](const std::function<void(HeatModel&)>& feed) {
+    HeatModel model(config);
+    EXPECT_TRUE(model.addRegion(region(1, start, 16)).ok());
+    feed(model);
+    model.advanceEpoch(t0);
+    const UnitHeat* u = unitAt(model.snapshot(), start);
+    return u == nullptr ? std::vector<float>{} : u->blockWeights;
+  };
+  // One record on block 0: measured 4x there and 0 elsewhere, but a block expected a quarter of
+  // an observation, so the prior dominates.
+  auto one = weightsAfter([&](HeatModel& m) {
+    std::vector<AccessEvidence> batch{sample(start, 1000)};
+    m.ingest(batch, t0);
+  });
+  ASSERT_EQ(one.size(), 4u);
+  EXPECT_NEAR(one[0], (4 * 0.25 + prior) / (0.25 + prior), 1e-5);
+  EXPECT_NEAR(one[1], prior / (0.25 + prior), 1e-5);
+  // The same split from 4000 records: the measurement dominates.
+  auto many = weightsAfter([&](HeatModel& m) {
+    std::vector<AccessEvidence> batch(4000, sample(start, 1));
+    m.ingest(batch, t0);
+  });
+  ASSERT_EQ(many.size(), 4u);
+  EXPECT_NEAR(many[0], (4 * 1000.0 + prior) / (1000 + prior), 1e-4);
+  EXPECT_LT(many[1], 0.01f);
+  // Blocks of evidence count each page's count as observations: 4 counts on block 0's pages.
+  auto blocks = weightsAfter([&](HeatModel& m) {
+    tt::EvidenceBatch batch;
+    tt::EvidenceBlock& b = batch.blocks.emplace_back();
+    b.tgid = kTgid;
+    b.base = start;
+    b.weightPerCount = 250;
+    for (uint32_t i = 0; i < 4; ++i) b.counts[i] = 1;
+    m.ingest(batch, t0);
+  });
+  ASSERT_EQ(blocks.size(), 4u);
+  EXPECT_NEAR(blocks[0], (4 * 1.0 + prior) / (1.0 + prior), 1e-5);
+  EXPECT_NEAR(blocks[3], prior / (1.0 + prior), 1e-5);
 }
 
 TEST(HeatModel, RejectsBadRegions) {
