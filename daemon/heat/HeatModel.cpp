@@ -323,11 +323,11 @@ void HeatModel::ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double s
   rollSteps(proc, block.tgid, nowNs);
   Unit* unit = nullptr;
   double unitAccesses = 0;
-  double unitCounts = 0;
+  double unitObservations = 0;
   PageChunk* chunk = nullptr;  // fetched (or created) at the block's first page with a count
   auto flushUnit = [&] {
     if (unit == nullptr) return;
-    addAccess(*unit, proc, nowNs, unitAccesses, unitCounts);
+    addAccess(*unit, proc, nowNs, unitAccesses, unitObservations);
     proc.samples.add(nowNs, unit->start ^ (static_cast<uint64_t>(block.tgid) << 48), unitAccesses);
   };
   for (uint32_t i = 0; i < kBlockPages; ++i) {
@@ -340,10 +340,10 @@ void HeatModel::ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double s
       flushUnit();
       unit = unitFor(block.tgid, page);
       unitAccesses = 0;
-      unitCounts = 0;
+      unitObservations = 0;
     }
     unitAccesses += accesses;
-    unitCounts += block.counts[i];
+    unitObservations += 1;  // one observation per page, as the record the page stands for
   }
   flushUnit();
   if (unit == nullptr) return;

@@ -163,7 +163,9 @@ class HeatModel {
     uint64_t regionId = 0;
     RegionKind kind = RegionKind::Other;
     double heat = 0;
-    double observations = 0;  // decayed like heat: evidence records (or block counts), unweighted
+    // Decayed like heat: evidence records, unweighted (a block page counts as the record it
+    // stands for, whatever its count: the ring path merges a page's samples into one record too).
+    double observations = 0;
     uint64_t heatNs = 0;
     uint64_t lastAccessNs = 0;
     bool accessed = false;

@@ -198,19 +198,28 @@ TEST(HeatModel, SparseEvidenceMovesBlockWeightsLittle) {
   ASSERT_EQ(many.size(), 4u);
   EXPECT_NEAR(many[0], (4 * 1000.0 + prior) / (1000 + prior), 1e-4);
   EXPECT_LT(many[1], 0.01f);
-  // Blocks of evidence count each page's count as observations: 4 counts on block 0's pages.
+  // A block of evidence counts one observation per page, as the record each page stands for,
+  // whatever its count: four pages of block 0 with 5 counts each weigh as four records of 5
+  // samples, the way the ring path merges them.
   auto blocks = weightsAfter([&](HeatModel& m) {
     tt::EvidenceBatch batch;
     tt::EvidenceBlock& b = batch.blocks.emplace_back();
     b.tgid = kTgid;
     b.base = start;
     b.weightPerCount = 250;
-    for (uint32_t i = 0; i < 4; ++i) b.counts[i] = 1;
+    for (uint32_t i = 0; i < 4; ++i) b.counts[i] = 5;
+    m.ingest(batch, t0);
+  });
+  auto records = weightsAfter([&](HeatModel& m) {
+    std::vector<AccessEvidence> batch;
+    for (uint64_t p = 0; p < 4; ++p) batch.push_back(sample(start + p * kPage, 5 * 250));
     m.ingest(batch, t0);
   });
   ASSERT_EQ(blocks.size(), 4u);
+  ASSERT_EQ(records.size(), 4u);
   EXPECT_NEAR(blocks[0], (4 * 1.0 + prior) / (1.0 + prior), 1e-5);
   EXPECT_NEAR(blocks[3], prior / (1.0 + prior), 1e-5);
+  for (size_t i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(blocks[i], records[i]) << i;
 }
 
 TEST(HeatModel, RejectsBadRegions) {
