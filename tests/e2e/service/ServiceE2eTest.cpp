@@ -151,6 +151,10 @@ std::pair<pid_t, Layout> startWorkload(const tt::test::DaemonHarness& daemon, in
   if (child < 0 || ::read(pipeFds[0], &l, sizeof l) != static_cast<ssize_t>(sizeof l) || l.ok != 1) {
     ADD_FAILURE() << "workload failed to start";
     ::close(pipeFds[0]);
+    if (child > 0) {
+      ::kill(child, SIGKILL);
+      ::waitpid(child, nullptr, 0);
+    }
     return {-1, {}};
   }
   ::close(pipeFds[0]);
@@ -205,7 +209,9 @@ TEST(ServiceE2e, DaemonFindsTheHotRegionAndKeepsItInDramUnderTheBudget) {
 
   std::mt19937 rng(static_cast<unsigned>(::getpid()));
   const int hotIndex = static_cast<int>(rng() & 1);
-  const auto [child, l] = startWorkload(daemon, 2, {{hotIndex, 0, kRegionBytes}});
+  const auto started = startWorkload(daemon, 2, {{hotIndex, 0, kRegionBytes}});
+  const pid_t child = started.first;
+  const Layout l = started.second;
   ASSERT_GT(child, 0);
   const uint64_t hot = l.start[hotIndex], cold = l.start[1 - hotIndex];
 
@@ -277,7 +283,9 @@ TEST(ServiceE2e, DaemonKeepsTheHotBlocksOfOneLargeRegionInDram) {
   for (uint64_t b = 0; b < kBlocks; ++b)
     if (isHot[b]) hotNames += (hotNames.empty() ? "" : ",") + std::to_string(b);
   std::printf("hot blocks: %s of %llu\n", hotNames.c_str(), static_cast<unsigned long long>(kBlocks));
-  const auto [child, l] = startWorkload(daemon, 1, hot);
+  const auto started = startWorkload(daemon, 1, hot);
+  const pid_t child = started.first;
+  const Layout l = started.second;
   ASSERT_GT(child, 0);
 
   tt::sys::LinuxPageMover mover;
