@@ -83,13 +83,13 @@ struct UnitHeat {
   // chunk_pages; block i starts i x blockWeightBytes after `start`: the planner's blocks when both
   // use the same chunk_pages), from the per-page heat: block i's page heat per page over the unit's.
   // A block at 2 gets twice the unit's per-page accesses, and the weights over the unit's pages
-  // average 1 (nearly, when the last block is shorter). Empty when the unit is one block or has no page heat (hints alone): every block is
-  // then worth the unit's per-page figures. Sparse evidence is no proof of a difference: each
-  // weight is shrunk towards 1 as if kBlockWeightPriorObservations more observations had found the
-  // block at the unit's average, so a block that expects few observations stays near 1 whatever it
-  // got, and one that expects many keeps its measured weight (0 when it got none). Blocks whose
-  // per-page heat was forgotten over max_tracked_pages count as blocks without heat (the coldest
-  // chunks go first).
+  // average 1 (nearly, when the last block is shorter). Empty when the unit is one block or has no
+  // page heat (hints alone): every block is then worth the unit's per-page figures. Sparse evidence
+  // is no proof of a difference: each weight is shrunk towards 1 as if kBlockWeightPriorObservations
+  // more observations had found the block at the unit's average, so a block that expects few
+  // observations stays near 1 whatever it got, and one that expects many keeps its measured weight
+  // (0 when it got none). Blocks whose per-page heat was forgotten over max_tracked_pages count as
+  // blocks without heat (the coldest chunks go first).
   std::vector<float> blockWeights;
   uint64_t blockWeightBytes = 0;
 };
