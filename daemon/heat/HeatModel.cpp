@@ -360,15 +360,9 @@ void HeatModel::trimPages(uint64_t nowNs) {
     heats.reserve(pageChunks_.size());
     for (const auto& [key, c] : pageChunks_) {
       // A chunk without pages with heat (created for evidence that counted nothing, or forgotten
-      // and not yet touched again) has no scale (stepsPerAccess 0): it ranks coldest, not as
-      // 0/0, which would break the ordering nth_element needs.
-      uint64_t steps = 0;
-      for (uint16_t m : c.mantissa) steps += m;
-      const double heat = c.pages == 0 || c.stepsPerAccess <= 0
-                              ? 0.0
-                              : static_cast<double>(steps) / c.stepsPerAccess *
-                                    decayFactor(c.lastNs, nowNs, halfLifeOf(tgidOfKey(key)));
-      heats.emplace_back(heat, key);
+      // and not yet touched again) ranks coldest (rangeHeat 0), not as 0/0, which would break the
+      // ordering nth_element needs.
+      heats.emplace_back(rangeHeat(c, 0, kBlockPages, nowNs, halfLifeOf(tgidOfKey(key))), key);
     }
     const size_t keep = std::max<size_t>(1, static_cast<size_t>(config_.max_tracked_pages() / 2 / kBlockPages));
     if (keep < heats.size()) {
@@ -816,17 +810,14 @@ std::vector<float> HeatModel::blockWeightsOf(const Unit& unit, uint64_t nowNs) c
   const uint64_t halfLife = halfLifeOf(unit.tgid);
   for (uint64_t base = unit.start - unit.start % kBlockBytes; base < end; base += kBlockBytes) {
     auto it = pageChunks_.find(chunkKey(unit.tgid, base));
-    if (it == pageChunks_.end() || it->second.pages == 0 || !(it->second.stepsPerAccess > 0)) continue;
-    const PageChunk& c = it->second;
-    const double perStep = decayFactor(c.lastNs, nowNs, halfLife) / c.stepsPerAccess;
+    if (it == pageChunks_.end()) continue;
     uint64_t at = std::max(base, unit.start);
     const uint64_t stop = std::min(base + kBlockBytes, end);
     while (at < stop) {
       const uint64_t block = (at - unit.start) / chunkBytes_;
       const uint64_t segmentEnd = std::min(stop, unit.start + (block + 1) * chunkBytes_);
-      uint64_t steps = 0;
-      for (uint64_t i = (at - base) / kBasePageSize; i < (segmentEnd - base) / kBasePageSize; ++i) steps += c.mantissa[i];
-      heat[block] += static_cast<double>(steps) * perStep;
+      heat[block] += rangeHeat(it->second, static_cast<uint32_t>((at - base) / kBasePageSize),
+                               static_cast<uint32_t>((segmentEnd - base) / kBasePageSize), nowNs, halfLife);
       at = segmentEnd;
     }
   }
@@ -848,6 +839,13 @@ std::vector<float> HeatModel::blockWeightsOf(const Unit& unit, uint64_t nowNs) c
                                     (expected + kBlockWeightPriorObservations));
   }
   return weights;
+}
+
+double HeatModel::rangeHeat(const PageChunk& chunk, uint32_t first, uint32_t last, uint64_t nowNs, uint64_t halfLifeNs) {
+  if (chunk.pages == 0 || !(chunk.stepsPerAccess > 0)) return 0;
+  uint64_t steps = 0;
+  for (uint32_t i = first; i < last; ++i) steps += chunk.mantissa[i];
+  return static_cast<double>(steps) / chunk.stepsPerAccess * decayFactor(chunk.lastNs, nowNs, halfLifeNs);
 }
 
 double HeatModel::pageHeat(pid_t tgid, uint64_t page, uint64_t nowNs) const {

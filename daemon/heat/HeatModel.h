@@ -269,6 +269,10 @@ class HeatModel {
   PageChunk& pageChunk(pid_t tgid, uint64_t page, uint64_t nowNs, uint64_t halfLifeNs);
   static void addPageAccess(PageChunk& chunk, uint64_t page, double accesses);
   [[gnu::noinline]] static void addPageAccessSlow(PageChunk& chunk, uint32_t index, double accesses);
+  // Heat of the chunk's pages [first, last) at `nowNs`: their mantissas times the chunk's scale,
+  // decayed. 0 for a chunk without pages with heat (it has no scale: stepsPerAccess 0).
+  [[nodiscard]] static double rangeHeat(const PageChunk& chunk, uint32_t first, uint32_t last, uint64_t nowNs,
+                                        uint64_t halfLifeNs);
   std::unordered_map<uint64_t, PageChunk> pageChunks_;  // key: tgid << 42 | chunk number
   uint64_t lastEpochNs_ = 0;
   bool started_ = false;
