@@ -86,6 +86,9 @@ int tt_page_fault_user(struct bpf_raw_tracepoint_args* ctx) {
   if (!tgid) return 0;
   __u64 address = ctx->args[0];
   __u64 error = ctx->args[2];
+  /* A user-mode fault at a kernel address (vsyscall emulation, a stray pointer) is no page of the
+   * process: x86-64 kernel addresses have the top bit set (the sampling program drops them too). */
+  if (address >> 63) return 0;
   if (!(error & X86_PF_PROT)) {
     // First touch: one per page a process populates, so a storm when it allocates; counting in
     // place costs a store into this CPU's staging block instead of a ring record (and no record is

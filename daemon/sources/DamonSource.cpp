@@ -1,5 +1,7 @@
 #include "sources/DamonSource.h"
 
+#include <algorithm>
+
 #include "core/Log.h"
 
 namespace tt::sources {
@@ -22,6 +24,15 @@ void DamonSource::open() {
   }
   if (auto p = damon_.prepare(); !p) {
     status_ = {false, "DAMON sysfs: " + p.error().message()};
+    return;
+  }
+  auto reports = damon_.reportsRegions();
+  if (!reports) {
+    status_ = {false, "DAMON sysfs: " + reports.error().message()};
+    return;
+  }
+  if (!*reports) {
+    status_ = {false, "DAMON sysfs without schemes' tried_regions (kernel 6.2+): no way to read what it monitors"};
     return;
   }
   status_ = {true, "DAMON vaddr via sysfs, " + std::to_string(damon_.slots()) + " kdamonds, sample " +
@@ -58,23 +69,34 @@ Result<void> DamonSource::collect(EvidenceBatch& out) {
       errors += regions.error().message() + "; ";
       continue;
     }
-    uint64_t budget = maxPages_;
-    for (const auto& r : *regions) {
-      ++counters_.samples;
-      if (r.nrAccesses == 0) continue;
-      for (uint64_t page = r.start & ~(kBasePageSize - 1); page < r.end && budget > 0; page += kBasePageSize, --budget) {
-        AccessEvidence e;
-        e.tgid = tgid;
-        e.page = page;
-        e.kind = AccessKind::Access;
-        e.weight = r.nrAccesses;
-        out.records.push_back(e);
-        ++counters_.evidence;
-      }
-    }
+    counters_.samples += regions->size();
+    counters_.evidence += appendRegionBlocks(tgid, *regions, maxPages_, out.blocks);
   }
   if (!errors.empty()) return logicError("DAMON: " + errors);
   return {};
+}
+
+uint64_t appendRegionBlocks(pid_t tgid, const std::vector<sys::DamonRegion>& regions, uint64_t maxPages,
+                            std::vector<EvidenceBlock>& out) {
+  // regions() sorts them by start and DAMON's regions do not overlap, so a chunk's pages come
+  // together: one block per chunk, the last one appended being the one to fill.
+  const size_t first = out.size();
+  uint64_t budget = maxPages;
+  for (const auto& r : regions) {
+    if (r.nrAccesses == 0) continue;
+    const auto count = static_cast<uint8_t>(std::min<uint32_t>(r.nrAccesses, UINT8_MAX));
+    for (uint64_t page = r.start & ~(kBasePageSize - 1); page < r.end && budget > 0; page += kBasePageSize, --budget) {
+      const uint64_t base = page & ~(kBlockBytes - 1);
+      if (out.size() == first || out.back().base != base) {
+        EvidenceBlock& b = out.emplace_back();
+        b.tgid = tgid;
+        b.kind = AccessKind::Access;
+        b.base = base;
+      }
+      out.back().counts[(page - base) / kBasePageSize] = count;
+    }
+  }
+  return maxPages - budget;
 }
 
 }  // namespace tt::sources

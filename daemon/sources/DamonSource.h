@@ -1,7 +1,9 @@
 // DAMON source: the kernel's access monitor (vaddr) through sysfs, one kdamond per tracked
 // process. Each epoch the regions DAMON saw accessed (nr_accesses > 0) become Access evidence on
-// each of their pages, weight nr_accesses. DAMON relies on page-table accessed bits: inside a
-// TCG VM they are unreliable (docs/architecture.md, sources).
+// each of their pages, weight nr_accesses (up to 255), as evidence blocks: a region is usually
+// many pages of equal weight, which a block per 2 MiB carries in 528 bytes where records take 24
+// bytes a page. DAMON relies on page-table accessed bits: inside a TCG VM they are unreliable
+// (docs/architecture.md, sources).
 #pragma once
 
 #include <map>
@@ -11,6 +13,11 @@
 #include "sys/access/DamonSysfs.h"
 
 namespace tt::sources {
+
+// Appends `regions` (sorted by start, not overlapping) of `tgid` as blocks, at most `maxPages`
+// pages with evidence; returns the pages appended.
+uint64_t appendRegionBlocks(pid_t tgid, const std::vector<sys::DamonRegion>& regions, uint64_t maxPages,
+                            std::vector<EvidenceBlock>& out);
 
 class DamonSource final : public Source {
  public:

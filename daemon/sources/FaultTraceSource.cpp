@@ -233,11 +233,13 @@ Result<void> FaultTraceSource::setSamplingLimits(const SamplingLimits& limits) {
 
 Result<void> FaultTraceSource::addProcess(pid_t tgid) {
   if (!trace_) return {};
+  tracked_.track(tgid);
   return trace_->track(tgid);
 }
 
 Result<void> FaultTraceSource::removeProcess(pid_t tgid) {
   seen_.erase(tgid);
+  tracked_.untrack(tgid);
   if (!trace_) return {};
   return trace_->untrack(tgid);
 }
@@ -253,11 +255,13 @@ Result<void> FaultTraceSource::collect(EvidenceBatch& out) {
   std::optional<Error> drainError;
   if (!drained) drainError = drained.error();
   const size_t blocksBefore = out.blocks.size();
+  std::erase_if(blocks_, [&](const sys::bpf::ChunkCounts& b) { return !tracked_.keeps(static_cast<pid_t>(b.tgid)); });
   const uint64_t events = appendNotPresentFaults(blocks_, seen_, out.blocks);
   releaseIfOversized(blocks_, 1024);  // a storm's blocks (up to maxChunks of 528 bytes) are not kept
   const bool pageEvents = trace_->pageMigrationEvents();
   auto n = trace_->poll([&](const tt_event& e) {
     const auto tgid = static_cast<pid_t>(e.tgid);
+    if (!tracked_.keeps(tgid)) return;
     switch (e.kind) {
       case TT_EV_FAULT_HINT: pending_.add(tgid, e.addr, AccessKind::Hint, 1); break;
       case TT_EV_FAULT_WRITE_PROTECT: pending_.add(tgid, e.addr, AccessKind::Store, 1); break;
@@ -266,6 +270,7 @@ Result<void> FaultTraceSource::collect(EvidenceBatch& out) {
         break;
     }
   });
+  tracked_.collected();
   if (!n) return n.error();
   counters_.samples += events + *n;
   for (size_t b = blocksBefore; b < out.blocks.size(); ++b) counters_.evidence += out.blocks[b].pages();

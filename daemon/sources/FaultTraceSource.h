@@ -122,6 +122,9 @@ class FaultTraceSource final : public Source {
   std::vector<KernelMove> moves_;
   std::vector<sys::bpf::ChunkCounts> blocks_;  // reused drain buffer
   FaultedPages seen_;
+  // Whose drained counts and events are kept: a process untracked since the last collect (or its
+  // pid reused) must not get its `seen_` pages back from its last counts.
+  TrackedProcesses tracked_;
   std::optional<SystemMigrations> systemMigrations_;
 };
 

@@ -86,6 +86,13 @@ Result<PerfRecord> decodeRecord(std::span<const uint8_t> bytes, uint64_t sampleT
       if (!(r.u64(id) && r.u64(rec.lost))) return truncated("lost");
       return rec;
     }
+    case PERF_RECORD_LOST_SAMPLES: {
+      // Samples the PMU driver could not deliver (PEBS records it dropped), not ring space: lost
+      // evidence all the same.
+      rec.type = RecordType::Lost;
+      if (!r.u64(rec.lost)) return truncated("lost_samples");
+      return rec;
+    }
     case PERF_RECORD_THROTTLE:
     case PERF_RECORD_UNTHROTTLE: {
       rec.type = h.type == PERF_RECORD_THROTTLE ? RecordType::Throttle : RecordType::Unthrottle;

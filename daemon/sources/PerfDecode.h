@@ -30,7 +30,7 @@ enum class RecordType { Sample, Lost, Throttle, Unthrottle, Other };
 struct PerfRecord {
   RecordType type = RecordType::Other;
   PerfSample sample;     // type == Sample
-  uint64_t lost = 0;     // type == Lost: records the kernel dropped (ring full)
+  uint64_t lost = 0;     // type == Lost: records the kernel dropped (ring full) or samples the PMU driver did (LOST_SAMPLES)
   uint64_t time = 0;     // Throttle/Unthrottle
 };
 

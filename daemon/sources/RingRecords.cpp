@@ -24,7 +24,8 @@ void RingRecords::handle(std::span<const uint8_t> record, uint64_t sampleType, A
       if (s.addr == 0 || isKernelAddress(s.addr) || !tracked_.contains(static_cast<pid_t>(s.pid))) return;
       ++counters.samples;
       const bool hasSrc = (sampleType & PERF_SAMPLE_DATA_SRC) != 0;
-      // As on the in-kernel path: data_src's op where it names one (IBS ops), else the event's kind.
+      // data_src's op where it names one (IBS ops), else the event's kind. (The in-kernel path keeps
+      // the event's kind: a kind per op would change its staging key on almost every sample.)
       const AccessKind fromSrc = hasSrc ? accessKindFromDataSrc(s.dataSrc) : AccessKind::Access;
       const AccessKind kind = fromSrc == AccessKind::Load || fromSrc == AccessKind::Store ? fromSrc : eventKind;
       const ServedBy by = hasSrc ? servedByFromDataSrc(s.dataSrc) : ServedBy::Unknown;

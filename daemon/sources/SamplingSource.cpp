@@ -253,6 +253,7 @@ void SamplingSource::open() {
     if (auto e = ev->enable(); !e) {
       status_ = {false, options_.eventDescription + ": " + e.error().message()};
       events_.clear();
+      leaders_.clear();  // enabled above: each would hold a PMU counter per CPU for nothing
       agg_.reset();
       return;
     }
@@ -328,18 +329,37 @@ Result<void> SamplingSource::removeProcess(pid_t tgid) {
   return {};
 }
 
-Result<void> SamplingSource::collect(EvidenceBatch& out) {
-  if (!status_.available) return {};
-  const uint64_t cpu0 = sys::perf::threadCpuNs();
+std::optional<Error> SamplingSource::drainSamples(std::vector<EvidenceBlock>& blocks) {
   std::optional<Error> drainError;
   if (agg_) {
     chunks_.clear();
     auto n = agg_->drain(chunks_);
     if (!n) drainError = n.error();  // blocks drained before the error are deleted: keep them
-    // Blocks are unique per (tgid, kind, chunk): they go to `out` as they are, weighted by the
-    // period the samples were taken at.
-    counters_.evidence += appendChunkBlocks(chunks_, options_.defaultKind, period_, out.blocks);
+    // Blocks are unique per (tgid, kind, chunk): they go out as they are, weighted by the period
+    // the samples were taken at.
+    counters_.evidence += appendChunkBlocks(chunks_, options_.defaultKind, period_, blocks);
     releaseIfOversized(chunks_, 1024);  // up to mapEntries blocks of 528 bytes
+  }
+  // The ring path's samples, and on the in-kernel path the throttle and lost records the kernel
+  // still writes to each event's small control ring (the program consumes every sample): the
+  // period controller needs them on both paths.
+  for (size_t i = 0; i < events_.size(); ++i) {
+    const uint64_t st = eventSampleType_[i];
+    const AccessKind kind = eventKind_[i];
+    events_[i]->drain([&](std::span<const uint8_t> r) { ring_.handle(r, st, kind, period_, counters_); });
+  }
+  return drainError;
+}
+
+Result<void> SamplingSource::collect(EvidenceBatch& out) {
+  if (!status_.available) return {};
+  const uint64_t cpu0 = sys::perf::threadCpuNs();
+  // What was drained before a live period change, at the period it was sampled at.
+  out.blocks.insert(out.blocks.end(), std::make_move_iterator(drainedBeforePeriodChange_.begin()),
+                    std::make_move_iterator(drainedBeforePeriodChange_.end()));
+  drainedBeforePeriodChange_.clear();
+  const std::optional<Error> drainError = drainSamples(out.blocks);
+  if (agg_) {
     // Samples as the program saw them: counts in the blocks saturate, the program's stats do not.
     if (auto st = agg_->stats()) {
       // Per-CPU counters read one after the other: `seen` can lag by a few; never count backwards.
@@ -354,19 +374,6 @@ Result<void> SamplingSource::collect(EvidenceBatch& out) {
         counters_.lost += st->mapFull - lastAggMapFull_;
         lastAggMapFull_ = st->mapFull;
       }
-    }
-    // The program consumes every sample, but the kernel still writes its throttle and lost records
-    // to each event's small control ring: the period controller needs them on this path too.
-    for (size_t i = 0; i < events_.size(); ++i) {
-      const uint64_t st = eventSampleType_[i];
-      const AccessKind kind = eventKind_[i];
-      events_[i]->drain([&](std::span<const uint8_t> r) { ring_.handle(r, st, kind, period_, counters_); });
-    }
-  } else {
-    for (size_t i = 0; i < events_.size(); ++i) {
-      const uint64_t st = eventSampleType_[i];
-      const AccessKind kind = eventKind_[i];
-      events_[i]->drain([&](std::span<const uint8_t> r) { ring_.handle(r, st, kind, period_, counters_); });
     }
   }
   counters_.evidence += ring_.flush(out.records);
@@ -428,6 +435,13 @@ Result<void> SamplingSource::setSamplingLimits(const SamplingLimits& limits) {
   const uint64_t next = controller_.setLimits(periodLimits());
   counters_.sampleCostNs = controller_.limits().sampleCostNs;
   if (next == period_) return {};
+  // Every sample carries the epoch's one period as its weight: what was sampled at the old period
+  // is drained now, weighted by it, and handed out at the next collect.
+  if (status_.available) {
+    if (auto e = drainSamples(drainedBeforePeriodChange_)) {
+      TT_LOG(Warn) << options_.name << ": draining before a period change: " << e->message();
+    }
+  }
   const uint64_t before = period_;
   if (auto r = changePeriod(next); !r) {
     controller_.resetPeriod(period_);

@@ -54,9 +54,11 @@ struct SamplingOptions {
   uint32_t mapEntries = 16384;  // in-kernel count blocks (2 MiB chunks) per epoch at most
   // Evidence kind when the sample has no data_src (software events): Fault.
   AccessKind defaultKind = AccessKind::Fault;
-  // What each of `events` samples (parallel to it; missing entries: defaultKind). Both paths take
-  // a sample's kind from its data_src where that names a load or a store (IBS ops), and the
-  // event's kind here otherwise (PEBS loads and stores are separate events).
+  // What each of `events` samples (parallel to it; missing entries: defaultKind). The ring path
+  // takes a sample's kind from its data_src where that names a load or a store (IBS ops), and the
+  // event's kind here otherwise (PEBS loads and stores are separate events); the in-kernel path
+  // always counts the event's kind (a staging block is per kind: see perf_sample_agg.bpf.c). The
+  // heat model weighs every kind alike, so only the evidence's labels differ.
   std::vector<AccessKind> eventKinds;
   // Parallel to `events` (missing entries: none): a non-sampling event opened first on each CPU
   // to lead that event's group (PmuPlan::groupLeaders). Kept open and enabled beside the events;
@@ -146,6 +148,9 @@ class SamplingSource final : public Source {
   void adaptPeriod(const EpochCost& epoch);
   // Sets every event's period (PERF_EVENT_IOC_PERIOD); on failure the old period stays recorded.
   Result<void> changePeriod(uint64_t next);
+  // Drains the samples taken so far, weighted by period_: in-kernel blocks into `blocks`, ring
+  // records into ring_. The drain's error, if any (what was drained before it is kept).
+  std::optional<Error> drainSamples(std::vector<EvidenceBlock>& blocks);
 
   SamplingOptions options_;
   sys::Fs sysfs_;
@@ -158,9 +163,11 @@ class SamplingSource final : public Source {
   std::vector<uint64_t> eventSampleType_;  // parallel to events_
   std::vector<AccessKind> eventKind_;       // parallel to events_
   std::unique_ptr<sys::bpf::PerfSampleAgg> agg_;
-  // The ring records of every event; a sample stands for period_ events, the period in force
-  // since the last collect (which is when it changes).
+  // The ring records of every event; a sample stands for period_ events, the period in force when
+  // it was drained (the period changes at a collect, or on live tuning after a drain).
   RingRecords ring_{options_.name};
+  // In-kernel blocks drained before a live period change, handed out at the next collect.
+  std::vector<EvidenceBlock> drainedBeforePeriodChange_;
   std::vector<sys::bpf::ChunkCounts> chunks_;
   uint64_t throttledAtLastEpoch_ = 0;  // counters_.throttled at the previous collect
   uint64_t lastAggSamples_ = 0;  // tracked samples with an address the BPF program has seen

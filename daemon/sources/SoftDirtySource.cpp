@@ -64,9 +64,12 @@ Result<void> SoftDirtySource::collect(EvidenceBatch& out) {
       }
       uint64_t budget = maxPages_;
       dirty_.clear();
-      for (const auto& [start, end] : *ranges) {
-        const uint64_t pages = std::min(budget, (end - start) / kBasePageSize);
-        if (pages == 0) break;
+      for (const auto& [rangeStart, rangeEnd] : *ranges) {
+        if (budget == 0) break;
+        // Whole pages covering the range (ranges from regions and smaps are page aligned anyway).
+        const uint64_t start = rangeStart & ~(kBasePageSize - 1);
+        const uint64_t pages = std::min(budget, (rangeEnd - start + kBasePageSize - 1) / kBasePageSize);
+        if (pages == 0) continue;
         if (auto r = tracker_->dirtyPages(tgid, start, pages, dirty_); !r) {
           errors += r.error().message() + "; ";
           break;

@@ -5,6 +5,40 @@
 
 namespace tt::sources {
 
+void TrackedProcesses::track(pid_t tgid) {
+  if (untracked_.contains(tgid)) reused_.insert(tgid);
+  tracked_.insert(tgid);
+}
+
+void TrackedProcesses::untrack(pid_t tgid) {
+  if (tracked_.erase(tgid) > 0) untracked_.insert(tgid);
+}
+
+namespace {
+template <typename T>
+size_t eraseFrom(std::vector<T>& v, size_t from, const TrackedProcesses& kept) {
+  const auto begin = v.begin() + static_cast<std::ptrdiff_t>(std::min(from, v.size()));
+  const auto end = std::remove_if(begin, v.end(), [&](const T& e) { return !kept.keeps(e.tgid); });
+  const auto dropped = static_cast<size_t>(v.end() - end);
+  v.erase(end, v.end());
+  return dropped;
+}
+}  // namespace
+
+size_t TrackedProcesses::filter(EvidenceBatch& batch, size_t recordsFrom, size_t blocksFrom) const {
+  return eraseFrom(batch.records, recordsFrom, *this) + eraseFrom(batch.blocks, blocksFrom, *this);
+}
+
+void TrackedProcesses::collected() {
+  untracked_.clear();
+  reused_.clear();
+}
+
+void TrackedProcesses::clear() {
+  tracked_.clear();
+  collected();
+}
+
 void EvidenceAggregator::add(pid_t tgid, uint64_t address, AccessKind kind, uint32_t weight, ServedBy servedBy,
                              uint16_t latencyCycles) {
   const uint64_t page = address & ~(kBasePageSize - 1);

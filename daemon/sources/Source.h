@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -99,6 +100,33 @@ class Source {
   // Sources that scan address ranges every epoch (soft-dirty) scan these instead of every
   // anonymous mapping; the others ignore them.
   virtual void setRanges(pid_t /*tgid*/, const std::vector<std::pair<uint64_t, uint64_t>>& /*ranges*/) {}
+};
+
+// The processes a source (or the set of them) tracks, and whose evidence a collect keeps. The kernel
+// hands over what it counted since the last drain keyed by bare tgid, so the drain after a process
+// was untracked still holds its last counts, and a pid reused and tracked again before that drain
+// would inherit them. A collect keeps no evidence of untracked pids, nor, that once, of a pid
+// tracked again since it was untracked: its new process loses at most an epoch of evidence.
+class TrackedProcesses {
+ public:
+  void track(pid_t tgid);
+  void untrack(pid_t tgid);
+  [[nodiscard]] bool tracked(pid_t tgid) const { return tracked_.contains(tgid); }
+  // Whether the coming collect keeps evidence of `tgid`.
+  [[nodiscard]] bool keeps(pid_t tgid) const { return tracked(tgid) && !reused_.contains(tgid); }
+  // Drops the records and blocks keeps() refuses, from the given offsets on (what one collect
+  // appended); returns how many were dropped.
+  size_t filter(EvidenceBatch& batch, size_t recordsFrom = 0, size_t blocksFrom = 0) const;
+  // Called after each collect: what untracked pids had counted has been drained.
+  void collected();
+  [[nodiscard]] const std::set<pid_t>& all() const { return tracked_; }
+  [[nodiscard]] size_t size() const { return tracked_.size(); }
+  void clear();
+
+ private:
+  std::set<pid_t> tracked_;
+  std::set<pid_t> untracked_;  // since the last collect
+  std::set<pid_t> reused_;     // tracked again since they were untracked, before a collect
 };
 
 // Aggregates evidence per (tgid, page, kind) before it leaves a source: the heat role wants one

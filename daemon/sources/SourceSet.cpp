@@ -205,7 +205,7 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
     attrs.minRegions = d.min_regions();
     attrs.maxRegions = d.max_regions();
     auto s = std::make_unique<DamonSource>(sys::DamonSysfs(sysfs, d.kdamond_index(), d.max_processes()), attrs,
-                                           c.soft_dirty().max_pages_per_epoch());
+                                           d.max_pages_per_epoch());
     s->open();
     sources.push_back(std::move(s));
   }
@@ -364,7 +364,7 @@ Result<SourceSet::ConfigChanges> SourceSet::applyConfig(const pb::SourcesConfig&
 SourceSet::~SourceSet() { shutdown(); }
 
 void SourceSet::shutdown() {
-  for (pid_t tgid : tracked_)
+  for (pid_t tgid : tracked_.all())
     for (auto& s : sources_) (void)s->removeProcess(tgid);
   tracked_.clear();
   sources_.clear();
@@ -374,7 +374,7 @@ void SourceSet::shutdown() {
 Result<void> SourceSet::addProcess(pid_t tgid) {
   // The BPF filters are bitmaps over kernel.pid_max, with no entry limit of their own: the
   // configured bound is kept here, for every source alike.
-  if (!tracked_.contains(tgid) && tracked_.size() >= config_.max_tracked_processes())
+  if (!tracked_.tracked(tgid) && tracked_.size() >= config_.max_tracked_processes())
     return systemError(EUSERS, "tracking pid " + std::to_string(tgid) + ": " + std::to_string(tracked_.size()) +
                                    " processes are tracked (sources.max_tracked_processes)");
   std::string errors;
@@ -382,7 +382,7 @@ Result<void> SourceSet::addProcess(pid_t tgid) {
     if (!s->status().available) continue;
     if (auto r = s->addProcess(tgid); !r) errors += std::string(s->name()) + ": " + r.error().message() + "; ";
   }
-  tracked_.insert(tgid);
+  tracked_.track(tgid);
   if (!errors.empty()) return logicError("tracking pid " + std::to_string(tgid) + ": " + errors);
   return {};
 }
@@ -393,7 +393,7 @@ Result<void> SourceSet::removeProcess(pid_t tgid) {
     if (!s->status().available) continue;
     if (auto r = s->removeProcess(tgid); !r) errors += std::string(s->name()) + ": " + r.error().message() + "; ";
   }
-  tracked_.erase(tgid);
+  tracked_.untrack(tgid);
   if (!errors.empty()) return logicError("untracking pid " + std::to_string(tgid) + ": " + errors);
   return {};
 }
@@ -405,16 +405,25 @@ void SourceSet::setRanges(pid_t tgid, const std::vector<std::pair<uint64_t, uint
 
 Result<void> SourceSet::collect(EvidenceBatch& out) {
   std::string errors;
+  const size_t recordsBefore = out.records.size(), blocksBefore = out.blocks.size();
   for (auto& s : sources_) {
     if (!s->status().available) continue;
     if (auto r = s->collect(out); !r) errors += std::string(s->name()) + ": " + r.error().message() + "; ";
   }
+  // What the kernel counted for processes untracked since the last collect (exited, mostly) would
+  // bring them back to life in the heat model.
+  tracked_.filter(out, recordsBefore, blocksBefore);
+  tracked_.collected();
   if (!errors.empty()) return logicError("collecting evidence: " + errors);
   return {};
 }
 
 void SourceSet::takeKernelMoves(std::vector<KernelMove>& out) {
+  const size_t before = out.size();
   for (auto& s : sources_) s->takeKernelMoves(out);
+  out.erase(std::remove_if(out.begin() + static_cast<std::ptrdiff_t>(before), out.end(),
+                           [&](const KernelMove& m) { return !tracked_.tracked(m.tgid); }),
+            out.end());
 }
 
 std::string formatStatus(const Source& s) {

@@ -55,7 +55,7 @@ class SourceSet {
   [[nodiscard]] Result<void> removeProcess(pid_t tgid);
   // Registered regions of a tracked process, for the sources that scan ranges (Source::setRanges).
   void setRanges(pid_t tgid, const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
-  [[nodiscard]] const std::set<pid_t>& tracked() const { return tracked_; }
+  [[nodiscard]] const std::set<pid_t>& tracked() const { return tracked_.all(); }
 
   // Appends the evidence of every available source since the last call. Errors are logged per
   // source (rate-limited) and returned joined, evidence from the others is kept.
@@ -99,7 +99,7 @@ class SourceSet {
   std::vector<std::unique_ptr<Source>> sources_;
   std::vector<std::string> extraLines_;
   std::unique_ptr<sys::KernelTieringGuard> tieringGuard_;
-  std::set<pid_t> tracked_;
+  TrackedProcesses tracked_;
   tensortier::v1::SourcesConfig config_;
 };
 

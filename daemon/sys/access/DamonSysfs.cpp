@@ -38,6 +38,13 @@ Result<void> DamonSysfs::prepare() {
   return {};
 }
 
+Result<bool> DamonSysfs::reportsRegions() {
+  if (slots_ == 0) return false;
+  const std::string schemes = dir(0) + "/contexts/0/schemes";
+  if (auto w = sysfs_.writeFile(schemes + "/nr_schemes", "1"); !w) return w.error();
+  return sysfs_.exists(schemes + "/0/tried_regions");
+}
+
 Result<void> DamonSysfs::start(uint32_t slot, pid_t pid, const DamonAttrs& a) {
   if (slot >= slots_) return logicError("DAMON slot " + std::to_string(slot) + " out of range");
   const std::string ctx = dir(slot) + "/contexts/0";

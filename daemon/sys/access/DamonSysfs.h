@@ -43,6 +43,9 @@ class DamonSysfs {
   // Configures slot `slot` for `pid` (vaddr, one "stat" scheme over all regions) and turns it on.
   [[nodiscard]] Result<void> start(uint32_t slot, pid_t pid, const DamonAttrs& attrs);
   [[nodiscard]] Result<void> stop(uint32_t slot);
+  // Whether this kernel's DAMON sysfs reports a scheme's tried regions (6.2+; 6.1 has DAMON sysfs
+  // without them, so regions() could never succeed). Gives slot 0 its scheme directory to look.
+  [[nodiscard]] Result<bool> reportsRegions();
   // Asks the kdamond to refresh tried_regions and reads them.
   [[nodiscard]] Result<std::vector<DamonRegion>> regions(uint32_t slot);
   [[nodiscard]] uint32_t slots() const { return slots_; }

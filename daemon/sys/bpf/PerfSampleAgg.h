@@ -58,8 +58,7 @@ class PerfSampleAgg {
   // Attaches the program to one sampling event; `kind` (enum tt_sample_kind, the BPF attach cookie)
   // is what that event's samples are counted as (PEBS loads and stores apart). `recordsDataSrc`:
   // the event was opened with PERF_SAMPLE_DATA_SRC, so its samples are counted by the tier that
-  // served them (and IBS ops by the load/store their data_src names), when dataSrcReader() is
-  // not None.
+  // served them when dataSrcReader() is not None (their kind stays the event's, IBS ops included).
   [[nodiscard]] Result<void> attach(int perfEventFd, uint32_t kind, bool recordsDataSrc);
   [[nodiscard]] DataSrcReader dataSrcReader() const { return reader_; }
   // Why the better data_src readers could not be loaded (empty when the best one was).

@@ -90,7 +90,12 @@ size_t PerfEvent::drain(const RecordFn& fn) {
       std::memcpy(&header, data + offset, first);
       std::memcpy(reinterpret_cast<uint8_t*>(&header) + first, data, sizeof header - first);
     }
-    if (header.size < sizeof header || tail + header.size > head) break;  // torn or corrupt: stop
+    // The kernel publishes data_head only past whole records, so this is corruption: skip what is
+    // left rather than stop here for good (the tail would never move again).
+    if (header.size < sizeof header || tail + header.size > head) {
+      tail = head;
+      break;
+    }
     if (offset + header.size <= dataBytes_) {
       fn(std::span<const uint8_t>(data + offset, header.size));
     } else {

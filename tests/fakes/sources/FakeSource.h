@@ -26,14 +26,16 @@ class FakeSource final : public sources::Source {
     tracked.erase(tgid);
     return {};
   }
-  // Emits `next` and `nextBlocks` for tracked tgids only, like a real source.
+  // Emits `next` and `nextBlocks` for tracked tgids only, like a source that filters as it reads,
+  // or with drainsEveryTgid for every tgid, like a kernel drain, which still holds the last counts
+  // of a process untracked since the previous drain.
   Result<void> collect(EvidenceBatch& out) override {
     ++collects;
     if (failCollect) return logicError("scripted collect failure");
     for (const auto& e : next)
-      if (tracked.contains(e.tgid)) out.records.push_back(e);
+      if (drainsEveryTgid || tracked.contains(e.tgid)) out.records.push_back(e);
     for (const auto& b : nextBlocks)
-      if (tracked.contains(b.tgid)) out.blocks.push_back(b);
+      if (drainsEveryTgid || tracked.contains(b.tgid)) out.blocks.push_back(b);
     return {};
   }
   Result<void> setSamplingLimits(const sources::SamplingLimits& l) override {
@@ -54,6 +56,7 @@ class FakeSource final : public sources::Source {
   std::vector<sources::KernelMove> moves;
   std::optional<sources::SystemMigrations> migrations;  // what systemMigrations() reports
   sources::SourceCounters reported;                     // what counters() reports
+  bool drainsEveryTgid = false;
   bool failAdd = false;
   bool failCollect = false;
   bool failTune = false;

@@ -36,7 +36,10 @@ TEST(SourceSetEvidence, CountsTheKernelsMovesOnceAndEmptiesTheSourcesBuffers) {
   auto* fake = trace.get();
   std::vector<std::unique_ptr<tt::sources::Source>> v;
   v.push_back(std::move(trace));
-  tt::service::SourceSetEvidence evidence(std::make_unique<tt::sources::SourceSet>(std::move(v)));
+  auto set = std::make_unique<tt::sources::SourceSet>(std::move(v));
+  ASSERT_TRUE(set->addProcess(7).ok());
+  ASSERT_TRUE(set->addProcess(8).ok());
+  tt::service::SourceSetEvidence evidence(std::move(set));
   using Why = tt::sources::KernelMove::Why;
   fake->moves = {{7, 0, 5, Why::Promotion}, {7, 0, 2, Why::Demotion}, {8, 0, 1, Why::Syscall}, {7, 0, 4, Why::Other}};
   tt::EvidenceBatch out;

@@ -191,6 +191,26 @@ TEST(PerfDecode, RejectsTruncatedAndMismatchedRecords) {
   EXPECT_FALSE(decodeRecord(s.records[0], s.sampleType | PERF_SAMPLE_CALLCHAIN).ok());
 }
 
+// PEBS drivers report samples they had to drop in PERF_RECORD_LOST_SAMPLES (lost, then sample_id
+// fields when sample_id_all is set): counted as lost like a full ring's records.
+TEST(PerfDecode, LostSamplesRecordsCountAsLost) {
+  // Header, lost = 42, then a sample_id field (7).
+  std::vector<uint8_t> whole(24, 0);
+  const perf_event_header head{PERF_RECORD_LOST_SAMPLES, 0, 24};
+  const uint64_t fields[2] = {42, 7};
+  std::memcpy(whole.data(), &head, sizeof head);
+  std::memcpy(whole.data() + sizeof head, fields, sizeof fields);
+  auto rec = decodeRecord(whole, PERF_SAMPLE_ADDR);
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->type, RecordType::Lost);
+  EXPECT_EQ(rec->lost, 42U);
+  // Its header cut to 4 bytes of body: too short for the count.
+  std::vector<uint8_t> cut(whole.begin(), whole.begin() + 12);
+  perf_event_header h{PERF_RECORD_LOST_SAMPLES, 0, 12};
+  std::memcpy(cut.data(), &h, sizeof h);
+  EXPECT_FALSE(decodeRecord(cut, PERF_SAMPLE_ADDR).ok());
+}
+
 TEST(PerfDecode, WeightStructUsesVar1) {
   const uint64_t st = PERF_SAMPLE_ADDR | PERF_SAMPLE_WEIGHT_STRUCT;
   const uint64_t weight = (uint64_t{0xbeef} << 32) | 77;  // var2/var3 in the high half

@@ -5,9 +5,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "fakes/sources/FakeSoftDirtyTracker.h"
 #include "fakes/sources/FakeSource.h"
+#include "sources/DamonSource.h"
 #include "sources/SamplingSource.h"
 #include "sources/SoftDirtySource.h"
 #include "sources/SourceSet.h"
@@ -144,6 +146,7 @@ TEST(SourceSet, PassesKernelMovesThrough) {
   std::vector<std::unique_ptr<Source>> v;
   v.push_back(std::move(a));
   SourceSet set(std::move(v));
+  ASSERT_TRUE(set.addProcess(7).ok());
   std::vector<KernelMove> moves;
   set.takeKernelMoves(moves);
   ASSERT_EQ(moves.size(), 1U);
@@ -151,6 +154,48 @@ TEST(SourceSet, PassesKernelMovesThrough) {
   moves.clear();
   set.takeKernelMoves(moves);
   EXPECT_TRUE(moves.empty());
+}
+
+// A kernel drain holds what a process counted until it was untracked, keyed by bare tgid: the heat
+// model must not see an exited process come back, nor a reused pid inherit the old one's counts.
+TEST(SourceSet, DropsWhatTheKernelCountedForProcessesUntrackedSinceTheLastCollect) {
+  auto a = std::make_unique<fakes::FakeSource>("a", true);
+  auto* pa = a.get();
+  pa->drainsEveryTgid = true;
+  pa->next = {ev(10, 0x1000), ev(11, 0x2000), ev(12, 0x3000)};
+  for (pid_t tgid : {10, 11, 12}) {
+    EvidenceBlock b;
+    b.tgid = tgid;
+    b.base = 0x200000;
+    b.counts[0] = 1;
+    pa->nextBlocks.push_back(b);
+  }
+  pa->moves = {KernelMove{10, 0x5000, 1, KernelMove::Why::Promotion}, KernelMove{11, 0x6000, 1, KernelMove::Why::Demotion}};
+  std::vector<std::unique_ptr<Source>> v;
+  v.push_back(std::move(a));
+  SourceSet set(std::move(v));
+  for (pid_t tgid : {10, 11, 12}) ASSERT_TRUE(set.addProcess(tgid).ok());
+  ASSERT_TRUE(set.removeProcess(10).ok());  // exited
+  ASSERT_TRUE(set.removeProcess(12).ok());  // exited, and its pid reused by a new client at once
+  ASSERT_TRUE(set.addProcess(12).ok());
+  auto tgids = [&] {
+    EvidenceBatch batch;
+    batch.records.push_back(ev(99, 0x9000));  // what the caller had: kept as it is
+    EXPECT_TRUE(set.collect(batch).ok());
+    EXPECT_EQ(batch.records.front().tgid, 99);
+    std::set<pid_t> records, blocks;
+    for (size_t i = 1; i < batch.records.size(); ++i) records.insert(batch.records[i].tgid);
+    for (const auto& b : batch.blocks) blocks.insert(b.tgid);
+    EXPECT_EQ(records, blocks);
+    return records;
+  };
+  EXPECT_EQ(tgids(), (std::set<pid_t>{11}));
+  // The reused pid's own evidence from the next drain on; the exited one's never.
+  EXPECT_EQ(tgids(), (std::set<pid_t>{11, 12}));
+  std::vector<KernelMove> moves;
+  set.takeKernelMoves(moves);
+  ASSERT_EQ(moves.size(), 1U);
+  EXPECT_EQ(moves[0].tgid, 11);
 }
 
 // A temporary procfs with <pid>/smaps holding one anonymous VMA and one file VMA.
@@ -458,6 +503,52 @@ TEST_F(DamonSysfsTest, ConfiguresOneKdamondPerProcessAndReadsTriedRegions) {
   EXPECT_EQ((*regions)[0].nrAccesses, 13U);
   EXPECT_EQ((*regions)[1].end, 16384U);
   EXPECT_EQ(read(admin + "/1/state"), "update_schemes_tried_regions");
+}
+
+// Linux 6.1 has DAMON's sysfs but not a scheme's tried_regions (6.2): the source must say it cannot
+// read what DAMON monitors at open, not fail every epoch afterwards.
+TEST_F(DamonSysfsTest, KernelWithoutTriedRegionsIsUnavailableWithReason) {
+  const std::string kd = "kernel/mm/damon/admin/kdamonds";
+  write(kd + "/nr_kdamonds", "1\n");
+  write(kd + "/0/contexts/nr_contexts", "");
+  write(kd + "/0/contexts/0/schemes/nr_schemes", "");
+  DamonSource old(sys::DamonSysfs(sys::Fs(root_.string()), 0, 1), sys::DamonAttrs{}, 1024);
+  old.open();
+  EXPECT_FALSE(old.status().available);
+  EXPECT_NE(old.status().detail.find("tried_regions"), std::string::npos) << old.status().detail;
+  fs::create_directories(root_ / kd / "0/contexts/0/schemes/0/tried_regions");
+  DamonSource current(sys::DamonSysfs(sys::Fs(root_.string()), 0, 1), sys::DamonAttrs{}, 1024);
+  current.open();
+  EXPECT_TRUE(current.status().available) << current.status().detail;
+}
+
+// DAMON's regions become one block per 2 MiB chunk they cover, each page counted nr_accesses
+// (saturating at 255); unaccessed regions give nothing; at most maxPages pages.
+TEST(DamonRegionBlocks, OneBlockPerChunkWithEachPagesAccesses) {
+  constexpr uint64_t k2M = 2ULL << 20;
+  const std::vector<sys::DamonRegion> regions = {
+      {0x1000, 0x3000, 13, 0},             // pages 1, 2 of chunk 0
+      {0x3000, k2M - 0x1000, 0, 0},        // not accessed
+      {k2M - 0x1000, k2M + 0x2000, 300, 0},  // page 511 of chunk 0, pages 0, 1 of chunk 1
+  };
+  std::vector<EvidenceBlock> blocks;
+  EXPECT_EQ(appendRegionBlocks(7, regions, 1000, blocks), 5U);
+  ASSERT_EQ(blocks.size(), 2U);
+  EXPECT_EQ(blocks[0].tgid, 7);
+  EXPECT_EQ(blocks[0].kind, AccessKind::Access);
+  EXPECT_EQ(blocks[0].base, 0U);
+  EXPECT_EQ(blocks[0].pages(), 3U);
+  EXPECT_EQ(blocks[0].weight(1), 13U);
+  EXPECT_EQ(blocks[0].weight(2), 13U);
+  EXPECT_EQ(blocks[0].weight(3), 0U);
+  EXPECT_EQ(blocks[0].weight(511), 255U);
+  EXPECT_EQ(blocks[1].base, k2M);
+  EXPECT_EQ(blocks[1].pages(), 2U);
+  EXPECT_EQ(blocks[1].weight(0), 255U);
+  blocks.clear();
+  EXPECT_EQ(appendRegionBlocks(7, regions, 3, blocks), 3U);  // the budget: the first three pages
+  ASSERT_EQ(blocks.size(), 1U);
+  EXPECT_EQ(blocks[0].pages(), 3U);
 }
 
 TEST_F(DamonSysfsTest, MissingDamonIsUnavailable) {
