@@ -173,8 +173,51 @@ void HeatModel::addAccess(Unit& unit, Process& proc, uint64_t nowNs, double acce
   unit.lastAccessNs = std::max(unit.lastAccessNs, nowNs);
   unit.accessed = true;
   unit.epochAccesses += accesses;
+  if (spanSinceNs_ < nowNs) {
+    if (unit.spanAccesses == 0 && accesses > 0) spanUnits_.push_back(&unit);
+    unit.spanAccesses += accesses;
+    return;
+  }
   if (proc.clock.known() && proc.stepOpen)
     unit.stepAccum[proc.clock.bucketAt(nowNs, buckets_)] += accesses / static_cast<double>(unit.pages());
+}
+
+void HeatModel::spreadSpan(uint64_t nowNs) {
+  const uint64_t since = spanSinceNs_;
+  spanSinceNs_ = UINT64_MAX;
+  if (spanUnits_.empty()) return;
+  const double spanNs = static_cast<double>(nowNs - since);
+  // Per process: the share of the span's accesses each schedule bucket gets, from the time the
+  // span spends in it (wrapped by the step clock), over the steps the span covers.
+  std::map<pid_t, std::vector<double>> shares;
+  for (Unit* unit : spanUnits_) {
+    Process& proc = process(unit->tgid);
+    const double accesses = unit->spanAccesses;
+    unit->spanAccesses = 0;
+    proc.samples.addOver(since, nowNs, unit->start ^ (static_cast<uint64_t>(unit->tgid) << 48), accesses);
+    if (!proc.clock.known() || !proc.stepOpen) continue;
+    auto [it, added] = shares.try_emplace(unit->tgid);
+    std::vector<double>& share = it->second;
+    if (added) {
+      share.assign(buckets_, 0);
+      const double period = static_cast<double>(proc.clock.periodNs);
+      const double bucketNs = period / buckets_;
+      const double steps = std::max(1.0, spanNs / period);
+      double t = static_cast<double>(since);
+      const auto end = static_cast<double>(nowNs);
+      // Bucket by bucket: at most buckets x (steps + 1) pieces.
+      while (t < end) {
+        const double phase = proc.clock.phaseAt(static_cast<uint64_t>(t)) * buckets_;
+        const auto b = std::min(buckets_ - 1, static_cast<uint32_t>(phase));
+        const double piece = std::min(end - t, std::max(1.0, (static_cast<double>(b) + 1 - phase) * bucketNs));
+        share[b] += piece / (spanNs * steps);
+        t += piece;
+      }
+    }
+    const double perPage = accesses / static_cast<double>(unit->pages());
+    for (uint32_t b = 0; b < buckets_; ++b) unit->stepAccum[b] += perPage * share[b];
+  }
+  spanUnits_.clear();
 }
 
 void HeatModel::addPrior(Unit& unit, Process& proc, uint64_t nowNs, double accesses) {
@@ -196,6 +239,19 @@ void HeatModel::ingest(const EvidenceBatch& batch, uint64_t nowNs, double scale)
   startAt(nowNs);
   ingestRecords(batch.records, nowNs, scale);
   for (const EvidenceBlock& block : batch.blocks) ingestBlock(block, nowNs, scale);
+  trimPages(nowNs);
+}
+
+void HeatModel::ingest(const EvidenceBatch& batch, uint64_t sinceNs, uint64_t nowNs, double scale) {
+  if (sinceNs >= nowNs) {
+    ingest(batch, nowNs, scale);
+    return;
+  }
+  startAt(nowNs);
+  spanSinceNs_ = sinceNs;
+  ingestRecords(batch.records, nowNs, scale);
+  for (const EvidenceBlock& block : batch.blocks) ingestBlock(block, nowNs, scale);
+  spreadSpan(nowNs);
   trimPages(nowNs);
 }
 
@@ -305,7 +361,7 @@ void HeatModel::ingestRecords(std::span<const AccessEvidence> batch, uint64_t no
     if (accesses > 0) addPageAccess(pageChunk(ev.tgid, page, nowNs, proc->halfLifeNs), page, accesses);
     Unit* unit = unitFor(ev.tgid, page);
     addAccess(*unit, *proc, nowNs, accesses, 1);
-    proc->samples.add(nowNs, unit->start ^ (static_cast<uint64_t>(ev.tgid) << 48), accesses);
+    if (spanSinceNs_ >= nowNs) proc->samples.add(nowNs, unit->start ^ (static_cast<uint64_t>(ev.tgid) << 48), accesses);
     proc->sampled = true;
     proc->evidenceThisEpoch = true;
     proc->evidenceInStep = true;
@@ -328,7 +384,7 @@ void HeatModel::ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double s
   auto flushUnit = [&] {
     if (unit == nullptr) return;
     addAccess(*unit, proc, nowNs, unitAccesses, unitObservations);
-    proc.samples.add(nowNs, unit->start ^ (static_cast<uint64_t>(block.tgid) << 48), unitAccesses);
+    if (spanSinceNs_ >= nowNs) proc.samples.add(nowNs, unit->start ^ (static_cast<uint64_t>(block.tgid) << 48), unitAccesses);
   };
   for (uint32_t i = 0; i < kBlockPages; ++i) {
     if (block.counts[i] == 0) continue;
@@ -385,9 +441,15 @@ void HeatModel::onMark(const IterationMark& mark) {
     // buckets the schedule is read and learned in.
     if (proc.clock.source == PeriodSource::Marks && proc.stepOpen && mark.timestampNs >= proc.stepStartNs) {
       const double observed = static_cast<double>(mark.timestampNs - proc.stepStartNs);
-      auto [it, fresh] = proc.phaseOffsetNs.emplace(mark.phase, observed);
-      if (!fresh) it->second = 0.8 * it->second + 0.2 * observed;
-      const auto offset = static_cast<uint64_t>(it->second);
+      // Phase names come from the client: a step has a few phases, and a process that names more
+      // (a counter in the name) gets no re-anchoring for the rest rather than a map that grows
+      // with every mark.
+      auto it = proc.phaseOffsetNs.find(mark.phase);
+      if (it == proc.phaseOffsetNs.end() && proc.phaseOffsetNs.size() < kMaxPhasesPerStep)
+        it = proc.phaseOffsetNs.emplace(mark.phase, observed).first;
+      else if (it != proc.phaseOffsetNs.end())
+        it->second = 0.8 * it->second + 0.2 * observed;
+      const auto offset = it == proc.phaseOffsetNs.end() ? UINT64_MAX : static_cast<uint64_t>(it->second);
       if (offset <= mark.timestampNs) {
         proc.stepStartNs = mark.timestampNs - offset;
         proc.clock.anchorNs = proc.stepStartNs;

@@ -112,6 +112,10 @@ struct HeatSnapshot {
   uint64_t trackedPages = 0;
 };
 
+// Phase names per process whose offsets in the step the model learns (forward, backward, optimizer
+// and a few more; names beyond these are not re-anchored on).
+inline constexpr size_t kMaxPhasesPerStep = 16;
+
 // The pseudo-observations that pull a block's weight towards its unit's average (blockWeights).
 inline constexpr double kBlockWeightPriorObservations = 8;
 
@@ -135,6 +139,11 @@ class HeatModel {
   void ingest(std::span<const AccessEvidence> batch, uint64_t nowNs, double scale = 1.0);
   // An epoch's records and blocks (a block page counts as the record it stands for).
   void ingest(const EvidenceBatch& batch, uint64_t nowNs, double scale = 1.0);
+  // The same for evidence gathered over (sinceNs, nowNs] without the time of each access (sources
+  // read once per epoch): the step schedules and the period detector get each unit's accesses
+  // spread evenly over that span, not all at nowNs. A span longer than the step counts as the
+  // average step it covers (its accesses over the steps it spans), so a schedule stays per step.
+  void ingest(const EvidenceBatch& batch, uint64_t sinceNs, uint64_t nowNs, double scale);
   void onMark(const IterationMark& mark);
   // Bytes per second the migration engine achieved recently; sizes the look-ahead horizon.
   void setMigrationBandwidth(double bytesPerSecond);
@@ -173,6 +182,7 @@ class HeatModel {
     std::vector<double> schedule;  // accesses per page per step, per bucket (moving average)
     std::vector<double> stepAccum; // accesses per page in the step in progress, per bucket
     bool scheduleValid = false;
+    double spanAccesses = 0;       // this batch's accesses, to spread over its span (ingest)
     FeatureVector predicted{};     // features at the last epoch close
     bool hasPrediction = false;
     // The kind prior, kept apart from the evidence: its own decayed heat and step schedule, in
@@ -204,7 +214,8 @@ class HeatModel {
     uint64_t evidenceEpochs = 0;  // epochs in which evidence (not the prior) reached this process
     uint64_t epochsSinceEstimate = 0;
     uint64_t halfLifeNs = 0;       // heat half-life of this process's pages and units
-    std::map<std::string, double> phaseOffsetNs;  // typical start of each phase within the step
+    // Typical start of each phase within the step, for at most kMaxPhasesPerStep phase names.
+    std::map<std::string, double> phaseOffsetNs;
     Process(const SamplePeriodParams& p, uint64_t halfLife) : samples(p), halfLifeNs(halfLife) {}
   };
   using UnitMap = std::map<uint64_t, Unit>;  // by start
@@ -220,6 +231,8 @@ class HeatModel {
   void ingestRecords(std::span<const AccessEvidence> batch, uint64_t nowNs, double scale);
   void ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double scale);
   void trimPages(uint64_t nowNs);
+  // Spreads the batch's accesses of the units in spanUnits_ over (spanSinceNs_, nowNs].
+  void spreadSpan(uint64_t nowNs);
   Unit* unitFor(pid_t tgid, uint64_t page);
   void addAccess(Unit& unit, Process& proc, uint64_t nowNs, double accesses, double observations);
   void addPrior(Unit& unit, Process& proc, uint64_t nowNs, double accesses);
@@ -274,6 +287,10 @@ class HeatModel {
   [[nodiscard]] static double rangeHeat(const PageChunk& chunk, uint32_t first, uint32_t last, uint64_t nowNs,
                                         uint64_t halfLifeNs);
   std::unordered_map<uint64_t, PageChunk> pageChunks_;  // key: tgid << 42 | chunk number
+  // The span of the batch being ingested: spanSinceNs_ < its nowNs when its accesses are to be
+  // spread (ingest with sinceNs), and the units that got some.
+  uint64_t spanSinceNs_ = UINT64_MAX;
+  std::vector<Unit*> spanUnits_;
   uint64_t lastEpochNs_ = 0;
   bool started_ = false;
   uint64_t epoch_ = 0;

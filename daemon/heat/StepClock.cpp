@@ -110,6 +110,20 @@ void SamplePeriodDetector::add(uint64_t timeNs, uint64_t unitKey, double weight)
   ring_[bin % ring_.size()][h % kDims] += weight;
 }
 
+void SamplePeriodDetector::addOver(uint64_t fromNs, uint64_t toNs, uint64_t unitKey, double weight) {
+  if (toNs <= fromNs) {
+    add(toNs, unitKey, weight);
+    return;
+  }
+  longestSpanNs_ = std::max(longestSpanNs_, toNs - fromNs);
+  const double perNs = weight / static_cast<double>(toNs - fromNs);
+  for (uint64_t t = fromNs; t < toNs;) {
+    const uint64_t end = std::min(toNs, (t / params_.binNs + 1) * params_.binNs);
+    add(t, unitKey, perNs * static_cast<double>(end - t));
+    t = end;
+  }
+}
+
 double SamplePeriodDetector::correlation(const std::vector<std::array<double, kDims>>& x, size_t lag) {
   const size_t n = x.size();
   if (lag == 0 || lag >= n) return 0;
@@ -125,7 +139,8 @@ double SamplePeriodDetector::correlation(const std::vector<std::array<double, kD
 
 std::optional<SamplePeriodDetector::Estimate> SamplePeriodDetector::estimate() const {
   if (!started_) return std::nullopt;
-  const size_t minLag = std::max<size_t>(1, static_cast<size_t>(params_.minPeriodNs / params_.binNs));
+  const uint64_t minPeriodNs = std::max(params_.minPeriodNs, 2 * longestSpanNs_);
+  const size_t minLag = std::max<size_t>(1, static_cast<size_t>(minPeriodNs / params_.binNs));
   // The bin in progress is incomplete: leave it out.
   const size_t n = filled_ > 1 ? filled_ - 1 : 0;
   // At least three repetitions of a period are needed to trust it.
@@ -136,8 +151,16 @@ std::optional<SamplePeriodDetector::Estimate> SamplePeriodDetector::estimate() c
   std::array<double, kDims> mean{};
   for (const auto& v : x)
     for (size_t d = 0; d < kDims; ++d) mean[d] += v[d] / static_cast<double>(n);
+  double energy = 0, varying = 0;
   for (auto& v : x)
-    for (size_t d = 0; d < kDims; ++d) v[d] -= mean[d];
+    for (size_t d = 0; d < kDims; ++d) {
+      energy += v[d] * v[d];
+      v[d] -= mean[d];
+      varying += v[d] * v[d];
+    }
+  // A steady stream (evidence spread evenly over the spans it was read in) leaves only rounding
+  // after the mean is removed, and rounding can correlate at any lag.
+  if (!(varying > 1e-12 * energy)) return std::nullopt;
   // Correlations are computed on demand: the lag range, then small windows around multiples.
   const size_t fitLag = n - 1;
   std::vector<double> r(fitLag + 2, std::numeric_limits<double>::quiet_NaN());

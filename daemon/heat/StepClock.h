@@ -68,6 +68,11 @@ class SamplePeriodDetector {
   explicit SamplePeriodDetector(const SamplePeriodParams& params);
 
   void add(uint64_t timeNs, uint64_t unitKey, double weight);
+  // `weight` gathered over (fromNs, toNs] without the time of each access (a source read once per
+  // epoch), spread evenly over the bins of that span. A stream delivered in spans shows no period
+  // shorter than two spans (the span itself would look like one), so estimate() then looks only
+  // for periods of at least twice the longest span added.
+  void addOver(uint64_t fromNs, uint64_t toNs, uint64_t unitKey, double weight);
   struct Estimate {
     double periodNs = 0;
     double confidence = 0;
@@ -84,6 +89,7 @@ class SamplePeriodDetector {
   uint64_t currentBin_ = 0;
   bool started_ = false;
   size_t filled_ = 0;
+  uint64_t longestSpanNs_ = 0;  // of addOver
 };
 
 }  // namespace tt::heat

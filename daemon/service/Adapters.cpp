@@ -76,11 +76,13 @@ HeatPlannerPolicy::HeatPlannerPolicy(const tensortier::v1::PolicyConfig& config,
       planner_(std::make_unique<policy::Planner>(config)),
       config_(config) {}
 
-MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, double migrationBytesPerSec, std::span<const ManualPin> pins) {
+MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,
+                                     std::span<const ManualPin> pins) {
   if (migrationBytesPerSec > 0) heat_.setMigrationBandwidth(migrationBytesPerSec);
   heat_.advanceEpoch(nowNs);
   policy::PlanContext context;
   context.migrationBytesPerSec = migrationBytesPerSec;
+  context.intervalNs = intervalNs;
   context.accessesPerPagePass = accessesPerPagePass_;
   for (const auto& p : pins) context.pins.push_back({p.tgid, p.start, p.length});
   return planner_->plan(heat_.snapshot(), placement_, topology_, context);

@@ -73,9 +73,12 @@ class HeatPlannerPolicy final : public PlacementPolicy {
   Result<void> addRegion(const RegionInfo& region) override { return heat_.addRegion(region); }
   void removeRegion(uint64_t regionId) override { heat_.removeRegion(regionId); }
   void removeProcess(pid_t tgid) override { heat_.removeProcess(tgid); }
-  void observe(const EvidenceBatch& evidence, uint64_t nowNs) override { heat_.ingest(evidence, nowNs); }
+  void observe(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs) override {
+    heat_.ingest(evidence, sinceNs, nowNs, 1.0);
+  }
   void onMark(const IterationMark& mark) override { heat_.onMark(mark); }
-  MigrationPlan plan(uint64_t nowNs, double migrationBytesPerSec, std::span<const ManualPin> pins) override;
+  MigrationPlan plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,
+                     std::span<const ManualPin> pins) override;
   std::vector<std::pair<uint64_t, double>> regionHeat() const override;
   PolicyView view() const override;
   std::vector<PageHeatView> hottestPages(size_t limit, pid_t tgid, uint64_t nowNs) const override;

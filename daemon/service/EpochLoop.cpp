@@ -208,14 +208,17 @@ void EpochLoop::runOnce(uint64_t nowNs) {
   uint64_t moves = 0;
   PolicyView view;
   if (stages_.policy) {
-    stages_.policy->observe(evidence_, nowNs);
+    const auto epochNs = static_cast<uint64_t>(epochSeconds * 1e9);
+    stages_.policy->observe(evidence_, nowNs - std::min(nowNs, epochNs), nowNs);
     std::vector<ManualPin> pins;
     {
       std::lock_guard lock(pinsMutex_);
       std::erase_if(pins_, [nowNs](const ManualPin& p) { return p.expiresNs != 0 && nowNs >= p.expiresNs; });
       pins = pins_;
     }
-    MigrationPlan plan = stages_.policy->plan(nowNs, bandwidth, pins);
+    // The next plan comes with the next epoch: this one may use the engine until then.
+    const auto untilNextNs = static_cast<uint64_t>(periodMs_.load()) * 1'000'000ULL;
+    MigrationPlan plan = stages_.policy->plan(nowNs, untilNextNs, bandwidth, pins);
     // This plan supersedes the engine's queued one, which may still hold unfinished manual moves:
     // carry them, so a pinned range always ends up where the user put it.
     if (!plan.moves.empty() && !pins.empty()) {

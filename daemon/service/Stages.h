@@ -108,11 +108,13 @@ class PlacementPolicy {
   [[nodiscard]] virtual Result<void> addRegion(const RegionInfo& region) = 0;
   virtual void removeRegion(uint64_t regionId) = 0;
   virtual void removeProcess(pid_t tgid) = 0;
-  virtual void observe(const EvidenceBatch& evidence, uint64_t nowNs) = 0;
+  // Evidence the sources gathered over (sinceNs, nowNs] (one epoch).
+  virtual void observe(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs) = 0;
   virtual void onMark(const IterationMark& mark) = 0;
-  // Closes the epoch at `nowNs` and returns the moves to make now (generation is set by the loop).
-  // No move may touch a pinned range; its fast bytes count against the budgets.
-  [[nodiscard]] virtual MigrationPlan plan(uint64_t nowNs, double migrationBytesPerSec,
+  // Closes the epoch at `nowNs` and returns the moves to make now (generation is set by the loop),
+  // sized to what the engine can move at `migrationBytesPerSec` before the next plan, `intervalNs`
+  // later. No move may touch a pinned range; its fast bytes count against the budgets.
+  [[nodiscard]] virtual MigrationPlan plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,
                                            std::span<const ManualPin> pins) = 0;
   // Heat per registered region as of the last plan.
   [[nodiscard]] virtual std::vector<std::pair<uint64_t, double>> regionHeat() const = 0;

@@ -59,7 +59,8 @@ class FakePolicy final : public service::PlacementPolicy {
   }
   void removeRegion(uint64_t regionId) override { regions.erase(regionId); }
   void removeProcess(pid_t tgid) override { removedProcesses.push_back(tgid); }
-  void observe(const EvidenceBatch& evidence, uint64_t nowNs) override {
+  void observe(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs) override {
+    lastObserveSinceNs = sinceNs;
     lastObserveNs = nowNs;
     evidence.forEachRecord([&](const AccessEvidence& e) {
       for (const auto& [id, r] : regions)
@@ -68,7 +69,8 @@ class FakePolicy final : public service::PlacementPolicy {
     observed += evidence.pages();
   }
   void onMark(const IterationMark& mark) override { marks.push_back(mark); }
-  MigrationPlan plan(uint64_t, double bandwidth, std::span<const service::ManualPin> pins) override {
+  MigrationPlan plan(uint64_t, uint64_t intervalNs, double bandwidth, std::span<const service::ManualPin> pins) override {
+    lastIntervalNs = intervalNs;
     lastBandwidth = bandwidth;
     lastPins.assign(pins.begin(), pins.end());
     ++plans;
@@ -96,6 +98,8 @@ class FakePolicy final : public service::PlacementPolicy {
   std::vector<service::ManualPin> lastPins;  // as handed to the last plan()
   size_t observed = 0;
   uint64_t lastObserveNs = 0;
+  uint64_t lastObserveSinceNs = 0;
+  uint64_t lastIntervalNs = 0;
   double lastBandwidth = -1;
   int plans = 0;
   uint64_t budget = 0;

@@ -364,6 +364,57 @@ TEST(HeatModel, LookaheadRaisesTheNextPhaseBeforeItStarts) {
   EXPECT_GT(b->expectedAccessesPerPage, 0.0);
 }
 
+// Sources read once per epoch hand over what they gathered since the last read. The schedule must
+// place it over that span, not at its end, and a span of several steps is their average step.
+TEST(HeatModel, EvidenceGatheredOverASpanIsSpreadOverItsSteps) {
+  auto config = baseConfig();  // 8 buckets
+  config.set_heat_half_life_ms(100000);
+  HeatModel model(config);
+  ASSERT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
+  ASSERT_TRUE(model.addRegion(region(2, kRegionB, kPagesPerRegion)).ok());
+  const uint64_t period = 800 * kMs, t0 = 1000 * kMs;
+  auto batchOf = [&](uint64_t base, uint32_t weight) {
+    tt::EvidenceBatch b;
+    for (uint64_t p = 0; p < kPagesPerRegion; ++p) b.records.push_back(sample(base + p * kPage, weight));
+    return b;
+  };
+  // A in the first half of each step and B in the second, each read at the end of its half.
+  constexpr uint64_t kSteps = 30;
+  for (uint64_t s = 0; s < kSteps; ++s) {
+    const uint64_t begin = t0 + s * period;
+    model.onMark(mark(MarkType::StepBegin, s, begin));
+    model.ingest(batchOf(kRegionA, 10), begin, begin + period / 2, 1.0);
+    model.ingest(batchOf(kRegionB, 10), begin + period / 2, begin + period, 1.0);
+    model.advanceEpoch(begin + period);
+  }
+  // 100 ms into a step (bucket 1): A is in use, B is needed 300 ms later, when its half starts.
+  // Stamped at their reads, A's accesses would all sit in bucket 4 and B's in bucket 0 of the
+  // next step, and A would look idle now.
+  model.onMark(mark(MarkType::StepBegin, kSteps, t0 + kSteps * period));
+  model.advanceEpoch(t0 + kSteps * period + 100 * kMs);
+  const UnitHeat* a = unitAt(model.snapshot(), kRegionA);
+  const UnitHeat* b = unitAt(model.snapshot(), kRegionB);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->nextUseInNs, 0U);
+  EXPECT_NEAR(static_cast<double>(b->nextUseInNs), 300.0 * kMs, 1.0 * kMs);
+  // Ten accesses per page per step each (and the kind prior's share: 1/(1 + epochs with evidence)).
+  EXPECT_NEAR(a->accessesPerPagePerStep, 10.0, 0.5);
+  EXPECT_NEAR(b->accessesPerPagePerStep, 10.0, 0.5);
+
+  // One read every four steps: its accesses are four steps' worth, not one step's.
+  HeatModel slow(config);
+  ASSERT_TRUE(slow.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
+  for (uint64_t r = 1; r <= kSteps; ++r) {
+    for (uint64_t k = 0; k < 4; ++k) slow.onMark(mark(MarkType::StepBegin, 4 * (r - 1) + k, t0 + (4 * (r - 1) + k) * period));
+    const uint64_t now = t0 + r * 4 * period;
+    slow.ingest(batchOf(kRegionA, 40), now - 4 * period, now, 1.0);
+    slow.advanceEpoch(now);
+  }
+  const UnitHeat* s = unitAt(slow.snapshot(), kRegionA);
+  ASSERT_TRUE(s);
+  EXPECT_NEAR(s->accessesPerPagePerStep, 10.0, 0.5);
+}
+
 TEST(HeatModel, RegionHintsAndPhaseMarksAloneGiveASchedule) {
   auto config = baseConfig();
   config.set_lookahead_step_fraction(0);  // judge the schedule itself, not the look-ahead horizon

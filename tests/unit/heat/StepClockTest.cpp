@@ -100,6 +100,34 @@ TEST(SamplePeriod, NoisyPeriodicStream) {
   EXPECT_NEAR(est->periodNs, 90.0 * kMs, 0.02 * 90 * kMs);
 }
 
+// A steady stream read once per 100 ms epoch: delivered all at each epoch's end it is a spike train
+// whose period is the epoch's; spread over the spans it was gathered in, it has no period.
+TEST(SamplePeriod, SteadyStreamReadInEpochsHasNoPeriod) {
+  SamplePeriodParams p = detectorParams();
+  SamplePeriodDetector spikes(p), spread(p);
+  for (uint64_t t = 100 * kMs; t <= 4000 * kMs; t += 100 * kMs)
+    for (uint64_t unit = 0; unit < 8; ++unit) {
+      spikes.add(t, unit, 50.0);
+      spread.addOver(t - 100 * kMs, t, unit, 50.0);
+    }
+  auto aliased = spikes.estimate();
+  ASSERT_TRUE(aliased) << "the spike train shows the epoch (what spreading avoids)";
+  EXPECT_NEAR(aliased->periodNs, 100.0 * kMs, 5.0 * kMs);
+  EXPECT_FALSE(spread.estimate());
+}
+
+// A period of four epochs survives the spreading: unit u busy in the u-th quarter of a 400 ms step,
+// read once per 100 ms epoch.
+TEST(SamplePeriod, PeriodOfSeveralEpochsIsFoundInSpreadEvidence) {
+  SamplePeriodParams p = detectorParams();
+  SamplePeriodDetector det(p);
+  for (uint64_t t = 100 * kMs; t <= 4800 * kMs; t += 100 * kMs)
+    det.addOver(t - 100 * kMs, t, 1000 + ((t - 100 * kMs) % (400 * kMs)) / (100 * kMs), 50.0);
+  auto est = det.estimate();
+  ASSERT_TRUE(est);
+  EXPECT_NEAR(est->periodNs, 400.0 * kMs, 10.0 * kMs);
+}
+
 TEST(SamplePeriod, AperiodicStreamHasNoPeriod) {
   SamplePeriodParams p = detectorParams();
   p.minConfidence = 0.5;

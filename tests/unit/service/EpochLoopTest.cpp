@@ -103,6 +103,9 @@ TEST_F(EpochLoopTest, EvidenceFlowsToThePolicyAndHeatBackToTheRegistry) {
   loop.runOnce(2 * kSecond);
   EXPECT_EQ(policy.observed, 2u);
   EXPECT_EQ(policy.lastObserveNs, 2 * kSecond);
+  // Gathered since the previous epoch; the plan may use the engine until the next one.
+  EXPECT_EQ(policy.lastObserveSinceNs, 1 * kSecond);
+  EXPECT_EQ(policy.lastIntervalNs, 1 * kSecond);  // the loop's default period
   EXPECT_DOUBLE_EQ(registry.region(hot)->heat, 10.0);
   EXPECT_DOUBLE_EQ(registry.region(cold)->heat, 0.0);
 }
