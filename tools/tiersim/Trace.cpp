@@ -143,6 +143,15 @@ Result<Trace> readTraceFile(const std::string& path, ReadTraceStats* stats) {
     chunk.Clear();
     if (!google::protobuf::util::ParseDelimitedFromZeroCopyStream(&chunk, &stream, &eof)) {
       if (eof) break;
+      // A chunk the file ends inside is one still being written (or cut short by a crash): the
+      // recorder writes whole chunks, and a crash loses at most the one in progress. Anything
+      // else is corruption.
+      const void* more = nullptr;
+      int moreBytes = 0;
+      if (!stream.Next(&more, &moreBytes)) {
+        if (stats != nullptr) stats->incompleteLastChunk = true;
+        break;
+      }
       return logicError("trace file " + path + ": corrupt chunk after " + std::to_string(raw.size()) +
                         " accesses");
     }
@@ -223,6 +232,18 @@ Result<Trace> readTraceFile(const std::string& path, ReadTraceStats* stats) {
     spanHint = static_cast<size_t>(it - spans.begin());
     return static_cast<int64_t>(it->firstPage + (vpn - it->firstVpn));
   };
+  // A recording's clock is time since boot; the simulator's epochs and windows start at 0, and
+  // would run through every empty epoch up to the first access.
+  uint64_t shift = 0;
+  if (!trace.computeOnlyTime) {
+    shift = UINT64_MAX;
+    for (const auto& r : raw) shift = std::min(shift, r.timeNs);
+    for (const auto& m : trace.marks) shift = std::min(shift, m.timestampNs);
+    if (shift == UINT64_MAX) shift = 0;
+    for (auto& r : raw) r.timeNs -= shift;
+    for (auto& m : trace.marks) m.timestampNs -= shift;
+  }
+  if (stats != nullptr) stats->shiftedByNs = shift;
   trace.accesses.reserve(raw.size());
   for (const auto& r : raw) {
     const int64_t page = lookup(r.vpn);

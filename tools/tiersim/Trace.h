@@ -43,6 +43,12 @@ struct Trace {
 struct ReadTraceStats {
   uint64_t droppedAccesses = 0;
   uint64_t mergedRegions = 0;
+  // The file ended inside a chunk (a recording still being written, or cut short by a crash): the
+  // chunks before it are read, the incomplete one is not.
+  bool incompleteLastChunk = false;
+  // A recording's times are CLOCK_MONOTONIC (time since boot): shifted by this so that the trace
+  // starts at 0, as the simulator's clock does.
+  uint64_t shiftedByNs = 0;
 };
 [[nodiscard]] Result<Trace> readTraceFile(const std::string& path, ReadTraceStats* stats = nullptr);
 

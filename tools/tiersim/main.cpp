@@ -184,6 +184,15 @@ int main(int argc, char** argv) {
       if (stats.droppedAccesses > 0) {
         std::cerr << "tiersim: " << stats.droppedAccesses << " accesses outside every region dropped\n";
       }
+      if (stats.incompleteLastChunk) {
+        std::cerr << "tiersim: the file ends inside a chunk (still being recorded, or cut short): read up to it\n";
+      }
+      if (!trace.computeOnlyTime) {
+        // The recorder cannot tell compute from stall time: its timestamps are the recorded run's.
+        std::cerr << "tiersim: the trace's times are the recorded run's wall time, which holds that run's own "
+                     "memory stalls; the model adds its stalls on top, so step times are upper bounds and "
+                     "compare between policies, not with the recorded run\n";
+      }
     } else if (!model.empty() && command == "run") {
       ModelTraceOptions traceOptions;
       traceOptions.steps = options.steps;

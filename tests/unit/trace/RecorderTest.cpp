@@ -124,16 +124,18 @@ TEST_F(RecorderTest, RecordsRegionsMarksAndAccessesOfOneProcessOnly) {
   EXPECT_EQ(trace->accesses[0].page, 1U);
   EXPECT_EQ(trace->accesses[0].count, 64U);
   EXPECT_FALSE(trace->accesses[0].write);
-  EXPECT_EQ(trace->accesses[0].timeNs, 11 * kS);
+  // Times since boot, shifted to start at the recording's first event.
+  EXPECT_GT(stats.shiftedByNs, 0U);
+  EXPECT_EQ(trace->accesses[0].timeNs + stats.shiftedByNs, 11 * kS);
   EXPECT_EQ(trace->accesses[1].page, 3U);
   EXPECT_TRUE(trace->accesses[1].write);
   EXPECT_EQ(trace->accesses[2].page, 5U);
   EXPECT_EQ(trace->accesses[2].count, 2U);
   EXPECT_FALSE(trace->accesses[2].write);
-  EXPECT_EQ(trace->accesses[2].timeNs, 12 * kS);
+  EXPECT_EQ(trace->accesses[2].timeNs + stats.shiftedByNs, 12 * kS);
   ASSERT_EQ(trace->marks.size(), 2U);
   EXPECT_EQ(trace->marks[0].type, MarkType::StepBegin);
-  EXPECT_EQ(trace->marks[0].timestampNs, 10 * kS + 5);
+  EXPECT_EQ(trace->marks[0].timestampNs + stats.shiftedByNs, 10 * kS + 5);
   EXPECT_EQ(trace->marks[1].phase, "backward");
 }
 
