@@ -547,6 +547,11 @@ void HeatModel::applyKindPrior(pid_t tgid, Process& proc, uint64_t nowNs) {
     proc.lastPriorNs = std::max(proc.lastPriorNs, nowNs);
     return;
   }
+  // Each application visits every region of the process: marks closer together than this are
+  // taken as one segment, in the phase of its end, so that a client sending marks as fast as the
+  // socket allows costs at most epoch / kMinPriorSegmentNs passes over its regions per epoch.
+  constexpr uint64_t kMinPriorSegmentNs = 1'000'000;
+  if (nowNs - proc.lastPriorNs < kMinPriorSegmentNs) return;
   const uint64_t from = proc.lastPriorNs;
   proc.lastPriorNs = nowNs;
   auto m = units_.find(tgid);
