@@ -188,7 +188,11 @@ void HeatModel::spreadSpan(uint64_t nowNs) {
   if (spanUnits_.empty()) return;
   const double spanNs = static_cast<double>(nowNs - since);
   // Per process: the share of the span's accesses each schedule bucket gets, from the time the
-  // span spends in it (wrapped by the step clock), over the steps the span covers.
+  // span spends in it (wrapped by the step clock). A span of several steps puts all its accesses
+  // into the step in progress, spread evenly over its buckets, as a read at one instant did: the
+  // steps before it in the span were not observed (see foldStep), and a source that reports a
+  // page once per read however often it was touched (soft-dirty) would be undercounted k-fold if
+  // the span were divided among its k steps.
   std::map<pid_t, std::vector<double>> shares;
   for (Unit* unit : spanUnits_) {
     Process& proc = process(unit->tgid);
@@ -202,7 +206,6 @@ void HeatModel::spreadSpan(uint64_t nowNs) {
       share.assign(buckets_, 0);
       const double period = static_cast<double>(proc.clock.periodNs);
       const double bucketNs = period / buckets_;
-      const double steps = std::max(1.0, spanNs / period);
       double t = static_cast<double>(since);
       const auto end = static_cast<double>(nowNs);
       // Bucket by bucket: at most buckets x (steps + 1) pieces.
@@ -210,7 +213,7 @@ void HeatModel::spreadSpan(uint64_t nowNs) {
         const double phase = proc.clock.phaseAt(static_cast<uint64_t>(t)) * buckets_;
         const auto b = std::min(buckets_ - 1, static_cast<uint32_t>(phase));
         const double piece = std::min(end - t, std::max(1.0, (static_cast<double>(b) + 1 - phase) * bucketNs));
-        share[b] += piece / (spanNs * steps);
+        share[b] += piece / spanNs;
         t += piece;
       }
     }
@@ -739,7 +742,8 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
       b0 = std::min(buckets_ - 1, static_cast<uint32_t>(phase));
       intoBucketNs = (phase - b0) * bucketNs;
       // Horizon: the first bucket j by which everything first needed in buckets 1..j can be
-      // fetched at the measured bandwidth, plus the configured slack.
+      // fetched at the measured bandwidth, plus the configured slack and the time until the
+      // next plan.
       std::vector<double> firstNeedBytes(buckets_, 0);
       size_t i = 0;
       for (auto& [start, u] : map) {
@@ -753,7 +757,8 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
       }
       double cumBytes = 0;
       horizonBuckets = buckets_ - 1;
-      const double slackNs = config_.lookahead_step_fraction() * static_cast<double>(clock.periodNs);
+      const double slackNs = config_.lookahead_step_fraction() * static_cast<double>(clock.periodNs) +
+                             static_cast<double>(planIntervalNs_);
       for (uint32_t j = 1; j < buckets_; ++j) {
         cumBytes += firstNeedBytes[j];
         const double until = j * bucketNs - intoBucketNs;

@@ -141,12 +141,15 @@ class HeatModel {
   void ingest(const EvidenceBatch& batch, uint64_t nowNs, double scale = 1.0);
   // The same for evidence gathered over (sinceNs, nowNs] without the time of each access (sources
   // read once per epoch): the step schedules and the period detector get each unit's accesses
-  // spread evenly over that span, not all at nowNs. A span longer than the step counts as the
-  // average step it covers (its accesses over the steps it spans), so a schedule stays per step.
+  // spread evenly over that span, not all at nowNs. A span longer than the step still counts
+  // whole in the step in progress, spread over all its buckets (see spreadSpan).
   void ingest(const EvidenceBatch& batch, uint64_t sinceNs, uint64_t nowNs, double scale);
   void onMark(const IterationMark& mark);
   // Bytes per second the migration engine achieved recently; sizes the look-ahead horizon.
   void setMigrationBandwidth(double bytesPerSecond);
+  // Time between the planner's runs (the daemon's epoch): a burst that enters the look-ahead just
+  // after a plan is seen only at the next one, so the horizon reaches that much further.
+  void setPlanInterval(uint64_t intervalNs) { planIntervalNs_ = intervalNs; }
 
   // Closes the epoch ending at `nowNs`: learns the feature weights from what the epoch saw, folds
   // finished steps into the schedules, re-estimates periods, and recomputes the snapshot.
@@ -254,6 +257,7 @@ class HeatModel {
   uint64_t chunkBytes_;
   uint32_t buckets_;
   double bandwidthBytesPerNs_;
+  uint64_t planIntervalNs_ = 0;
   FeatureVector weights_;
   std::map<pid_t, UnitMap> units_;
   std::map<pid_t, Process> processes_;

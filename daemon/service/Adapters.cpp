@@ -79,6 +79,7 @@ HeatPlannerPolicy::HeatPlannerPolicy(const tensortier::v1::PolicyConfig& config,
 MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,
                                      std::span<const ManualPin> pins) {
   if (migrationBytesPerSec > 0) heat_.setMigrationBandwidth(migrationBytesPerSec);
+  heat_.setPlanInterval(intervalNs);
   heat_.advanceEpoch(nowNs);
   policy::PlanContext context;
   context.migrationBytesPerSec = migrationBytesPerSec;

@@ -365,8 +365,8 @@ TEST(HeatModel, LookaheadRaisesTheNextPhaseBeforeItStarts) {
 }
 
 // Sources read once per epoch hand over what they gathered since the last read. The schedule must
-// place it over that span, not at its end, and a span of several steps is their average step.
-TEST(HeatModel, EvidenceGatheredOverASpanIsSpreadOverItsSteps) {
+// place it over that span, not at its end; a span of several steps counts whole in the last one.
+TEST(HeatModel, EvidenceGatheredOverASpanIsSpreadOverItsBuckets) {
   auto config = baseConfig();  // 8 buckets
   config.set_heat_half_life_ms(100000);
   HeatModel model(config);
@@ -401,7 +401,8 @@ TEST(HeatModel, EvidenceGatheredOverASpanIsSpreadOverItsSteps) {
   EXPECT_NEAR(a->accessesPerPagePerStep, 10.0, 0.5);
   EXPECT_NEAR(b->accessesPerPagePerStep, 10.0, 0.5);
 
-  // One read every four steps: its accesses are four steps' worth, not one step's.
+  // One read every four steps: it counts whole in the step it ends in, spread over every bucket (a
+  // unit read that way is in use all through the step as far as the evidence can tell).
   HeatModel slow(config);
   ASSERT_TRUE(slow.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
   for (uint64_t r = 1; r <= kSteps; ++r) {
@@ -412,7 +413,33 @@ TEST(HeatModel, EvidenceGatheredOverASpanIsSpreadOverItsSteps) {
   }
   const UnitHeat* s = unitAt(slow.snapshot(), kRegionA);
   ASSERT_TRUE(s);
-  EXPECT_NEAR(s->accessesPerPagePerStep, 10.0, 0.5);
+  EXPECT_NEAR(s->accessesPerPagePerStep, 40.0, 2.0);
+  EXPECT_EQ(s->nextUseInNs, 0U);
+}
+
+// The daemon plans once per epoch: what a phase needs before the next plan must be fetched in this
+// one, so the look-ahead reaches past it.
+TEST(HeatModel, LookaheadReachesPastTheNextPlan) {
+  HeatModel often(baseConfig()), epochal(baseConfig());
+  const uint64_t t0 = 1000 * kMs;
+  for (HeatModel* m : {&often, &epochal}) {
+    ASSERT_TRUE(m->addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
+    ASSERT_TRUE(m->addRegion(region(2, kRegionB, kPagesPerRegion)).ok());
+    runTwoPhase(*m, t0, 20, true, 13);
+  }
+  epochal.setPlanInterval(40 * kMs);
+  // 10 ms into step 20: B's phase begins in 40 ms, before the next plan of a 40 ms epoch.
+  const uint64_t step = t0 + 2000 * kMs;
+  for (HeatModel* m : {&often, &epochal}) {
+    m->onMark(mark(MarkType::StepBegin, 20, step));
+    m->advanceEpoch(step + 10 * kMs);
+  }
+  const UnitHeat* soon = unitAt(often.snapshot(), kRegionB);
+  const UnitHeat* inTime = unitAt(epochal.snapshot(), kRegionB);
+  ASSERT_TRUE(soon && inTime);
+  EXPECT_GE(epochal.snapshot().horizonNs, 40 * kMs);
+  EXPECT_LT(often.snapshot().horizonNs, 40 * kMs);
+  EXPECT_GT(inTime->expectedAccessesPerPage, 2 * soon->expectedAccessesPerPage);
 }
 
 TEST(HeatModel, RegionHintsAndPhaseMarksAloneGiveASchedule) {
