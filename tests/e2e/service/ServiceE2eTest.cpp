@@ -8,7 +8,11 @@
 //   - One region of twelve 2 MiB blocks, three of them (random ones) rewritten; the budget fits
 //     three. The daemon must end with those three blocks on node 0 and the rest on node 1: the
 //     region's average heat says nothing about which blocks, its per-page heat does.
-// Neither may ever hold more registered bytes on node 0 than the budget.
+//   - Two regions, one rewritten in the forward phase and the other in the backward phase; the
+//     budget fits one. A placement that never moves leaves one phase on slow memory, and a daemon
+//     that only reacts promotes a region after its phase has begun. The daemon must learn the step
+//     schedule and swap them ahead of each phase: every phase begins with its region on node 0.
+// None may ever hold more registered bytes on node 0 than the budget.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
@@ -18,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -53,60 +58,70 @@ struct HotRange {
   uint64_t length = 0;
 };
 
-// The client: maps `regions` regions of kRegionBytes, places them on node 1, registers them, then
-// rewrites the hot ranges forever, one "training step" at a time, with the marks the Python client
-// sends: the first half of the hot pages in the forward phase, the rest in the backward phase.
-[[noreturn]] void runWorkload(const std::string& socket, int regions, const std::vector<HotRange>& hotRanges,
-                              int toParent) {
-  Layout l;
+// The client's set-up: maps `regions` regions of `bytes`, places them on node 1, connects and
+// registers them (same kind, no name: nothing hints which is hot). Exits the child on failure.
+std::vector<char*> mapAndRegister(tt::ctl::CtlClient& client, const std::string& socket, int regions, uint64_t bytes) {
   std::vector<char*> base;
   for (int i = 0; i < regions; ++i) {
-    void* p = ::mmap(nullptr, kRegionBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) std::_Exit(2);
-    ::madvise(p, kRegionBytes, MADV_NOHUGEPAGE);
-    if (!tt::sys::bindToNode(p, kRegionBytes, 1, tt::sys::BindMove::FutureOnly).ok()) std::_Exit(3);
-    std::memset(p, 1, kRegionBytes);
+    ::madvise(p, bytes, MADV_NOHUGEPAGE);
+    if (!tt::sys::bindToNode(p, bytes, 1, tt::sys::BindMove::FutureOnly).ok()) std::_Exit(3);
+    std::memset(p, 1, bytes);
     // Back to the default policy: where pages live from now on is the daemon's business.
-    ::syscall(SYS_mbind, p, kRegionBytes, 0 /*MPOL_DEFAULT*/, nullptr, 0, 0);
+    ::syscall(SYS_mbind, p, bytes, 0 /*MPOL_DEFAULT*/, nullptr, 0, 0);
     base.push_back(static_cast<char*>(p));
   }
-  tt::ctl::CtlClient client;
   if (!client.connect(socket).ok() || !client.hello("service-e2e workload").ok()) std::_Exit(4);
   for (char* p : base) {
     pb::ClientMessage m;
     auto* r = m.mutable_register_region();
     r->set_address(reinterpret_cast<uint64_t>(p));
-    r->set_length(kRegionBytes);
+    r->set_length(bytes);
     r->set_kind(pb::ACTIVATION);  // same kind and no name: nothing hints what is hot
     auto reply = client.call(m);
     if (!reply.ok() || !reply->has_register_region_reply()) std::_Exit(5);
   }
+  return base;
+}
+
+// Sends an iteration mark as a training loop does (seq 0: no reply). Exits the child on failure.
+void postMark(tt::ctl::CtlClient& client, pb::IterationMark::Type type, uint64_t step, const char* phase) {
+  pb::ClientMessage m;
+  auto* im = m.mutable_iteration_mark();
+  im->set_type(type);
+  im->set_step(step);
+  if (phase) im->set_phase(phase);
+  if (!client.post(m).ok()) std::_Exit(6);
+}
+
+// The client of the first two tests: maps `regions` regions of kRegionBytes on node 1, registers
+// them, then rewrites the hot ranges forever, one "training step" at a time, with the marks the
+// Python client sends: the first half of the hot pages in the forward phase, the rest in the
+// backward phase.
+[[noreturn]] void runWorkload(const std::string& socket, int regions, const std::vector<HotRange>& hotRanges,
+                              int toParent) {
+  tt::ctl::CtlClient client;
+  const std::vector<char*> base = mapAndRegister(client, socket, regions, kRegionBytes);
+  Layout l;
   for (int i = 0; i < regions; ++i) l.start[i] = reinterpret_cast<uint64_t>(base[static_cast<size_t>(i)]);
   l.ok = 1;
   (void)!::write(toParent, &l, sizeof l);
   std::vector<volatile char*> hotPages;
   for (const HotRange& r : hotRanges)
     for (uint64_t off = r.offset; off < r.offset + r.length; off += kPage) hotPages.push_back(base[static_cast<size_t>(r.region)] + off);
-  auto mark = [&](pb::IterationMark::Type type, uint64_t step, const char* phase) {
-    pb::ClientMessage m;
-    auto* im = m.mutable_iteration_mark();
-    im->set_type(type);
-    im->set_step(step);
-    if (phase) im->set_phase(phase);
-    if (!client.post(m).ok()) std::_Exit(6);  // seq 0: no reply
-  };
   const size_t half = hotPages.size() / 2;
   for (uint64_t step = 1;; ++step) {
     // Marks every step, as a training loop sends them: the heat must still come from the daemon's
     // own measurements, since the prior by kind gives every region the same schedule.
-    mark(pb::IterationMark::STEP_BEGIN, step, nullptr);
-    mark(pb::IterationMark::PHASE_BEGIN, step, "forward");
+    postMark(client, pb::IterationMark::STEP_BEGIN, step, nullptr);
+    postMark(client, pb::IterationMark::PHASE_BEGIN, step, "forward");
     for (size_t i = 0; i < half; ++i) *hotPages[i] = static_cast<char>(step);
-    mark(pb::IterationMark::PHASE_BEGIN, step, "backward");
+    postMark(client, pb::IterationMark::PHASE_BEGIN, step, "backward");
     for (size_t i = half; i < hotPages.size(); ++i) *hotPages[i] = static_cast<char>(step);
-    mark(pb::IterationMark::PHASE_BEGIN, step, "optimizer");
+    postMark(client, pb::IterationMark::PHASE_BEGIN, step, "optimizer");
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    mark(pb::IterationMark::STEP_END, step, nullptr);
+    postMark(client, pb::IterationMark::STEP_END, step, nullptr);
   }
 }
 
@@ -129,13 +144,16 @@ Where placement(tt::sys::PageMover& mover, pid_t pid, uint64_t start, uint64_t l
 // a hardware figure by default). TCG slows the workload's accesses alike, so the penalty is scaled
 // by the same 25x (and the bandwidth assumed before the first measurement set to TCG's): the planner
 // then sees hardware proportions, copy / penalty ~ 20 as with 1 GB/s and 200 ns.
-void startDaemon(tt::test::DaemonHarness& daemon, uint64_t budgetBytes) {
+constexpr const char* kPlannerTiming = "plan_interval_ms: 500 slow_access_penalty_ns: 5000";
+// `timing`: the planning interval and the penalty (a test whose workload reuses its pages more
+// than soft-dirty can count raises the penalty).
+void startDaemon(tt::test::DaemonHarness& daemon, uint64_t budgetBytes, const std::string& timing = kPlannerTiming) {
   daemon.writeConfig(
       "log { level: DEBUG }\n"
       "service { epoch_ms: 500 socket_group: \"\" }\n"
       "sources { soft_dirty { enabled: true } kernel_tiering: DISABLE }\n"
-      "policy { fast_budget_bytes: " + std::to_string(budgetBytes) +
-      " plan_interval_ms: 500 slow_access_penalty_ns: 5000 initial_migration_bandwidth: 40000000 }\n");
+      "policy { fast_budget_bytes: " + std::to_string(budgetBytes) + " " + timing +
+      " initial_migration_bandwidth: 40000000 }\n");
   ASSERT_TRUE(daemon.start(std::chrono::seconds(120))) << daemon.log();
 }
 
@@ -324,6 +342,138 @@ TEST(ServiceE2e, DaemonKeepsTheHotBlocksOfOneLargeRegionInDram) {
 
   EXPECT_TRUE(settled) << where << regions << "--- daemon log (tail) ---\n" << logTail(daemon, 20000);
   EXPECT_LE(maxFast, kBudgetBytes) << "registered bytes on node 0 exceeded the fast-tier budget\n" << where;
+  ASSERT_TRUE(code.has_value()) << "tensortierd did not exit after SIGTERM";
+  EXPECT_EQ(*code, 0);
+}
+
+// The phase test's region: small enough that a swap (one region out, the other in: 16 MiB of
+// copies, about 0.4 s at TCG's 40 MB/s) fits easily in the daemon's look-ahead before a phase.
+constexpr uint64_t kPhaseRegionBytes = 8ULL << 20;
+constexpr uint64_t kPhaseMs = 3000;  // each of the two phases: 6 s steps, 16 schedule buckets a phase
+constexpr uint64_t kLearnSteps = 6;  // steps before the observed ones: the schedule is learned by then
+constexpr uint64_t kObservedSteps = 5;
+constexpr uint64_t kPhaseSteps = kLearnSteps + kObservedSteps;
+
+// What the phase workload saw, in memory it shares with the test: for each step and phase, the
+// share of the phase's region on node 0 when the phase began and when it ended.
+struct PhaseLog {
+  std::atomic<uint64_t> stepsDone{0};
+  std::atomic<int> failed{0};
+  std::atomic<uint64_t> start[2] = {0, 0};  // the regions' addresses, once registered
+  double fastAtBegin[kPhaseSteps][2] = {};
+  double fastAtEnd[kPhaseSteps][2] = {};
+};
+
+double fastShare(tt::sys::PageMover& mover, const std::vector<void*>& pages) {
+  std::vector<int> status(pages.size(), -1);
+  if (!mover.queryPages(::getpid(), pages, status).ok()) return -1;
+  return static_cast<double>(std::count(status.begin(), status.end(), 0)) / static_cast<double>(pages.size());
+}
+
+// A training loop whose forward phase rewrites region 0 and whose backward phase rewrites region 1,
+// each page once every 50 ms for kPhaseMs, with the marks a training client sends. It records in
+// `log` where each phase's region was when the phase began and ended, then keeps running.
+[[noreturn]] void runPhaseWorkload(const std::string& socket, PhaseLog* log) {
+  tt::ctl::CtlClient client;
+  const std::vector<char*> base = mapAndRegister(client, socket, 2, kPhaseRegionBytes);
+  std::vector<void*> pages[2];
+  for (int r = 0; r < 2; ++r) {
+    log->start[r] = reinterpret_cast<uint64_t>(base[static_cast<size_t>(r)]);
+    for (uint64_t off = 0; off < kPhaseRegionBytes; off += kPage) pages[r].push_back(base[static_cast<size_t>(r)] + off);
+  }
+  tt::sys::LinuxPageMover mover;
+  const char* phaseName[2] = {"forward", "backward"};
+  for (uint64_t step = 0;; ++step) {
+    postMark(client, pb::IterationMark::STEP_BEGIN, step + 1, nullptr);
+    for (int phase = 0; phase < 2; ++phase) {
+      postMark(client, pb::IterationMark::PHASE_BEGIN, step + 1, phaseName[phase]);
+      const double atBegin = fastShare(mover, pages[phase]);
+      const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(kPhaseMs);
+      while (std::chrono::steady_clock::now() < end) {
+        for (void* p : pages[phase]) *static_cast<volatile char*>(p) = static_cast<char>(step);
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      const double atEnd = fastShare(mover, pages[phase]);
+      if (atBegin < 0 || atEnd < 0) log->failed.store(1);
+      if (step < kPhaseSteps) {
+        log->fastAtBegin[step][phase] = atBegin;
+        log->fastAtEnd[step][phase] = atEnd;
+      }
+    }
+    postMark(client, pb::IterationMark::STEP_END, step + 1, nullptr);
+    log->stepsDone.store(step + 1);
+  }
+}
+
+TEST(ServiceE2e, DaemonSwapsTwoRegionsAheadOfTheirPhases) {
+  TT_REQUIRE_ROOT();
+  ASSERT_TRUE(std::getenv("TT_VM")) << "run inside the NUMA VM: tests/e2e/vm/ttvm run -- " << TT_TENSORTIERD;
+  constexpr uint64_t kBudgetBytes = kPhaseRegionBytes + kSlackBytes;
+  tt::test::DaemonHarness daemon;
+  // Soft-dirty sees a rewritten page once per epoch, however often it is rewritten: the penalty per
+  // write it sees stands for a page reused many times in its phase, as a layer's weights and
+  // activations are, so that holding it in DRAM for its phase is worth its copy (with 5000 ns, six
+  // epochs' writes save 30 us a page against a 100 us copy, and the daemon rightly keeps still).
+  // The daemon plans once per 500 ms epoch and sizes each plan to that epoch.
+  startDaemon(daemon, kBudgetBytes, "plan_interval_ms: 500 slow_access_penalty_ns: 100000");
+  if (HasFatalFailure()) return;
+
+  void* shared = ::mmap(nullptr, sizeof(PhaseLog), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(shared, MAP_FAILED);
+  auto* log = new (shared) PhaseLog();
+  const pid_t child = ::fork();
+  if (child == 0) runPhaseWorkload(daemon.socket(), log);
+  ASSERT_GT(child, 0);
+
+  // Until the observed steps are done, watching the budget.
+  tt::sys::LinuxPageMover mover;
+  uint64_t maxFast = 0;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(kPhaseSteps * 2 * kPhaseMs) + std::chrono::seconds(120);
+  while (log->stepsDone.load() < kPhaseSteps && std::chrono::steady_clock::now() < deadline) {
+    if (log->start[1] != 0)
+      maxFast = std::max(maxFast, placement(mover, child, log->start[0], kPhaseRegionBytes).node0 +
+                                      placement(mover, child, log->start[1], kPhaseRegionBytes).node0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  const uint64_t stepsDone = log->stepsDone.load();
+  const std::string regions = ctl(daemon, "regions");
+  const std::string processes = ctl(daemon, "processes");
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  daemon.signal(SIGTERM);
+  const auto code = daemon.wait(std::chrono::seconds(60));
+
+  std::string table = "step  forward region on node 0 at begin / end   backward region at begin / end\n";
+  for (uint64_t s = 0; s < std::min(stepsDone, kPhaseSteps); ++s) {
+    char line[160];
+    std::snprintf(line, sizeof line, "%4llu  %5.1f%% / %5.1f%%   %5.1f%% / %5.1f%%%s\n", static_cast<unsigned long long>(s + 1),
+                  100.0 * log->fastAtBegin[s][0], 100.0 * log->fastAtEnd[s][0], 100.0 * log->fastAtBegin[s][1],
+                  100.0 * log->fastAtEnd[s][1], s >= kLearnSteps ? "  (observed)" : "");
+    table += line;
+  }
+  std::printf("%s%s", table.c_str(), processes.c_str());
+  ASSERT_EQ(stepsDone, kPhaseSteps) << "the workload did not finish its steps in time\n" << table;
+  EXPECT_EQ(log->failed.load(), 0) << "the workload could not query its own pages";
+  // Ahead of need: once the schedule is learned, each phase begins with its own region in DRAM.
+  // The budget holds one region, so both phases can start that way only if the daemon moves each
+  // region in before its phase, every step; a daemon that reacts to the accesses it sees would
+  // promote a region only after its phase has begun (0% at every begin). A swap whose last pages
+  // land just after the mark (TCG timing) still counts for most of the phase: each begin needs at
+  // least half its region in DRAM, and the begins together 90%.
+  double sum = 0;
+  for (uint64_t s = kLearnSteps; s < kPhaseSteps; ++s)
+    for (int phase = 0; phase < 2; ++phase) {
+      sum += log->fastAtBegin[s][phase];
+      EXPECT_GE(log->fastAtBegin[s][phase], 0.5)
+          << "step " << s + 1 << ": the " << (phase == 0 ? "forward" : "backward")
+          << " phase began with its region not in DRAM\n"
+          << table << regions << "--- daemon log (tail) ---\n"
+          << logTail(daemon, 20000);
+    }
+  EXPECT_GE(sum / (2.0 * kObservedSteps), 0.9) << "phases began with their regions in DRAM too rarely\n" << table;
+  EXPECT_LE(maxFast, kBudgetBytes) << "registered bytes on node 0 exceeded the fast-tier budget\n" << table;
+  ::munmap(shared, sizeof(PhaseLog));
   ASSERT_TRUE(code.has_value()) << "tensortierd did not exit after SIGTERM";
   EXPECT_EQ(*code, 0);
 }
