@@ -50,9 +50,9 @@ const std::vector<PolicyEntry>& policyRegistry() {
                    return makePrefetchOraclePolicy(p);
                  }});
 #ifdef TT_TIERSIM_HAVE_TENSORTIER
-    r.push_back({"tensortier", false, false, false, 0, [](const PolicyContext&) {
+    r.push_back({"tensortier", false, false, false, 0, [](const PolicyContext& c) {
                    // The daemon's defaults: a default-constructed PolicyConfig.
-                   return makeTensortierPolicy(tensortier::v1::PolicyConfig{});
+                   return makeTensortierPolicy(tensortier::v1::PolicyConfig{}, c.samplePeriod, c.memoryParallelism);
                  }});
 #endif
     return r;
@@ -109,6 +109,7 @@ PolicyContext makePolicyContext(const Trace& trace, const SimConfig& config) {
   PolicyContext context;
   context.scaleDivisor = trace.scaleDivisor;
   context.memoryParallelism = config.memoryParallelism;
+  context.samplePeriod = std::max<uint32_t>(1, config.samplePeriod);
   context.computeOverlap = config.computeOverlap;
   context.migrationOverlap = config.migrationOverlap;
   context.windowNs = config.windowNs;

@@ -17,6 +17,9 @@ namespace tt::tiersim {
 struct PolicyContext {
   uint32_t scaleDivisor = 1;
   double memoryParallelism = 64;
+  // 1 in how many cache-line accesses the simulator samples for the policy (SimConfig::
+  // samplePeriod): an online policy knows its own sampler's period, as the daemon does.
+  uint32_t samplePeriod = 199;
   // The rest of the cost model, for offline yardsticks that plan against it (oracle-prefetch);
   // online policies must not use them (a real system does not know its cost model).
   double computeOverlap = 0;

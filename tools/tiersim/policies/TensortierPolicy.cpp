@@ -12,12 +12,6 @@
 namespace tt::tiersim {
 namespace {
 
-// The simulator delivers 1 in kSimSamplePeriod cache-line accesses (SimConfig::samplePeriod's
-// default) and does not scale counts: a sample stands for max(count, period) lines. The Policy
-// interface does not carry the period; see the note in the report.
-constexpr double kSimSamplePeriod = 199;
-// Cache-line misses in flight the simulator's cost model assumes (SimConfig::memoryParallelism).
-constexpr double kMemoryParallelism = 64;
 // The daemon plans once per epoch loop tick; here at most once per this much simulated time (the
 // simulator's epochs are much shorter than the daemon's).
 constexpr uint64_t kPlanEveryNs = 250'000;
@@ -52,8 +46,11 @@ class SimPlacement : public policy::PlacementQuery {
 
 class TensortierPolicy : public Policy {
  public:
-  explicit TensortierPolicy(const tensortier::v1::PolicyConfig& config)
-      : heat_(config), planner_(config) {}
+  TensortierPolicy(const tensortier::v1::PolicyConfig& config, uint32_t samplePeriod, double memoryParallelism)
+      : heat_(config),
+        planner_(config),
+        samplePeriod_(std::max<uint32_t>(1, samplePeriod)),
+        memoryParallelism_(memoryParallelism > 0 ? memoryParallelism : 64) {}
 
   [[nodiscard]] std::string name() const override { return "tensortier"; }
 
@@ -91,7 +88,7 @@ class TensortierPolicy : public Policy {
       const TierInfo& f = tiers[0];
       const TierInfo& s = tiers[1];
       const double bw = 64.0 / s.readBandwidthBytesPerNs - 64.0 / f.readBandwidthBytesPerNs;
-      const double lat = (s.readLatencyNs - f.readLatencyNs) / kMemoryParallelism;
+      const double lat = (s.readLatencyNs - f.readLatencyNs) / memoryParallelism_;
       slowPenaltyNs_ = std::max({bw, lat, 0.1});
     }
   }
@@ -100,7 +97,9 @@ class TensortierPolicy : public Policy {
     AccessEvidence e;
     e.tgid = kSimTgid;
     e.page = kSimBase + access.page * kBasePageSize;
-    e.weight = static_cast<uint32_t>(std::max<double>(access.count, kSimSamplePeriod));
+    // The simulator delivers 1 in samplePeriod_ cache-line accesses and does not scale counts: a
+    // sample stands for max(count, period) lines.
+    e.weight = static_cast<uint32_t>(std::max<double>(access.count, samplePeriod_));
     e.kind = access.write ? AccessKind::Store : AccessKind::Load;
     heat_.ingest(std::span<const AccessEvidence>(&e, 1), access.timeNs);
   }
@@ -157,14 +156,17 @@ class TensortierPolicy : public Policy {
   SimPlacement placement_;
   uint64_t totalPages_ = 0;
   double slowPenaltyNs_ = 1;
+  double samplePeriod_;
+  double memoryParallelism_;
   uint64_t nextPlanNs_ = 0;
   uint64_t lastPlanNs_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<Policy> makeTensortierPolicy(const tensortier::v1::PolicyConfig& config) {
-  return std::make_unique<TensortierPolicy>(config);
+std::unique_ptr<Policy> makeTensortierPolicy(const tensortier::v1::PolicyConfig& config, uint32_t samplePeriod,
+                                             double memoryParallelism) {
+  return std::make_unique<TensortierPolicy>(config, samplePeriod, memoryParallelism);
 }
 
 }  // namespace tt::tiersim

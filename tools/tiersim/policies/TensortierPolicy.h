@@ -10,7 +10,10 @@
 namespace tt::tiersim {
 
 // The simulator registers it as "tensortier" (Sweep.cpp) with a default PolicyConfig, i.e. the
-// daemon's defaults.
-[[nodiscard]] std::unique_ptr<Policy> makeTensortierPolicy(const tensortier::v1::PolicyConfig& config);
+// daemon's defaults. `samplePeriod`: 1 in how many cache-line accesses the simulator samples (a
+// sample stands for that many, as the daemon weighs a sample by its period); `memoryParallelism`:
+// the misses in flight of the cost model, for the slow tier's penalty per line.
+[[nodiscard]] std::unique_ptr<Policy> makeTensortierPolicy(const tensortier::v1::PolicyConfig& config,
+                                                           uint32_t samplePeriod = 199, double memoryParallelism = 64);
 
 }  // namespace tt::tiersim
