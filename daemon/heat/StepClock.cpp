@@ -86,13 +86,16 @@ std::optional<uint64_t> MarkPeriodEstimator::periodNs() const {
 // ---- samples --------------------------------------------------------------------------------------
 
 SamplePeriodDetector::SamplePeriodDetector(const SamplePeriodParams& params)
-    : params_(params), ring_(std::max<size_t>(params.historyBins, 16)) {
+    : params_(params) {
   if (params_.binNs == 0) params_.binNs = 1;
 }
 
 void SamplePeriodDetector::add(uint64_t timeNs, uint64_t unitKey, double weight) {
   const uint64_t bin = timeNs / params_.binNs;
   if (!started_) {
+    // The history (historyBins x kDims doubles: 512 KiB at the defaults) is allocated with the
+    // first sample: a process that only sends marks, or is never sampled, does not pay for it.
+    ring_.assign(std::max<size_t>(params_.historyBins, 16), {});
     started_ = true;
     currentBin_ = bin;
     ring_[bin % ring_.size()].fill(0);

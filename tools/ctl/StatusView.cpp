@@ -132,7 +132,8 @@ std::string statusText(const pb::StatusReply& s) {
   }
   if (!s.feature_weights().empty()) {
     out << "\nheat feature weights (adapted online):";
-    for (const auto& w : s.feature_weights()) out << ' ' << w.name() << ' ' << std::setprecision(3) << w.weight();
+    // Three significant digits: a weight at a small floor still shows (the stream is std::fixed above).
+    for (const auto& w : s.feature_weights()) out << ' ' << w.name() << ' ' << std::defaultfloat << std::setprecision(3) << w.weight();
     out << '\n';
   }
   for (const auto& m : s.stages_missing()) out << "not wired in this build: " << m << '\n';

@@ -580,4 +580,18 @@ TEST(AdminServiceSources, StatusCarriesStartNotesThrottlingPausesAndSystemMigrat
   EXPECT_EQ(json["sources"][0]["system_migrations"][1]["failed_pages"], 7);
 }
 
+// The weights follow fixed-point figures in the same text: a weight tuned near 0 must still show.
+TEST(StatusText, FeatureWeightsKeepThreeSignificantDigits) {
+  pb::StatusReply st;
+  auto* w = st.add_feature_weights();
+  w->set_name("size");
+  w->set_weight(0.0004);
+  w = st.add_feature_weights();
+  w->set_name("reuse");
+  w->set_weight(0.61234);
+  const std::string text = tt::ctl::statusText(st);
+  EXPECT_NE(text.find("size 0.0004"), std::string::npos) << text;
+  EXPECT_NE(text.find("reuse 0.612"), std::string::npos) << text;
+}
+
 }  // namespace
