@@ -119,9 +119,34 @@ Result<void> HeatModel::addRegion(const RegionInfo& region) {
 void HeatModel::removeRegion(uint64_t regionId) {
   auto it = regionIndex_.find(regionId);
   if (it == regionIndex_.end()) return;
-  auto m = units_.find(it->second.first);
-  if (m != units_.end()) m->second.erase(it->second.second);
+  const pid_t tgid = it->second.first;
+  auto m = units_.find(tgid);
+  if (m != units_.end()) {
+    if (auto u = m->second.find(it->second.second); u != m->second.end()) {
+      forgetPageHeat(tgid, u->second.start, u->second.start + u->second.length);
+      m->second.erase(u);
+    }
+  }
   regionIndex_.erase(it);
+}
+
+// The per-page heat of a tensor that is gone says nothing about what the allocator puts there
+// next: a region registered at the same addresses would take its block weights from it.
+void HeatModel::forgetPageHeat(pid_t tgid, uint64_t start, uint64_t end) {
+  for (uint64_t base = start & ~(kBlockBytes - 1); base < end; base += kBlockBytes) {
+    auto c = pageChunks_.find(chunkKey(tgid, base));
+    if (c == pageChunks_.end()) continue;
+    const uint64_t from = std::max(start, base), to = std::min(end, base + kBlockBytes);
+    if (from == base && to == base + kBlockBytes) {
+      pageChunks_.erase(c);
+      continue;
+    }
+    PageChunk& chunk = c->second;
+    for (uint64_t page = from; page < to; page += kBasePageSize) chunk.mantissa[(page - base) / kBasePageSize] = 0;
+    chunk.pages = static_cast<uint32_t>(std::count_if(chunk.mantissa.begin(), chunk.mantissa.end(), [](uint16_t v) { return v != 0; }));
+    chunk.top = *std::max_element(chunk.mantissa.begin(), chunk.mantissa.end());
+    if (chunk.pages == 0) pageChunks_.erase(c);
+  }
 }
 
 void HeatModel::removeProcess(pid_t tgid) {

@@ -234,6 +234,8 @@ class HeatModel {
   void ingestRecords(std::span<const AccessEvidence> batch, uint64_t nowNs, double scale);
   void ingestBlock(const EvidenceBlock& block, uint64_t nowNs, double scale);
   void trimPages(uint64_t nowNs);
+  // Drops the per-page heat of [start, end) of a process (a removed region's).
+  void forgetPageHeat(pid_t tgid, uint64_t start, uint64_t end);
   // Spreads the batch's accesses of the units in spanUnits_ over (spanSinceNs_, nowNs].
   void spreadSpan(uint64_t nowNs);
   Unit* unitFor(pid_t tgid, uint64_t page);

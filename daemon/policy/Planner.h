@@ -6,8 +6,10 @@
 // page heat per page over the unit's; 1 without per-page evidence) x the slow tier's extra cost per
 // access x the block's present pages.
 // Promoting costs each slow page one move plus `min_benefit_ns_per_page`, and keeping a fast block
-// saves the move of demoting it. Resident blocks get `hysteresis_margin` extra value, so a candidate
-// must beat a resident by that margin: no ping-pong on noise. The selection (Selection.h) maximises
+// saves the move of demoting it. Resident blocks get `hysteresis_margin` extra short-term (horizon)
+// value, the part that fluctuates from plan to plan; against the long-run part, swaps are held back
+// by what they cost: both moves (copy time or traffic floor), which a swap must win back, so with
+// migration_cost_weight and move_floor_page_passes both 0 only the margin is left. The selection (Selection.h) maximises
 // the sum of net values under the global fast budget and per-process quotas.
 //
 // What a page move costs: the larger of two things it consumes. Its copy time (page size over the
