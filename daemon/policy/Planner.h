@@ -9,8 +9,9 @@
 // saves the move of demoting it. Resident blocks get `hysteresis_margin` extra short-term (horizon)
 // value, the part that fluctuates from plan to plan; against the long-run part, swaps are held back
 // by what they cost: both moves (copy time or traffic floor), which a swap must win back, so with
-// migration_cost_weight and move_floor_page_passes both 0 only the margin is left. The selection (Selection.h) maximises
-// the sum of net values under the global fast budget and per-process quotas.
+// migration_cost_weight and move_floor_page_passes both 0 only the margin is left. The selection
+// (Selection.h) maximises the sum of net values under the global fast budget and per-process
+// quotas.
 //
 // What a page move costs: the larger of two things it consumes. Its copy time (page size over the
 // measured migration bandwidth) x `migration_cost_weight`, the share of the copy the application
