@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <chrono>
 #include <ctime>
+#include <filesystem>
 #include <optional>
 #include <set>
 #include <string_view>
@@ -153,8 +154,10 @@ void Recorder::removeOldLocked() {
     TT_LOG(Warn) << "trace retention: " << listed.error().message() << "; no old recording removed";
     return;
   }
+  // By file name, not path: a reload may spell trace_directory differently (a trailing slash, a
+  // symlink) while a recording started under the old spelling is still written. Names are unique.
   std::set<std::string> running;
-  for (const auto& [tgid, rec] : active_) running.insert(rec->info.path);
+  for (const auto& [tgid, rec] : active_) running.insert(std::filesystem::path(rec->info.path).filename().string());
   struct Candidate {
     RecordingName parsed;
     std::string name;
@@ -171,7 +174,7 @@ void Recorder::removeOldLocked() {
   std::vector<std::string> removed;
   for (const Candidate& c : recordings) {
     if (excess == 0) break;
-    if (running.count(dir + "/" + c.name) != 0) continue;  // still being written
+    if (running.count(c.name) != 0) continue;  // still being written
     if (auto r = files_->removeOwnFile(dir, c.name); !r) {
       TT_LOG(Warn) << "trace retention: " << r.error().message();
       continue;

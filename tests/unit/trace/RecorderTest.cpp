@@ -389,6 +389,23 @@ TEST_F(RecorderTest, NeverRemovesARunningRecording) {
   EXPECT_EQ(stoppedB->bytes, fs::file_size(b->path));
 }
 
+// A reload may name the same directory differently (here with a trailing slash): a recording that
+// started under the old spelling is still running, and still not removed.
+TEST_F(RecorderTest, ARunningRecordingIsKeptWhenTheDirectoryIsSpelledDifferently) {
+  RecorderLimits l = limits();
+  l.keepFiles = 1;
+  l.maxRecordings = 4;
+  Recorder rec(l);
+  auto a = rec.start(1, "a", nullptr, 0, 0);
+  ASSERT_TRUE(a.ok()) << a.error().message();
+  l.directory += "/";
+  rec.setLimits(l);
+  auto b = rec.start(2, "b", nullptr, 0, 0);
+  ASSERT_TRUE(b.ok()) << b.error().message();
+  EXPECT_TRUE(fs::exists(a->path)) << "the running recording was removed";
+  EXPECT_TRUE(fs::exists(b->path));
+}
+
 TEST_F(RecorderTest, KeepsAtMostKeepFilesRecordingsOverManyStarts) {
   RecorderLimits l = limits();
   l.keepFiles = 3;
