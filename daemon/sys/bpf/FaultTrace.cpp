@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "core/Log.h"
@@ -51,7 +52,16 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::start(const Options& options) {
   if (!self->pageMigrationEvents_) bpf_program__set_autoload(skel->progs.tt_remove_migration_pte, false);
   bpf_program__set_autoattach(skel->progs.tt_page_fault_user, false);  // attached by track()
   if (int err = fault_trace__load(skel); err != 0) return systemError(-err, "load BPF fault_trace");
-  if (int err = fault_trace__attach(skel); err != 0) return systemError(-err, "attach BPF fault_trace tracepoints");
+  if (int err = fault_trace__attach(skel); err != 0) {
+    // libbpf finds a tracepoint's id through tracefs: without it mounted every attach fails with
+    // ENOENT, which would read as a kernel without the tracepoints.
+    std::error_code ec;
+    if (err == -ENOENT && !std::filesystem::exists("/sys/kernel/tracing/events", ec) &&
+        !std::filesystem::exists("/sys/kernel/debug/tracing/events", ec))
+      return systemError(ENOENT, "attach BPF fault_trace tracepoints: tracefs is not mounted (mount -t tracefs tracefs "
+                                 "/sys/kernel/tracing; systemd mounts it as sys-kernel-tracing.mount)");
+    return systemError(-err, "attach BPF fault_trace tracepoints");
+  }
   self->ring_ = ring_buffer__new(bpf_map__fd(skel->maps.events), &FaultTrace::onEvent, self.get(), nullptr);
   if (self->ring_ == nullptr) return errnoError("ring_buffer__new fault_trace");
   return self;
