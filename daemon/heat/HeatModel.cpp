@@ -211,41 +211,56 @@ void HeatModel::spreadSpan(uint64_t nowNs) {
   const uint64_t since = spanSinceNs_;
   spanSinceNs_ = UINT64_MAX;
   if (spanUnits_.empty()) return;
-  const double spanNs = static_cast<double>(nowNs - since);
+  const uint64_t span = nowNs - since;
   // Per process: the share of the span's accesses each schedule bucket gets, from the time the
   // span spends in it (wrapped by the step clock). A span of several steps puts all its accesses
   // into the step in progress, spread evenly over its buckets, as a read at one instant did: the
   // steps before it in the span were not observed (see foldStep), and a source that reports a
   // page once per read however often it was touched (soft-dirty) would be undercounted k-fold if
-  // the span were divided among its k steps.
+  // the span were divided among its k steps. The period detector gets each process's accesses per
+  // signature dimension, spread over its bins once.
   std::map<pid_t, std::vector<double>> shares;
+  std::map<pid_t, SamplePeriodDetector::Signature> signatures;
   for (Unit* unit : spanUnits_) {
     Process& proc = process(unit->tgid);
     const double accesses = unit->spanAccesses;
     unit->spanAccesses = 0;
-    proc.samples.addOver(since, nowNs, unit->start ^ (static_cast<uint64_t>(unit->tgid) << 48), accesses);
+    signatures[unit->tgid][SamplePeriodDetector::dimOf(unit->start ^ (static_cast<uint64_t>(unit->tgid) << 48))] +=
+        accesses;
     if (!proc.clock.known() || !proc.stepOpen) continue;
     auto [it, added] = shares.try_emplace(unit->tgid);
     std::vector<double>& share = it->second;
-    if (added) {
-      share.assign(buckets_, 0);
-      const double period = static_cast<double>(proc.clock.periodNs);
-      const double bucketNs = period / buckets_;
-      double t = static_cast<double>(since);
-      const auto end = static_cast<double>(nowNs);
-      // Bucket by bucket: at most buckets x (steps + 1) pieces.
-      while (t < end) {
-        const double phase = proc.clock.phaseAt(static_cast<uint64_t>(t)) * buckets_;
-        const auto b = std::min(buckets_ - 1, static_cast<uint32_t>(phase));
-        const double piece = std::min(end - t, std::max(1.0, (static_cast<double>(b) + 1 - phase) * bucketNs));
-        share[b] += piece / spanNs;
-        t += piece;
-      }
-    }
+    if (added) share = bucketShares(proc.clock, since, span);
     const double perPage = accesses / static_cast<double>(unit->pages());
     for (uint32_t b = 0; b < buckets_; ++b) unit->stepAccum[b] += perPage * share[b];
   }
+  for (const auto& [tgid, signature] : signatures) process(tgid).samples.addOver(since, nowNs, signature);
   spanUnits_.clear();
+}
+
+// In whole nanoseconds of step offset (a double of CLOCK_MONOTONIC time has 2 ns steps after 104
+// days of uptime): whole periods give every bucket the same, the rest is walked bucket by bucket,
+// at most buckets + 1 pieces.
+std::vector<double> HeatModel::bucketShares(const StepClock& clock, uint64_t since, uint64_t span) const {
+  const uint64_t period = clock.periodNs;
+  const uint64_t buckets = buckets_;
+  std::vector<double> overlap(buckets_, static_cast<double>(span / period) * static_cast<double>(period) /
+                                            static_cast<double>(buckets));
+  const auto signedPeriod = static_cast<int64_t>(period);
+  int64_t r = (static_cast<int64_t>(since) - static_cast<int64_t>(clock.anchorNs)) % signedPeriod;
+  if (r < 0) r += signedPeriod;
+  auto offset = static_cast<uint64_t>(r);
+  for (uint64_t left = span % period; left > 0;) {
+    const uint64_t b = std::min(buckets - 1, offset * buckets / period);
+    const uint64_t bucketEnd = ((b + 1) * period + buckets - 1) / buckets;  // > offset
+    const uint64_t piece = std::min(left, std::max<uint64_t>(1, bucketEnd - offset));
+    overlap[b] += static_cast<double>(piece);
+    offset += piece;
+    if (offset >= period) offset -= period;
+    left -= piece;
+  }
+  for (double& o : overlap) o /= static_cast<double>(span);
+  return overlap;
 }
 
 void HeatModel::addPrior(Unit& unit, Process& proc, uint64_t nowNs, double accesses) {

@@ -238,6 +238,8 @@ class HeatModel {
   void forgetPageHeat(pid_t tgid, uint64_t start, uint64_t end);
   // Spreads the batch's accesses of the units in spanUnits_ over (spanSinceNs_, nowNs].
   void spreadSpan(uint64_t nowNs);
+  // The share of [since, since + span) each schedule bucket of `clock`'s step gets.
+  [[nodiscard]] std::vector<double> bucketShares(const StepClock& clock, uint64_t since, uint64_t span) const;
   Unit* unitFor(pid_t tgid, uint64_t page);
   void addAccess(Unit& unit, Process& proc, uint64_t nowNs, double accesses, double observations);
   void addPrior(Unit& unit, Process& proc, uint64_t nowNs, double accesses);

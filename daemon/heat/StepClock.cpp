@@ -90,7 +90,14 @@ SamplePeriodDetector::SamplePeriodDetector(const SamplePeriodParams& params)
   if (params_.binNs == 0) params_.binNs = 1;
 }
 
-void SamplePeriodDetector::add(uint64_t timeNs, uint64_t unitKey, double weight) {
+size_t SamplePeriodDetector::dimOf(uint64_t unitKey) {
+  // Mix the key so that neighbouring units spread over dimensions.
+  uint64_t h = unitKey * 0x9E3779B97F4A7C15ULL;
+  h ^= h >> 29;
+  return h % kDims;
+}
+
+SamplePeriodDetector::Signature* SamplePeriodDetector::binAt(uint64_t timeNs) {
   const uint64_t bin = timeNs / params_.binNs;
   if (!started_) {
     // The history (historyBins x kDims doubles: 512 KiB at the defaults) is allocated with the
@@ -101,30 +108,50 @@ void SamplePeriodDetector::add(uint64_t timeNs, uint64_t unitKey, double weight)
     ring_[bin % ring_.size()].fill(0);
     filled_ = 1;
   }
-  if (bin + ring_.size() <= currentBin_) return;  // older than the history
+  if (bin + ring_.size() <= currentBin_) return nullptr;  // older than the history
   while (currentBin_ < bin) {
     ++currentBin_;
     ring_[currentBin_ % ring_.size()].fill(0);
     filled_ = std::min(filled_ + 1, ring_.size());
   }
-  // Mix the key so that neighbouring units spread over dimensions.
-  uint64_t h = unitKey * 0x9E3779B97F4A7C15ULL;
-  h ^= h >> 29;
-  ring_[bin % ring_.size()][h % kDims] += weight;
+  return &ring_[bin % ring_.size()];
+}
+
+void SamplePeriodDetector::add(uint64_t timeNs, uint64_t unitKey, double weight) {
+  if (Signature* b = binAt(timeNs)) (*b)[dimOf(unitKey)] += weight;
 }
 
 void SamplePeriodDetector::addOver(uint64_t fromNs, uint64_t toNs, uint64_t unitKey, double weight) {
+  Signature w{};
+  w[dimOf(unitKey)] = weight;
+  addOver(fromNs, toNs, w);
+}
+
+void SamplePeriodDetector::addOver(uint64_t fromNs, uint64_t toNs, const Signature& weights) {
   if (toNs <= fromNs) {
-    add(toNs, unitKey, weight);
+    if (Signature* b = binAt(toNs))
+      for (size_t d = 0; d < kDims; ++d) (*b)[d] += weights[d];
     return;
   }
-  longestSpanNs_ = std::max(longestSpanNs_, toNs - fromNs);
-  const double perNs = weight / static_cast<double>(toNs - fromNs);
+  // The spans of the history only: one slow epoch must not blind the detector for good.
+  const uint64_t historyNs = std::max<uint64_t>(params_.historyBins, 16) * params_.binNs;
+  if (spans_.empty() || spans_.back() != std::pair{toNs, toNs - fromNs}) spans_.emplace_back(toNs, toNs - fromNs);
+  while (!spans_.empty() && spans_.front().first + historyNs < toNs) spans_.pop_front();
+  const auto span = static_cast<double>(toNs - fromNs);
   for (uint64_t t = fromNs; t < toNs;) {
     const uint64_t end = std::min(toNs, (t / params_.binNs + 1) * params_.binNs);
-    add(t, unitKey, perNs * static_cast<double>(end - t));
+    if (Signature* b = binAt(t)) {
+      const double share = static_cast<double>(end - t) / span;
+      for (size_t d = 0; d < kDims; ++d) (*b)[d] += weights[d] * share;
+    }
     t = end;
   }
+}
+
+uint64_t SamplePeriodDetector::longestSpanNs() const {
+  uint64_t longest = 0;
+  for (const auto& [to, span] : spans_) longest = std::max(longest, span);
+  return longest;
 }
 
 double SamplePeriodDetector::correlation(const std::vector<std::array<double, kDims>>& x, size_t lag) {
@@ -142,7 +169,7 @@ double SamplePeriodDetector::correlation(const std::vector<std::array<double, kD
 
 std::optional<SamplePeriodDetector::Estimate> SamplePeriodDetector::estimate() const {
   if (!started_) return std::nullopt;
-  const uint64_t minPeriodNs = std::max(params_.minPeriodNs, 2 * longestSpanNs_);
+  const uint64_t minPeriodNs = std::max(params_.minPeriodNs, 2 * longestSpanNs());
   const size_t minLag = std::max<size_t>(1, static_cast<size_t>(minPeriodNs / params_.binNs));
   // The bin in progress is incomplete: leave it out.
   const size_t n = filled_ > 1 ? filled_ - 1 : 0;

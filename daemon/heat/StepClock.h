@@ -68,10 +68,14 @@ class SamplePeriodDetector {
   explicit SamplePeriodDetector(const SamplePeriodParams& params);
 
   void add(uint64_t timeNs, uint64_t unitKey, double weight);
-  // `weight` gathered over (fromNs, toNs] without the time of each access (a source read once per
+  // Weights per signature dimension (dimOf a unit's key).
+  using Signature = std::array<double, kDims>;
+  [[nodiscard]] static size_t dimOf(uint64_t unitKey);
+  // `weights` gathered over (fromNs, toNs] without the time of each access (a source read once per
   // epoch), spread evenly over the bins of that span. A stream delivered in spans shows no period
   // shorter than two spans (the span itself would look like one), so estimate() then looks only
-  // for periods of at least twice the longest span added.
+  // for periods of at least twice the longest span added within the history.
+  void addOver(uint64_t fromNs, uint64_t toNs, const Signature& weights);
   void addOver(uint64_t fromNs, uint64_t toNs, uint64_t unitKey, double weight);
   struct Estimate {
     double periodNs = 0;
@@ -89,7 +93,10 @@ class SamplePeriodDetector {
   uint64_t currentBin_ = 0;
   bool started_ = false;
   size_t filled_ = 0;
-  uint64_t longestSpanNs_ = 0;  // of addOver
+  // The bin for `timeNs`, the history advanced to it; nullptr when it is older than the history.
+  Signature* binAt(uint64_t timeNs);
+  [[nodiscard]] uint64_t longestSpanNs() const;
+  std::deque<std::pair<uint64_t, uint64_t>> spans_;  // addOver's (toNs, span) within the history
 };
 
 }  // namespace tt::heat

@@ -442,6 +442,38 @@ TEST(HeatModel, LookaheadReachesPastTheNextPlan) {
   EXPECT_GT(inTime->expectedAccessesPerPage, 2 * soon->expectedAccessesPerPage);
 }
 
+// CLOCK_MONOTONIC after half a year of uptime (above 2^53 ns a double has 2 ns steps): the spread
+// still ends and puts each half of the step where it belongs.
+TEST(HeatModel, SpreadingWorksAfterMonthsOfUptime) {
+  auto config = baseConfig();  // 8 buckets
+  config.set_heat_half_life_ms(100000);
+  HeatModel model(config);
+  ASSERT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
+  ASSERT_TRUE(model.addRegion(region(2, kRegionB, kPagesPerRegion)).ok());
+  const uint64_t period = 800 * kMs + 3, t0 = (uint64_t{200} * 86400 * 1000) * kMs + 1;  // 200 days
+  auto batchOf = [&](uint64_t base) {
+    tt::EvidenceBatch b;
+    for (uint64_t p = 0; p < kPagesPerRegion; ++p) b.records.push_back(sample(base + p * kPage, 10));
+    return b;
+  };
+  for (uint64_t s = 0; s < 30; ++s) {
+    const uint64_t begin = t0 + s * period;
+    model.onMark(mark(MarkType::StepBegin, s, begin));
+    model.ingest(batchOf(kRegionA), begin + 7, begin + period / 2, 1.0);
+    model.ingest(batchOf(kRegionB), begin + period / 2, begin + period, 1.0);
+    model.advanceEpoch(begin + period);
+  }
+  model.onMark(mark(MarkType::StepBegin, 30, t0 + 30 * period));
+  model.advanceEpoch(t0 + 30 * period + 100 * kMs);
+  const UnitHeat* a = unitAt(model.snapshot(), kRegionA);
+  const UnitHeat* b = unitAt(model.snapshot(), kRegionB);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->nextUseInNs, 0U);
+  EXPECT_NEAR(static_cast<double>(b->nextUseInNs), 300.0 * kMs, 1.0 * kMs);
+  EXPECT_NEAR(a->accessesPerPagePerStep, 10.0, 0.5);
+  EXPECT_NEAR(b->accessesPerPagePerStep, 10.0, 0.5);
+}
+
 TEST(HeatModel, RegionHintsAndPhaseMarksAloneGiveASchedule) {
   auto config = baseConfig();
   config.set_lookahead_step_fraction(0);  // judge the schedule itself, not the look-ahead horizon

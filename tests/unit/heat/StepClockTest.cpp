@@ -128,6 +128,22 @@ TEST(SamplePeriod, PeriodOfSeveralEpochsIsFoundInSpreadEvidence) {
   EXPECT_NEAR(est->periodNs, 400.0 * kMs, 10.0 * kMs);
 }
 
+// One long span (a slow epoch) raises the shortest period looked for only while it is in the
+// history: a 400 ms period read in 100 ms spans is found again once the 2.5 s span has left it.
+TEST(SamplePeriod, ALongSpanRaisesTheShortestPeriodOnlyWhileInTheHistory) {
+  SamplePeriodParams p = detectorParams();  // 1024 bins of 5 ms: 5.1 s of history
+  SamplePeriodDetector det(p);
+  det.addOver(0, 2500 * kMs, 1000, 50.0);
+  for (uint64_t t = 2600 * kMs; t <= 6000 * kMs; t += 100 * kMs)
+    det.addOver(t - 100 * kMs, t, 1000 + ((t - 100 * kMs) % (400 * kMs)) / (100 * kMs), 50.0);
+  EXPECT_FALSE(det.estimate()) << "the 2.5 s span is in the history: no period under 5 s";
+  for (uint64_t t = 6100 * kMs; t <= 12000 * kMs; t += 100 * kMs)
+    det.addOver(t - 100 * kMs, t, 1000 + ((t - 100 * kMs) % (400 * kMs)) / (100 * kMs), 50.0);
+  auto est = det.estimate();
+  ASSERT_TRUE(est);
+  EXPECT_NEAR(est->periodNs, 400.0 * kMs, 10.0 * kMs);
+}
+
 TEST(SamplePeriod, AperiodicStreamHasNoPeriod) {
   SamplePeriodParams p = detectorParams();
   p.minConfidence = 0.5;
