@@ -430,7 +430,13 @@ TEST(ServiceE2e, DaemonSwapsTwoRegionsAheadOfTheirPhases) {
   uint64_t maxFast = 0;
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(kPhaseSteps * 2 * kPhaseMs) + std::chrono::seconds(120);
+  int childStatus = 0;
+  bool childExited = false;
   while (log->stepsDone.load() < kPhaseSteps && std::chrono::steady_clock::now() < deadline) {
+    if (::waitpid(child, &childStatus, WNOHANG) == child) {
+      childExited = true;  // it never stops by itself: a failed set-up or mark (_Exit code)
+      break;
+    }
     if (log->start[1] != 0)
       maxFast = std::max(maxFast, placement(mover, child, log->start[0], kPhaseRegionBytes).node0 +
                                       placement(mover, child, log->start[1], kPhaseRegionBytes).node0);
@@ -439,8 +445,10 @@ TEST(ServiceE2e, DaemonSwapsTwoRegionsAheadOfTheirPhases) {
   const uint64_t stepsDone = log->stepsDone.load();
   const std::string regions = ctl(daemon, "regions");
   const std::string processes = ctl(daemon, "processes");
-  ::kill(child, SIGKILL);
-  ::waitpid(child, nullptr, 0);
+  if (!childExited) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+  }
   daemon.signal(SIGTERM);
   const auto code = daemon.wait(std::chrono::seconds(60));
 
@@ -453,6 +461,9 @@ TEST(ServiceE2e, DaemonSwapsTwoRegionsAheadOfTheirPhases) {
     table += line;
   }
   std::printf("%s%s", table.c_str(), processes.c_str());
+  ASSERT_FALSE(childExited) << "the workload exited with status " << childStatus
+                            << " (exit code " << (WIFEXITED(childStatus) ? WEXITSTATUS(childStatus) : -1) << ")\n"
+                            << table;
   ASSERT_EQ(stepsDone, kPhaseSteps) << "the workload did not finish its steps in time\n" << table;
   EXPECT_EQ(log->failed.load(), 0) << "the workload could not query its own pages";
   // Ahead of need: once the schedule is learned, each phase begins with its own region in DRAM.
