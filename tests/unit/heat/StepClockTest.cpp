@@ -100,6 +100,12 @@ TEST(SamplePeriod, NoisyPeriodicStream) {
   EXPECT_NEAR(est->periodNs, 90.0 * kMs, 0.02 * 90 * kMs);
 }
 
+// Unit u busy in the u-th 100 ms quarter of a 400 ms step, read in 100 ms spans over [from, to).
+void feedQuarterSpans(SamplePeriodDetector& det, uint64_t fromNs, uint64_t toNs) {
+  for (uint64_t t = fromNs + 100 * kMs; t <= toNs; t += 100 * kMs)
+    det.addOver(t - 100 * kMs, t, 1000 + ((t - 100 * kMs) % (400 * kMs)) / (100 * kMs), 50.0);
+}
+
 // A steady stream read once per 100 ms epoch: delivered all at each epoch's end it is a spike train
 // whose period is the epoch's; spread over the spans it was gathered in, it has no period.
 TEST(SamplePeriod, SteadyStreamReadInEpochsHasNoPeriod) {
@@ -121,8 +127,7 @@ TEST(SamplePeriod, SteadyStreamReadInEpochsHasNoPeriod) {
 TEST(SamplePeriod, PeriodOfSeveralEpochsIsFoundInSpreadEvidence) {
   SamplePeriodParams p = detectorParams();
   SamplePeriodDetector det(p);
-  for (uint64_t t = 100 * kMs; t <= 4800 * kMs; t += 100 * kMs)
-    det.addOver(t - 100 * kMs, t, 1000 + ((t - 100 * kMs) % (400 * kMs)) / (100 * kMs), 50.0);
+  feedQuarterSpans(det, 0, 4800 * kMs);
   auto est = det.estimate();
   ASSERT_TRUE(est);
   EXPECT_NEAR(est->periodNs, 400.0 * kMs, 10.0 * kMs);
@@ -134,11 +139,9 @@ TEST(SamplePeriod, ALongSpanRaisesTheShortestPeriodOnlyWhileInTheHistory) {
   SamplePeriodParams p = detectorParams();  // 1024 bins of 5 ms: 5.1 s of history
   SamplePeriodDetector det(p);
   det.addOver(0, 2500 * kMs, 1000, 50.0);
-  for (uint64_t t = 2600 * kMs; t <= 6000 * kMs; t += 100 * kMs)
-    det.addOver(t - 100 * kMs, t, 1000 + ((t - 100 * kMs) % (400 * kMs)) / (100 * kMs), 50.0);
+  feedQuarterSpans(det, 2500 * kMs, 6000 * kMs);
   EXPECT_FALSE(det.estimate()) << "the 2.5 s span is in the history: no period under 5 s";
-  for (uint64_t t = 6100 * kMs; t <= 12000 * kMs; t += 100 * kMs)
-    det.addOver(t - 100 * kMs, t, 1000 + ((t - 100 * kMs) % (400 * kMs)) / (100 * kMs), 50.0);
+  feedQuarterSpans(det, 6000 * kMs, 12000 * kMs);
   auto est = det.estimate();
   ASSERT_TRUE(est);
   EXPECT_NEAR(est->periodNs, 400.0 * kMs, 10.0 * kMs);
