@@ -426,6 +426,31 @@ TEST(HeatModel, EvidenceGatheredOverASpanIsSpreadOverItsBuckets) {
   EXPECT_EQ(s->nextUseInNs, 0U);
 }
 
+// The daemon plans once per epoch: what a phase needs before the next plan must be fetched in this
+// one, so the look-ahead reaches past it.
+TEST(HeatModel, LookaheadReachesPastTheNextPlan) {
+  HeatModel often(baseConfig()), epochal(baseConfig());
+  const uint64_t t0 = 1000 * kMs;
+  for (HeatModel* m : {&often, &epochal}) {
+    ASSERT_TRUE(m->addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
+    ASSERT_TRUE(m->addRegion(region(2, kRegionB, kPagesPerRegion)).ok());
+    runTwoPhase(*m, t0, 20, true, 13);
+  }
+  epochal.setPlanInterval(40 * kMs);
+  // 10 ms into step 20: B's phase begins in 40 ms, before the next plan of a 40 ms epoch.
+  const uint64_t step = t0 + 2000 * kMs;
+  for (HeatModel* m : {&often, &epochal}) {
+    m->onMark(mark(MarkType::StepBegin, 20, step));
+    m->advanceEpoch(step + 10 * kMs);
+  }
+  const UnitHeat* soon = unitAt(often.snapshot(), kRegionB);
+  const UnitHeat* inTime = unitAt(epochal.snapshot(), kRegionB);
+  ASSERT_TRUE(soon && inTime);
+  EXPECT_GE(epochal.snapshot().horizonNs, 40 * kMs);
+  EXPECT_LT(often.snapshot().horizonNs, 40 * kMs);
+  EXPECT_GT(inTime->expectedAccessesPerPage, 2 * soon->expectedAccessesPerPage);
+}
+
 // CLOCK_MONOTONIC after half a year of uptime (above 2^53 ns a double has 2 ns steps): the spread
 // still ends and puts each half of the step where it belongs.
 TEST(HeatModel, SpreadingWorksAfterMonthsOfUptime) {
