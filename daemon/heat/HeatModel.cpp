@@ -278,20 +278,11 @@ void HeatModel::ingest(std::span<const AccessEvidence> batch, uint64_t nowNs, do
   trimPages(nowNs);
 }
 
-void HeatModel::ingest(const EvidenceBatch& batch, uint64_t nowNs, double scale) {
-  startAt(nowNs);
-  ingestRecords(batch.records, nowNs, scale);
-  for (const EvidenceBlock& block : batch.blocks) ingestBlock(block, nowNs, scale);
-  trimPages(nowNs);
-}
+void HeatModel::ingest(const EvidenceBatch& batch, uint64_t nowNs, double scale) { ingest(batch, nowNs, nowNs, scale); }
 
 void HeatModel::ingest(const EvidenceBatch& batch, uint64_t sinceNs, uint64_t nowNs, double scale) {
-  if (sinceNs >= nowNs) {
-    ingest(batch, nowNs, scale);
-    return;
-  }
   startAt(nowNs);
-  spanSinceNs_ = sinceNs;
+  if (sinceNs < nowNs) spanSinceNs_ = sinceNs;  // else stamped at nowNs, as one instant
   ingestRecords(batch.records, nowNs, scale);
   for (const EvidenceBlock& block : batch.blocks) ingestBlock(block, nowNs, scale);
   spreadSpan(nowNs);

@@ -179,8 +179,11 @@ void EpochLoop::runOnce(uint64_t nowNs) {
   }
   for (auto& task : tasks) task();
   const auto began = std::chrono::steady_clock::now();
-  const double epochSeconds = lastNowNs_ == 0 || nowNs <= lastNowNs_ ? static_cast<double>(periodMs_.load()) / 1000.0
-                                                                     : static_cast<double>(nowNs - lastNowNs_) / 1e9;
+  // The epoch this run closes: since the previous run, or one period for the first.
+  const uint64_t epochNs = lastNowNs_ == 0 || nowNs <= lastNowNs_
+                               ? static_cast<uint64_t>(periodMs_.load()) * 1'000'000ULL
+                               : nowNs - lastNowNs_;
+  const double epochSeconds = static_cast<double>(epochNs) / 1e9;
   lastNowNs_ = nowNs;
   applyEvents(nowNs);
 
@@ -208,7 +211,6 @@ void EpochLoop::runOnce(uint64_t nowNs) {
   uint64_t moves = 0;
   PolicyView view;
   if (stages_.policy) {
-    const auto epochNs = static_cast<uint64_t>(epochSeconds * 1e9);
     stages_.policy->observe(evidence_, nowNs - std::min(nowNs, epochNs), nowNs);
     std::vector<ManualPin> pins;
     {
