@@ -40,6 +40,13 @@ class RecorderTest : public ::testing::Test {
     l.maxRecordings = 2;
     return l;
   }
+  // Retention keeps one file while up to four recordings run: a running one must outlive it.
+  [[nodiscard]] RecorderLimits keepOneOfFour() const {
+    RecorderLimits l = limits();
+    l.keepFiles = 1;
+    l.maxRecordings = 4;
+    return l;
+  }
   static AccessEvidence evidence(pid_t tgid, uint64_t page, uint32_t weight, AccessKind kind) {
     AccessEvidence e;
     e.tgid = tgid;
@@ -362,9 +369,7 @@ TEST_F(RecorderTest, RemovesTheOldestRecordingsBeyondTheKeepBoundAndNothingElse)
 }
 
 TEST_F(RecorderTest, NeverRemovesARunningRecording) {
-  RecorderLimits l = limits();
-  l.keepFiles = 1;
-  l.maxRecordings = 4;
+  RecorderLimits l = keepOneOfFour();
   Recorder rec(l);
   auto a = rec.start(1, "a", nullptr, 0, 0);
   ASSERT_TRUE(a.ok()) << a.error().message();
@@ -392,9 +397,7 @@ TEST_F(RecorderTest, NeverRemovesARunningRecording) {
 // A reload may name the same directory differently (here with a trailing slash): a recording that
 // started under the old spelling is still running, and still not removed.
 TEST_F(RecorderTest, ARunningRecordingIsKeptWhenTheDirectoryIsSpelledDifferently) {
-  RecorderLimits l = limits();
-  l.keepFiles = 1;
-  l.maxRecordings = 4;
+  RecorderLimits l = keepOneOfFour();
   Recorder rec(l);
   auto a = rec.start(1, "a", nullptr, 0, 0);
   ASSERT_TRUE(a.ok()) << a.error().message();
