@@ -14,6 +14,24 @@ struct Candidate {
   double density;  // net value per byte
 };
 
+// The fast pages of `b` on `node` (Residency::fastByNode; without it, all on the block's own fast node).
+uint64_t fastPagesOn(const PlanBlock& b, int node) {
+  if (b.residency.fastByNode.empty()) return node == b.fastNode ? b.residency.fastPages : 0;
+  for (const NodePages& n : b.residency.fastByNode)
+    if (n.node == node) return n.pages;
+  return 0;
+}
+
+template <class F>
+void forEachFastNode(const PlanBlock& b, F&& f) {
+  if (b.residency.fastByNode.empty()) {
+    if (b.residency.fastPages > 0) f(b.fastNode, b.residency.fastPages);
+    return;
+  }
+  for (const NodePages& n : b.residency.fastByNode)
+    if (n.pages > 0) f(n.node, n.pages);
+}
+
 }  // namespace
 
 Planner::Planner(const tensortier::v1::PolicyConfig& config) : config_(config) {}
@@ -35,6 +53,25 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
       if (const auto* n = topology.node(node)) capacity += n->memory.totalBytes;
   inst.budgetBytes = context.fastBudgetBytes > 0 ? context.fastBudgetBytes : budgetFor(capacity);
   inst.problem.budgetBytes = inst.budgetBytes;
+  {
+    // Each fast node's share of the usable bytes, in proportion to its size (see the header).
+    const std::vector<int> fast = topology.nodesInTier(topology::Tier::Fast);
+    uint64_t topologyBytes = 0;
+    for (int node : fast)
+      if (const auto* n = topology.node(node)) topologyBytes += n->memory.totalBytes;
+    const double usable = context.fastBudgetBytes > 0
+                              ? static_cast<double>(context.fastBudgetBytes)
+                              : static_cast<double>(capacity) * (1.0 - config_.fast_reserve_fraction());
+    for (int node : fast) {
+      const auto* n = topology.node(node);
+      const double share = topologyBytes > 0 ? static_cast<double>(n->memory.totalBytes) / static_cast<double>(topologyBytes)
+                                             : 1.0 / static_cast<double>(fast.size());
+      const uint64_t bytes = fast.size() == 1 ? inst.budgetBytes
+                                              : std::min(inst.budgetBytes, static_cast<uint64_t>(usable * share));
+      inst.nodeBudgets.push_back({node, bytes});
+      inst.pinnedFastByNode.push_back({node, 0});
+    }
+  }
   auto pinned = [&context](pid_t tgid, uint64_t start, uint64_t length) {
     for (const PinnedRange& p : context.pins)
       if (p.tgid == tgid && p.start < start + length && start < p.start + p.length) return true;
@@ -113,6 +150,10 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
       if (pinned(b.tgid, b.start, b.length)) {
         inst.pinnedFastBytes += b.residency.fastPages * kBasePageSize;
         inst.pinnedBytes += present * kBasePageSize;
+        forEachFastNode(b, [&](int node, uint64_t pages) {
+          for (NodeBytes& n : inst.pinnedFastByNode)
+            if (n.node == node) n.bytes += pages * kBasePageSize;
+        });
         if (groupPinnedFast.size() <= group) groupPinnedFast.resize(group + 1, 0);
         groupPinnedFast[group] += b.residency.fastPages * kBasePageSize;
         continue;
@@ -167,6 +208,27 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
                                                     : config_.plan_interval_ms() / 1e3;
   const auto intervalBytes = static_cast<uint64_t>(bandwidth * intervalSec * config_.plan_bandwidth_factor());
 
+  // Each fast node: its share, what it holds, what stays there (chosen blocks' and pinned fast
+  // pages), and what this plan sends there and frees there.
+  struct NodeState {
+    int node = -1;
+    uint64_t budget = 0;
+    uint64_t used = 0;
+    uint64_t keep = 0;
+    uint64_t assigned = 0;
+    uint64_t freed = 0;
+  };
+  std::vector<NodeState> nodes;
+  for (size_t k = 0; k < inst.nodeBudgets.size(); ++k) {
+    const uint64_t pinnedFast = inst.pinnedFastByNode[k].bytes;
+    nodes.push_back({inst.nodeBudgets[k].node, inst.nodeBudgets[k].bytes, pinnedFast, pinnedFast, 0, 0});
+  }
+  auto stateOf = [&nodes](int node) -> NodeState* {
+    for (NodeState& n : nodes)
+      if (n.node == node) return &n;
+    return nullptr;
+  };
+
   std::vector<Candidate> promote, demote;
   const size_t groups = inst.problem.groupQuotaBytes.size();
   std::vector<uint64_t> groupUsed(groups, 0);
@@ -174,6 +236,12 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     const PlanBlock& b = inst.blocks[i];
     const SelectionItem& item = inst.problem.items[i];
     groupUsed[item.group] += b.residency.fastPages * kBasePageSize;
+    forEachFastNode(b, [&](int node, uint64_t pages) {
+      if (NodeState* n = stateOf(node)) {
+        n->used += pages * kBasePageSize;
+        if (sel.chosen[i]) n->keep += pages * kBasePageSize;
+      }
+    });
     const double density = item.value / static_cast<double>(std::max<uint64_t>(1, item.sizeBytes));
     if (sel.chosen[i]) {
       stats_.selectedBytes += item.sizeBytes;
@@ -190,16 +258,56 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
   });
   std::sort(demote.begin(), demote.end(), [](const Candidate& a, const Candidate& b) { return a.density < b.density; });
 
+  // Promotions, each placed on the fast nodes nearest its own that have room for it.
+  struct Placed {
+    size_t block;
+    int node;
+    uint64_t start;
+    uint64_t length;
+  };
+  std::vector<Placed> promoteNow;
+  std::map<int, std::vector<int>> fastOrder;  // a block's fast node -> the fast nodes, nearest first
   std::vector<uint64_t> groupPromote(groups, 0);
-  std::vector<Candidate> promoteNow;
   for (const Candidate& c : promote) {
     if (stats_.promoteBytes > 0 && stats_.promoteBytes + c.bytes > intervalBytes) {
       stats_.deferredPromoteBytes += c.bytes;
       continue;
     }
+    const PlanBlock& b = inst.blocks[c.block];
+    auto [order, fresh] = fastOrder.try_emplace(b.fastNode);
+    if (fresh) order->second = topology.byDistanceInTier(b.fastNode, topology::Tier::Fast);
+    std::vector<std::pair<NodeState*, uint64_t>> pieces;
+    uint64_t left = c.bytes;
+    for (int node : order->second) {
+      NodeState* n = stateOf(node);
+      if (n == nullptr || left == 0) continue;
+      const uint64_t room = n->budget > n->keep + n->assigned ? n->budget - n->keep - n->assigned : 0;
+      const uint64_t take = std::min(left, room - room % kBasePageSize);
+      if (take == 0) continue;
+      pieces.emplace_back(n, take);
+      left -= take;
+    }
+    if (left > 0) {  // no fast node has room for it: over-filling one would only make the engine refuse pages
+      stats_.deferredPromoteBytes += c.bytes;
+      continue;
+    }
     stats_.promoteBytes += c.bytes;
     groupPromote[inst.problem.items[c.block].group] += c.bytes;
-    promoteNow.push_back(c);
+    // The block's range split between the nodes in proportion to the bytes each takes (its slow
+    // pages may lie anywhere in it: close enough, as each node's share has page-sized slack).
+    uint64_t off = 0;
+    for (size_t k = 0; k < pieces.size() && off < b.length; ++k) {
+      auto& [n, take] = pieces[k];
+      n->assigned += take;
+      uint64_t len = b.length - off;
+      if (k + 1 < pieces.size()) {
+        const double part = static_cast<double>(b.length) * static_cast<double>(take) / static_cast<double>(c.bytes);
+        const auto pages = std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(part / static_cast<double>(kBasePageSize))));
+        len = std::min(len, pages * kBasePageSize);
+      }
+      promoteNow.push_back({c.block, n->node, b.start + off, len});
+      off += len;
+    }
   }
 
   // Demotions: first what each quota needs, then what the global budget needs, then headroom.
@@ -211,6 +319,9 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     demoted[k] = 1;
     freed += demote[k].bytes;
     groupFreed[inst.problem.items[demote[k].block].group] += demote[k].bytes;
+    forEachFastNode(inst.blocks[demote[k].block], [&](int node, uint64_t pages) {
+      if (NodeState* n = stateOf(node)) n->freed += pages * kBasePageSize;
+    });
     demoteNow.push_back(demote[k]);
   };
   for (size_t g = 0; g < groups; ++g) {
@@ -223,10 +334,15 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
   const uint64_t need = inst.fastUsedBytes + stats_.promoteBytes;
   for (size_t k = 0; k < demote.size() && need > budget + freed; ++k)
     if (!demoted[k]) take(k);
+  // Each fast node frees what the promotions sent there need.
+  for (NodeState& n : nodes)
+    for (size_t k = 0; k < demote.size() && n.used + n.assigned > n.budget + n.freed; ++k)
+      if (!demoted[k] && fastPagesOn(inst.blocks[demote[k].block], n.node) > 0) take(k);
   const uint64_t headroom = std::min(intervalBytes, budget);
   for (size_t k = 0; k < demote.size() && need + headroom > budget + freed; ++k)
     if (!demoted[k]) take(k);
   stats_.demoteBytes = freed;
+  for (const NodeState& n : nodes) stats_.nodes.push_back({n.node, n.budget, n.used, n.assigned});
 
   // Moves, merged into maximal contiguous runs per (process, target node).
   struct Move {
@@ -247,8 +363,9 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     moves.push_back({b.tgid, b.slowNode, b.start, b.length, rankPriority(r, demoteNow.size(), 1000), b.regionId});
   }
   for (size_t r = 0; r < promoteNow.size(); ++r) {
-    const PlanBlock& b = inst.blocks[promoteNow[r].block];
-    moves.push_back({b.tgid, b.fastNode, b.start, b.length, rankPriority(r, promoteNow.size(), 0), b.regionId});
+    const Placed& p = promoteNow[r];
+    const PlanBlock& b = inst.blocks[p.block];
+    moves.push_back({b.tgid, p.node, p.start, p.length, rankPriority(r, promoteNow.size(), 0), b.regionId});
   }
   std::sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) {
     if (a.tgid != b.tgid) return a.tgid < b.tgid;

@@ -37,6 +37,15 @@
 // Target nodes: a process's fast node is the fast node nearest its home node (the node it runs
 // on; the first fast node when unknown), its slow node the slow node nearest its home node.
 //
+// Several fast nodes (a two-socket machine): the selection's budget is global, but each fast node
+// holds only its own share: its capacity x (1 - reserve), or its part of a caller-given capacity or
+// budget in proportion to the nodes' sizes, never more than the global budget. Promotions go to
+// the process's own fast node while it has room for what stays there and what this plan sends
+// there, then to the other fast nodes nearest it first, a block split between nodes if it must be;
+// a block that fits nowhere is deferred (not over-filling a node: the engine would refuse the
+// pages). Demotions then free, on each fast node, what its promotions need. A page already on any
+// fast node stays where it is: the planner never moves pages between two fast nodes.
+//
 // Pinned ranges (PlanContext::pins, from `tensortierctl migrate`): a block overlapping one is left
 // where it is: it is neither promoted nor demoted, and its fast pages are taken off the global
 // budget and its process's quota before the selection, so the others are planned around them.
@@ -55,9 +64,17 @@
 
 namespace tt::policy {
 
+struct NodePages {
+  int node = -1;
+  uint64_t pages = 0;
+};
+
 struct Residency {
   uint64_t fastPages = 0;  // present pages on fast-tier nodes
   uint64_t slowPages = 0;  // present pages on slow-tier nodes
+  // fastPages by node, when the query knows them (the daemon's move_pages status does). A query of
+  // a single fast node may leave it empty: the fast pages then count on the block's own fast node.
+  std::vector<NodePages> fastByNode;
 };
 
 // Where the pages of a range are now. The daemon answers from move_pages(2) status queries (or its
@@ -108,6 +125,11 @@ struct PlanBlock {
   int slowNode = -1;
 };
 
+struct NodeBytes {
+  int node = -1;
+  uint64_t bytes = 0;
+};
+
 // One planning problem: the blocks and the selection problem over them (item i = block i).
 struct PlanningInstance {
   std::vector<PlanBlock> blocks;
@@ -116,6 +138,16 @@ struct PlanningInstance {
   uint64_t budgetBytes = 0;          // the global budget before the pinned bytes are taken off
   uint64_t pinnedFastBytes = 0;      // pinned blocks' pages on fast nodes
   uint64_t pinnedBytes = 0;          // pinned blocks' present pages
+  std::vector<NodeBytes> nodeBudgets;     // each fast node's share (see the header), node order
+  std::vector<NodeBytes> pinnedFastByNode;  // pinned blocks' fast pages per fast node
+};
+
+// A fast node's share of the budget and its use, as the last plan saw them.
+struct NodeUse {
+  int node = -1;
+  uint64_t budgetBytes = 0;
+  uint64_t usedBytes = 0;     // managed bytes on the node before the plan (pinned included)
+  uint64_t promoteBytes = 0;  // this plan sends there
 };
 
 struct PlanStats {
@@ -126,7 +158,8 @@ struct PlanStats {
   uint64_t selectedBytes = 0;      // bytes the selection wants fast
   uint64_t promoteBytes = 0;       // in this plan
   uint64_t demoteBytes = 0;
-  uint64_t deferredPromoteBytes = 0;  // wanted but over this interval's bandwidth
+  uint64_t deferredPromoteBytes = 0;  // wanted but over this interval's bandwidth, or no fast node had room
+  std::vector<NodeUse> nodes;         // per fast node
   size_t blocks = 0;
   size_t runs = 0;
   double objective = 0;

@@ -165,6 +165,23 @@ std::optional<int> Topology::nearestInTier(int from, Tier tier) const {
   return best;
 }
 
+std::vector<int> Topology::byDistanceInTier(int from, Tier tier) const {
+  std::vector<std::pair<int, int>> ranked;  // (distance, id)
+  for (const auto& n : nodes)
+    if (n.tier == tier) ranked.emplace_back(distance(from, n.id).value_or(1 << 20), n.id);
+  std::sort(ranked.begin(), ranked.end());
+  std::vector<int> out;
+  out.reserve(ranked.size());
+  for (const auto& [d, id] : ranked) out.push_back(id);
+  return out;
+}
+
+std::optional<int> Topology::nodeOfCpu(int cpu) const {
+  for (const auto& n : nodes)
+    if (std::find(n.cpus.begin(), n.cpus.end(), cpu) != n.cpus.end()) return n.id;
+  return std::nullopt;
+}
+
 const char* tierName(Tier tier) { return tier == Tier::Fast ? "fast" : "slow"; }
 
 const char* tierSourceName(TierSource s) {

@@ -46,6 +46,11 @@ struct Topology {
   [[nodiscard]] std::optional<int> distance(int from, int to) const;
   // The node of `tier` nearest to `from` (lowest distance, then lowest id).
   [[nodiscard]] std::optional<int> nearestInTier(int from, Tier tier) const;
+  // The nodes of `tier`, nearest to `from` first (distance, then id); all of them, in id order,
+  // when `from` is unknown.
+  [[nodiscard]] std::vector<int> byDistanceInTier(int from, Tier tier) const;
+  // The node whose CPU list holds `cpu`, or nullopt.
+  [[nodiscard]] std::optional<int> nodeOfCpu(int cpu) const;
   [[nodiscard]] bool isTiered() const { return !nodesInTier(Tier::Fast).empty() && !nodesInTier(Tier::Slow).empty(); }
 };
 

@@ -28,8 +28,15 @@ class FakePlacement : public policy::PlacementQuery {
     for (auto it = pages_.lower_bound({tgid, start}); it != pages_.end() && it->first.first == tgid &&
                                                       it->first.second < start + length;
          ++it) {
-      if (isFast(it->second)) ++r.fastPages;
-      else ++r.slowPages;
+      if (!isFast(it->second)) {
+        ++r.slowPages;
+        continue;
+      }
+      ++r.fastPages;
+      auto n = std::find_if(r.fastByNode.begin(), r.fastByNode.end(),
+                            [&](const policy::NodePages& e) { return e.node == it->second; });
+      if (n == r.fastByNode.end()) r.fastByNode.push_back({it->second, 1});
+      else ++n->pages;
     }
     return r;
   }
@@ -44,6 +51,13 @@ class FakePlacement : public policy::PlacementQuery {
     uint64_t n = 0;
     for (const auto& [key, node] : pages_)
       if ((tgid == 0 || key.first == tgid) && isFast(node)) n += kBasePageSize;
+    return n;
+  }
+  // Bytes of every process on `node`.
+  [[nodiscard]] uint64_t bytesOn(int node) const {
+    uint64_t n = 0;
+    for (const auto& [key, where] : pages_)
+      if (where == node) n += kBasePageSize;
     return n;
   }
   void setFastNodes(std::vector<int> nodes) { fastNodes_ = std::move(nodes); }

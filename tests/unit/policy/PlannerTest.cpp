@@ -202,17 +202,18 @@ TEST(Planner, PromotionsPerPlanAreCappedByMigrationBandwidth) {
 }
 
 TEST(Planner, TargetNodesAreTheNearestOfEachTier) {
-  Planner planner(plannerConfig());
+  auto config = plannerConfig();
+  config.set_fast_budget_bytes(kChunk);  // one of the two nodes' chunks
+  Planner planner(config);
   FakePlacement placement;
   placement.setFastNodes({0, 1});
-  const auto topo = tt::fakes::twoSocketTopology(4 * kChunk);
+  const auto topo = tt::fakes::twoSocketTopology(kChunk);
   HeatSnapshot snap;
   snap.units.push_back(unit(kTgid, 0x1000000, kChunk, 100.0));
   snap.units.push_back(unit(kTgid, 0x2000000, kChunk, 0.0));
   placement.map(kTgid, 0x1000000, kChunk, 3);
   placement.map(kTgid, 0x2000000, kChunk, 1);
   PlanContext ctx;
-  ctx.fastCapacityBytes = kChunk;
   ctx.processes.push_back({kTgid, 1, 0});  // runs on socket 1
   const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
   ASSERT_EQ(plan.moves.size(), 2u);
@@ -220,6 +221,76 @@ TEST(Planner, TargetNodesAreTheNearestOfEachTier) {
   EXPECT_EQ(plan.moves[0].targetNode, 3);  // socket 1's slow node
   EXPECT_EQ(plan.moves[1].start, 0x1000000u);
   EXPECT_EQ(plan.moves[1].targetNode, 1);  // socket 1's DRAM
+}
+
+// Two sockets of 4 chunks of DRAM each, and a process on socket 1 whose 8 hot chunks start on
+// socket 1's slow node: the global budget takes all 8, but socket 1 holds only 4. The rest goes
+// to socket 0's DRAM, and neither node is ever sent more than it holds.
+TEST(Planner, EachFastNodeIsFilledOnlyToItsShareAndTheRestSpillsToTheNextNearest) {
+  Planner planner(plannerConfig());
+  FakePlacement placement;
+  placement.setFastNodes({0, 1});
+  const auto topo = tt::fakes::twoSocketTopology(4 * kChunk);
+  HeatSnapshot snap = spreadUnits(placement, kTgid, 8, 0x1000000);
+  for (const auto& u : snap.units) placement.map(kTgid, u.start, u.length, 3);
+  PlanContext ctx;
+  ctx.processes.push_back({kTgid, 1, 0});
+  for (int round = 0; round < 3; ++round) {
+    const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
+    uint64_t sent[4] = {0, 0, 0, 0};
+    for (const auto& m : plan.moves) sent[m.targetNode] += m.length;
+    EXPECT_LE(placement.bytesOn(0) + sent[0], 4 * kChunk) << "round " << round;
+    EXPECT_LE(placement.bytesOn(1) + sent[1], 4 * kChunk) << "round " << round;
+    placement.apply(plan);
+    for (const auto& st : planner.lastStats().nodes) EXPECT_EQ(st.budgetBytes, 4 * kChunk) << "node " << st.node;
+  }
+  EXPECT_EQ(placement.bytesOn(1), 4 * kChunk);
+  EXPECT_EQ(placement.bytesOn(0), 4 * kChunk);
+  EXPECT_EQ(placement.bytesOn(3), 0u);
+  // The hottest stay nearest the process: socket 1 holds the four hottest chunks.
+  for (size_t i = 4; i < 8; ++i) EXPECT_EQ(placement.nodeOf(kTgid, snap.units[i].start), 1) << "unit " << i;
+}
+
+// Room for a chunk and a half on each socket: the second hot chunk fills socket 1 and the
+// rest of it goes to socket 0, the block split between the two.
+TEST(Planner, ABlockIsSplitBetweenFastNodesWhenNeitherHasRoomForAllOfIt) {
+  Planner planner(plannerConfig());
+  FakePlacement placement;
+  placement.setFastNodes({0, 1});
+  const auto topo = tt::fakes::twoSocketTopology(kChunk + kChunk / 2);
+  HeatSnapshot snap = spreadUnits(placement, kTgid, 2, 0x1000000);
+  for (const auto& u : snap.units) placement.map(kTgid, u.start, u.length, 3);
+  PlanContext ctx;
+  ctx.processes.push_back({kTgid, 1, 0});
+  const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
+  placement.apply(plan);
+  EXPECT_EQ(placement.bytesOn(1), kChunk + kChunk / 2);
+  EXPECT_EQ(placement.bytesOn(0), kChunk / 2);
+  EXPECT_EQ(placement.bytesOn(3), 0u);
+  EXPECT_EQ(planner.lastStats().deferredPromoteBytes, 0u);
+}
+
+// When the nearest node's room is held by a colder block, that block is demoted from the node
+// the promotion needs, not from the other one.
+TEST(Planner, DemotionsFreeRoomOnTheFastNodeThePromotionsGoTo) {
+  Planner planner(plannerConfig());
+  FakePlacement placement;
+  placement.setFastNodes({0, 1});
+  const auto topo = tt::fakes::twoSocketTopology(kChunk);
+  HeatSnapshot snap;
+  snap.units.push_back(unit(kTgid, 0x1000000, kChunk, 50.0));   // on socket 0, warm
+  snap.units.push_back(unit(kTgid, 0x2000000, kChunk, 1.0));    // on socket 1, cold
+  snap.units.push_back(unit(kTgid, 0x3000000, kChunk, 500.0));  // slow, hot
+  placement.map(kTgid, 0x1000000, kChunk, 0);
+  placement.map(kTgid, 0x2000000, kChunk, 1);
+  placement.map(kTgid, 0x3000000, kChunk, 3);
+  PlanContext ctx;
+  ctx.processes.push_back({kTgid, 0, 0});  // runs on socket 0, whose DRAM is full of warm data
+  const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
+  placement.apply(plan);
+  EXPECT_EQ(placement.nodeOf(kTgid, 0x1000000), 0);  // the warm chunk keeps its place
+  EXPECT_EQ(placement.nodeOf(kTgid, 0x3000000), 1);  // the hot one takes the cold one's node
+  EXPECT_EQ(placement.nodeOf(kTgid, 0x2000000), 2);  // demoted to its process's nearest slow node
 }
 
 TEST(Planner, UntieredTopologyPlansNothing) {

@@ -36,7 +36,10 @@ class SimPlacement : public policy::PlacementQuery {
     const uint64_t last = std::min(n, first + length / kBasePageSize);
     const uint64_t fast = fast_[last] - fast_[first];
     const uint64_t present = present_[last] - present_[first];
-    return {fast, present - fast};
+    policy::Residency r;  // one fast node: no per-node detail needed
+    r.fastPages = fast;
+    r.slowPages = present - fast;
+    return r;
   }
 
  private:
