@@ -1,5 +1,7 @@
 #include "service/Adapters.h"
 
+#include "sys/ProcStat.h"
+
 #include <future>
 #include <thread>
 
@@ -63,14 +65,21 @@ policy::Residency MovePagesPlacement::residency(pid_t tgid, uint64_t start, uint
   policy::Residency out;
   auto placement = reader_.read(tgid, start, length);
   if (!placement) return out;  // the process is gone: nothing present
-  for (const auto& [node, bytes] : placement->bytesPerNode)
-    (isFast(topology_, node) ? out.fastPages : out.slowPages) += bytes / kBasePageSize;
+  for (const auto& [node, bytes] : placement->bytesPerNode) {
+    if (!isFast(topology_, node)) {
+      out.slowPages += bytes / kBasePageSize;
+      continue;
+    }
+    out.fastPages += bytes / kBasePageSize;
+    out.fastByNode.push_back({node, bytes / kBasePageSize});
+  }
   return out;
 }
 
 HeatPlannerPolicy::HeatPlannerPolicy(const tensortier::v1::PolicyConfig& config, const topology::Topology& topology,
-                                     sys::PageMover& mover)
+                                     sys::PageMover& mover, sys::Fs procfs)
     : topology_(topology),
+      procfs_(std::move(procfs)),
       placement_(mover, topology),
       heat_(config),
       planner_(std::make_unique<policy::Planner>(config)),
@@ -86,7 +95,17 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
   context.intervalNs = intervalNs;
   context.accessesPerPagePass = accessesPerPagePass_;
   for (const auto& p : pins) context.pins.push_back({p.tgid, p.start, p.length});
-  return planner_->plan(heat_.snapshot(), placement_, topology_, context);
+  // Each process's home node, the node of the CPU its main thread last ran on: its promotions go to
+  // the fast node nearest it first. A process bound to a socket (numactl --cpunodebind) stays on
+  // it; one the scheduler moves around is planned from where it is now. Unreadable (the process
+  // is exiting): the planner takes the first fast node.
+  const heat::HeatSnapshot& heat = heat_.snapshot();
+  for (const auto& p : heat.processes) {
+    auto cpu = sys::readLastCpu(procfs_, p.tgid);
+    if (!cpu) continue;
+    if (auto node = topology_.nodeOfCpu(*cpu)) context.processes.push_back({p.tgid, *node, 0});
+  }
+  return planner_->plan(heat, placement_, topology_, context);
 }
 
 std::vector<std::pair<uint64_t, double>> HeatPlannerPolicy::regionHeat() const {
@@ -98,7 +117,8 @@ std::vector<std::pair<uint64_t, double>> HeatPlannerPolicy::regionHeat() const {
 
 PolicyView HeatPlannerPolicy::view() const {
   const auto& s = planner_->lastStats();
-  PolicyView v{s.budgetBytes, s.fastUsedBytes, {}, {}};
+  PolicyView v{s.budgetBytes, s.fastUsedBytes, {}, {}, {}};
+  for (const auto& n : s.nodes) v.fastNodes.push_back({n.node, n.budgetBytes, n.usedBytes});
   const auto& heat = heat_.snapshot();
   for (size_t f = 0; f < heat::kFeatureCount; ++f) v.featureWeights.push_back({heat::featureName(f), heat_.weights()[f]});
   for (const auto& p : heat.processes)

@@ -68,8 +68,9 @@ class MovePagesPlacement final : public policy::PlacementQuery {
 
 class HeatPlannerPolicy final : public PlacementPolicy {
  public:
+  // `procfs`: where each process's home node is read from (the CPU its main thread last ran on).
   HeatPlannerPolicy(const tensortier::v1::PolicyConfig& config, const topology::Topology& topology,
-                    sys::PageMover& mover);
+                    sys::PageMover& mover, sys::Fs procfs);
   Result<void> addRegion(const RegionInfo& region) override { return heat_.addRegion(region); }
   void removeRegion(uint64_t regionId) override { heat_.removeRegion(regionId); }
   void removeProcess(pid_t tgid) override { heat_.removeProcess(tgid); }
@@ -88,6 +89,7 @@ class HeatPlannerPolicy final : public PlacementPolicy {
 
  private:
   const topology::Topology& topology_;
+  sys::Fs procfs_;
   MovePagesPlacement placement_;
   heat::HeatModel heat_;
   std::unique_ptr<policy::Planner> planner_;

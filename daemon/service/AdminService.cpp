@@ -55,6 +55,7 @@ void AdminService::status(pb::DaemonMessage& reply) {
   s->set_daemon_version(ctx_.daemonVersion);
   s->set_uptime_ms(static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started_).count()));
+  const EpochStats st = ctx_.epochLoop ? ctx_.epochLoop->stats() : EpochStats{};
   if (ctx_.topology)
     for (const auto& n : ctx_.topology->nodes) {
       auto* tn = s->add_nodes();
@@ -64,8 +65,12 @@ void AdminService::status(pb::DaemonMessage& reply) {
       tn->set_total_bytes(n.memory.totalBytes);
       tn->set_free_bytes(n.memory.freeBytes);
       for (int c : n.cpus) tn->add_cpus(c);
+      for (const auto& f : st.policy.fastNodes)
+        if (f.node == n.id) {
+          tn->set_budget_bytes(f.budgetBytes);
+          tn->set_managed_bytes(f.managedBytes);
+        }
     }
-  const EpochStats st = ctx_.epochLoop ? ctx_.epochLoop->stats() : EpochStats{};
   s->set_fast_tier_budget_bytes(st.policy.fastBudgetBytes);
   uint64_t fastUsed = 0;
   if (ctx_.epochLoop)

@@ -174,7 +174,7 @@ void Daemon::buildStages() {
   auto sources = sources::SourceSet::open(config_.sources(), topology_);
   runningSources_ = config_.sources();
   source_ = std::make_unique<SourceSetEvidence>(std::move(sources));
-  policy_ = std::make_unique<HeatPlannerPolicy>(config_.policy(), topology_, mover_);
+  policy_ = std::make_unique<HeatPlannerPolicy>(config_.policy(), topology_, mover_, sys::Fs(config_.sources().procfs_root()));
   // The planner's move floor is counted in passes over a page; the sources say what an access is.
   const double perPass = accessesPerPagePass(source_->status());
   policy_->setAccessesPerPagePass(perPass);

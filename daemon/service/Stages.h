@@ -94,9 +94,17 @@ struct PageHeatView {
   double heat = 0;
 };
 
+// A fast node's share of the budget and the managed bytes on it, at the last plan.
+struct FastNodeView {
+  int node = -1;
+  uint64_t budgetBytes = 0;
+  uint64_t managedBytes = 0;
+};
+
 struct PolicyView {
   uint64_t fastBudgetBytes = 0;  // 0 = unknown
   uint64_t fastUsedBytes = 0;    // managed bytes on fast nodes at the last plan
+  std::vector<FastNodeView> fastNodes;
   std::vector<FeatureWeight> featureWeights;  // empty: no heat model
   std::vector<ProcessClockView> clocks;
 };

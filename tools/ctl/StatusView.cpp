@@ -42,6 +42,7 @@ json statusJson(const pb::StatusReply& s) {
   for (const auto& n : s.nodes())
     nodes.push_back({{"node", n.node()}, {"tier", n.tier()}, {"tier_source", n.tier_source()},
                      {"total_bytes", n.total_bytes()}, {"free_bytes", n.free_bytes()},
+                     {"budget_bytes", n.budget_bytes()}, {"managed_bytes", n.managed_bytes()},
                      {"cpus", std::vector<int>(n.cpus().begin(), n.cpus().end())}});
   for (const auto& src : s.sources()) {
     json system = json::array();
@@ -88,10 +89,14 @@ std::string statusText(const pb::StatusReply& s) {
   out << "tensortierd " << s.daemon_version() << ", up " << s.uptime_ms() / 1000 << " s, epoch " << s.epoch_ms()
       << " ms (" << s.epochs() << " run, last " << std::fixed << std::setprecision(1) << s.last_epoch_ms()
       << " ms)\n\n";
-  Table nodes({"NODE", "TIER", "WHY", "TOTAL", "FREE", "CPUS"});
-  for (const auto& n : s.nodes())
+  // BUDGET and MANAGED: a fast node's share of the budget and the registered bytes on it.
+  Table nodes({"NODE", "TIER", "WHY", "TOTAL", "FREE", "BUDGET", "MANAGED", "CPUS"});
+  for (const auto& n : s.nodes()) {
+    const bool planned = n.budget_bytes() > 0;
     nodes.add({std::to_string(n.node()), n.tier(), n.tier_source(), bytes(n.total_bytes()), bytes(n.free_bytes()),
+               planned ? bytes(n.budget_bytes()) : "-", planned ? bytes(n.managed_bytes()) : "-",
                n.cpus_size() ? std::to_string(n.cpus_size()) : "none"});
+  }
   out << nodes.str() << '\n';
   out << "fast tier: budget " << (s.fast_tier_budget_bytes() ? bytes(s.fast_tier_budget_bytes()) : "unknown")
       << ", registered bytes on it " << bytes(s.fast_tier_used_bytes()) << "\n";

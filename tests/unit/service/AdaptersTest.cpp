@@ -5,8 +5,15 @@
 #include <memory>
 #include <vector>
 
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "fakes/migrate/FakePageMover.h"
+#include "fakes/policy/FakePlacement.h"
 #include "fakes/sources/FakeSource.h"
 #include "sources/SourceSet.h"
+#include "sys/ProcStat.h"
 
 namespace {
 
@@ -88,6 +95,59 @@ TEST(KernelMoveTotals, CountsPagesByReason) {
   EXPECT_EQ(totals.demoted, 512U);
   EXPECT_EQ(totals.syscall, 3U);
   EXPECT_EQ(totals.other, 0U);
+}
+
+}  // namespace
+
+namespace {
+
+// A /proc/PID/stat line as the kernel writes it, with `comm` and the processor field (39) given.
+std::string statLine(pid_t pid, const std::string& comm, int processor) {
+  std::string line = std::to_string(pid) + " (" + comm + ") S";
+  for (int field = 4; field <= 52; ++field) line += " " + std::to_string(field == 39 ? processor : field);
+  return line + "\n";
+}
+
+TEST(ProcStat, ProcessorIsCountedFromTheLastParenthesisOfTheCommand) {
+  auto cpu = tt::sys::parseStatProcessor(statLine(77, "py (torch) 3", 5));
+  ASSERT_TRUE(cpu.ok()) << cpu.error().message();
+  EXPECT_EQ(*cpu, 5);
+  EXPECT_FALSE(tt::sys::parseStatProcessor("77 (python3 S 1 2 3").ok());
+  EXPECT_FALSE(tt::sys::parseStatProcessor("77 (python3) S 1 2 3").ok());  // too few fields
+}
+
+// A process on socket 1 (its stat says CPU 1) has its hot pages on socket 1's slow node: the
+// daemon's policy sends them to socket 1's DRAM, and, for a process on CPU 0, to socket 0's.
+TEST(HeatPlannerPolicy, PromotesToTheFastNodeOfTheCpuTheProcessRunsOn) {
+  constexpr pid_t kPid = 77;
+  constexpr uint64_t kBase = 0x7f0000000000;
+  constexpr uint64_t kLength = 64 * tt::kBasePageSize;
+  constexpr uint64_t kSecond = 1'000'000'000;
+  const auto procfs = std::filesystem::path(::testing::TempDir()) / "tt-procfs-home-node";
+  std::filesystem::create_directories(procfs / std::to_string(kPid));
+  const auto topology = tt::fakes::twoSocketTopology(64ULL << 20);
+  for (int cpu : {1, 0}) {
+    std::ofstream(procfs / std::to_string(kPid) / "stat") << statLine(kPid, "trainer", cpu);
+    tt::fakes::FakePageMover mover;
+    mover.map(kPid, kBase, kLength, 3);  // socket 1's slow node
+    tensortier::v1::PolicyConfig config;
+    config.set_chunk_pages(16);
+    tt::service::HeatPlannerPolicy policy(config, topology, mover, tt::sys::Fs(procfs.string()));
+    tt::RegionInfo region;
+    region.id = 1;
+    region.tgid = kPid;
+    region.start = kBase;
+    region.length = kLength;
+    ASSERT_TRUE(policy.addRegion(region).ok());
+    tt::EvidenceBatch evidence;
+    for (uint64_t a = kBase; a < kBase + kLength; a += tt::kBasePageSize)
+      evidence.records.push_back({kPid, a, 1000, tt::AccessKind::Load, tt::ServedBy::Unknown, 0});
+    policy.observe(evidence, 0, kSecond);
+    const tt::MigrationPlan plan = policy.plan(kSecond, kSecond, 1e9, {});
+    ASSERT_FALSE(plan.moves.empty()) << "cpu " << cpu;
+    for (const auto& m : plan.moves) EXPECT_EQ(m.targetNode, cpu) << "cpu " << cpu;
+  }
+  std::filesystem::remove_all(procfs);
 }
 
 }  // namespace

@@ -211,6 +211,39 @@ TEST(AdminServiceHeat, StatusShowsFeatureWeightsAndProcessesShowTheStepClock) {
   EXPECT_EQ(p.phase(), "backward");
 }
 
+// Each fast node's share of the budget and the registered bytes on it, as the last plan saw
+// them, are in status and in tensortierctl's node table; slow nodes show none.
+TEST(AdminServiceHeat, StatusShowsEachFastNodesShareOfTheBudget) {
+  tt::test::FakeAddressSpace space;
+  tt::registry::Registry registry(space, {});
+  tt::metrics::Registry metrics;
+  tt::test::FakePolicy policy;
+  policy.learned.fastNodes = {{0, 3ULL << 30, 1ULL << 30}};
+  tt::service::EpochLoop loop(registry, {nullptr, &policy, nullptr, nullptr}, metrics);
+  loop.runOnce(1'000'000'000);
+  const tt::topology::Topology topology = fastAndSlowNodes();
+  tt::service::AdminContext ctx;
+  ctx.registry = &registry;
+  ctx.epochLoop = &loop;
+  ctx.topology = &topology;
+  tt::service::AdminService admin(std::move(ctx));
+  tt::ipc::Session session;
+  session.peer = {99, 1000, 1000};
+  session.hello = true;
+  pb::ClientMessage request;
+  request.mutable_status();
+  pb::DaemonMessage reply;
+  admin.handleAdmin(session, request, reply);
+  ASSERT_EQ(reply.status().nodes_size(), 2) << reply.DebugString();
+  EXPECT_EQ(reply.status().nodes(0).budget_bytes(), 3ULL << 30);
+  EXPECT_EQ(reply.status().nodes(0).managed_bytes(), 1ULL << 30);
+  EXPECT_EQ(reply.status().nodes(1).budget_bytes(), 0u);
+  const std::string text = tt::ctl::statusText(reply.status());
+  EXPECT_TRUE(std::regex_search(text, std::regex("\n0 +fast .* 3\\.0 GiB +1\\.0 GiB +"))) << text;
+  EXPECT_TRUE(std::regex_search(text, std::regex("\n1 +slow .* - +- +"))) << text;
+  EXPECT_EQ(tt::ctl::statusJson(reply.status())["nodes"][0]["budget_bytes"], 3ULL << 30);
+}
+
 TEST_F(AdminServiceTest, AdminGroupMemberMayTune) {
   pb::ClientMessage tune;
   tune.mutable_tune()->set_epoch_ms(50);
@@ -384,7 +417,8 @@ TEST(AdminServiceTop, HottestPagesComeFromTheHeatModel) {
   tt::fakes::FakePageMover mover;
   pb::PolicyConfig config;
   config.set_heat_half_life_ms(1000);
-  tt::service::HeatPlannerPolicy policy(config, topology, mover);
+  // No procfs tree: every home node unknown (this test has one fast node anyway).
+  tt::service::HeatPlannerPolicy policy(config, topology, mover, tt::sys::Fs("/nonexistent-procfs"));
   tt::test::FakeEvidenceSource source;
   tt::service::EpochLoop loop(registry, {&source, &policy, nullptr, nullptr}, metrics);
   for (pid_t pid : {kA, kB}) {

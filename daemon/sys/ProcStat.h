@@ -1,0 +1,21 @@
+// /proc/PID/stat as tensortier needs it: the CPU a process's main thread last ran on, from which
+// the planner takes the process's home node (the fast node its promotions go to first).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string_view>
+
+#include "core/Result.h"
+#include "sys/Fs.h"
+
+namespace tt::sys {
+
+// Field 39 ("processor") of a stat line. The command name (field 2) may hold spaces and
+// parentheses, so fields are counted from its last ')'.
+[[nodiscard]] Result<int> parseStatProcessor(std::string_view stat);
+
+// Reads `<pid>/stat` under `procfs` (rooted at /proc, or a fixture tree).
+[[nodiscard]] Result<int> readLastCpu(const Fs& procfs, pid_t pid);
+
+}  // namespace tt::sys
