@@ -13,6 +13,13 @@
 //     that only reacts promotes a region after its phase has begun. The daemon must learn the step
 //     schedule and swap them ahead of each phase: every phase begins with its region on node 0.
 // None may ever hold more registered bytes on node 0 than the budget.
+//
+// TwoSocketE2e runs in another VM (ttvm --topology two-socket: nodes 0 and 1 DRAM with CPU 0 and
+// CPU 1, nodes 2 and 3 slow memory near each; the ctest e2e.service_e2e_two_socket):
+//   - A client on CPU 1 rewrites one region that starts on node 3, socket 1's slow memory. Each
+//     DRAM node may hold a tenth of its memory (fast_reserve_fraction 0.9), less than the region.
+//     The daemon must fill node 1 (the client's socket) to its share and no further, put the rest
+//     on node 0, and never touch node 2.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
@@ -21,7 +28,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sched.h>
+
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -58,15 +68,16 @@ struct HotRange {
   uint64_t length = 0;
 };
 
-// The client's set-up: maps `regions` regions of `bytes`, places them on node 1, connects and
+// The client's set-up: maps `regions` regions of `bytes`, places them on `node`, connects and
 // registers them (same kind, no name: nothing hints which is hot). Exits the child on failure.
-std::vector<char*> mapAndRegister(tt::ctl::CtlClient& client, const std::string& socket, int regions, uint64_t bytes) {
+std::vector<char*> mapAndRegister(tt::ctl::CtlClient& client, const std::string& socket, int regions, uint64_t bytes,
+                                  int node = 1) {
   std::vector<char*> base;
   for (int i = 0; i < regions; ++i) {
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) std::_Exit(2);
     ::madvise(p, bytes, MADV_NOHUGEPAGE);
-    if (!tt::sys::bindToNode(p, bytes, 1, tt::sys::BindMove::FutureOnly).ok()) std::_Exit(3);
+    if (!tt::sys::bindToNode(p, bytes, node, tt::sys::BindMove::FutureOnly).ok()) std::_Exit(3);
     std::memset(p, 1, bytes);
     // Back to the default policy: where pages live from now on is the daemon's business.
     ::syscall(SYS_mbind, p, bytes, 0 /*MPOL_DEFAULT*/, nullptr, 0, 0);
@@ -146,14 +157,15 @@ Where placement(tt::sys::PageMover& mover, pid_t pid, uint64_t start, uint64_t l
 // then sees hardware proportions, copy / penalty ~ 20 as with 1 GB/s and 200 ns.
 constexpr const char* kPlannerTiming = "plan_interval_ms: 500 slow_access_penalty_ns: 5000";
 // `timing`: the planning interval and the penalty (a test whose workload reuses its pages more
-// than soft-dirty can count raises the penalty).
-void startDaemon(tt::test::DaemonHarness& daemon, uint64_t budgetBytes, const std::string& timing = kPlannerTiming) {
+// than soft-dirty can count raises the penalty); `extra`: more config sections.
+void startDaemon(tt::test::DaemonHarness& daemon, uint64_t budgetBytes, const std::string& timing = kPlannerTiming,
+                 const std::string& extra = "") {
   daemon.writeConfig(
       "log { level: DEBUG }\n"
       "service { epoch_ms: 500 socket_group: \"\" }\n"
       "sources { soft_dirty { enabled: true } kernel_tiering: DISABLE }\n"
       "policy { fast_budget_bytes: " + std::to_string(budgetBytes) + " " + timing +
-      " initial_migration_bandwidth: 40000000 }\n");
+      " initial_migration_bandwidth: 40000000 }\n" + extra);
   ASSERT_TRUE(daemon.start(std::chrono::seconds(120))) << daemon.log();
 }
 
@@ -485,6 +497,127 @@ TEST(ServiceE2e, DaemonSwapsTwoRegionsAheadOfTheirPhases) {
   EXPECT_GE(sum / (2.0 * kObservedSteps), 0.9) << "phases began with their regions in DRAM too rarely\n" << table;
   EXPECT_LE(maxFast, kBudgetBytes) << "registered bytes on node 0 exceeded the fast-tier budget\n" << table;
   ::munmap(shared, sizeof(PhaseLog));
+  ASSERT_TRUE(code.has_value()) << "tensortierd did not exit after SIGTERM";
+  EXPECT_EQ(*code, 0);
+}
+
+// ---- Two sockets ----------------------------------------------------------------------------
+
+constexpr uint64_t kSocketRegionBytes = 28ULL << 20;
+
+// Registered bytes of [start, start + length) of `pid` on each of the four nodes.
+std::array<uint64_t, 4> bytesPerNode(tt::sys::PageMover& mover, pid_t pid, uint64_t start, uint64_t length) {
+  std::vector<void*> pages;
+  for (uint64_t off = 0; off < length; off += kPage) pages.push_back(reinterpret_cast<void*>(start + off));
+  std::vector<int> status(pages.size(), -1);
+  std::array<uint64_t, 4> out{};
+  if (!mover.queryPages(pid, pages, status).ok()) return out;
+  for (int s : status)
+    if (s >= 0 && s < 4) out[static_cast<size_t>(s)] += kPage;
+  return out;
+}
+
+// A client pinned to CPU 1 (socket 1) whose one region starts on node 3 (socket 1's slow memory)
+// and is rewritten every step, with a training loop's marks.
+[[noreturn]] void runSocketWorkload(const std::string& socket, int toParent) {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  CPU_SET(1, &cpus);
+  if (::sched_setaffinity(0, sizeof cpus, &cpus) != 0) std::_Exit(7);
+  tt::ctl::CtlClient client;
+  const std::vector<char*> base = mapAndRegister(client, socket, 1, kSocketRegionBytes, 3);
+  Layout l;
+  l.start[0] = reinterpret_cast<uint64_t>(base[0]);
+  l.ok = 1;
+  (void)!::write(toParent, &l, sizeof l);
+  for (uint64_t step = 1;; ++step) {
+    postMark(client, pb::IterationMark::STEP_BEGIN, step, nullptr);
+    postMark(client, pb::IterationMark::PHASE_BEGIN, step, "forward");
+    for (uint64_t off = 0; off < kSocketRegionBytes; off += kPage) *static_cast<volatile char*>(base[0] + off) = static_cast<char>(step);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    postMark(client, pb::IterationMark::STEP_END, step, nullptr);
+  }
+}
+
+// Each DRAM node's share of the budget, from `tensortierctl --json status` (0 before the first plan).
+std::array<uint64_t, 2> nodeBudgets(const tt::test::DaemonHarness& daemon) {
+  std::array<uint64_t, 2> out{};
+  try {
+    const auto status = nlohmann::json::parse(ctl(daemon, "--json status"));
+    for (const auto& n : status.at("nodes")) {
+      const int node = n.value("node", -1);
+      if (node == 0 || node == 1) out[static_cast<size_t>(node)] = n.value("budget_bytes", uint64_t{0});
+    }
+  } catch (const std::exception&) {
+  }
+  return out;
+}
+
+TEST(TwoSocketE2e, PromotionsFillTheClientsSocketToItsShareThenSpillToTheOther) {
+  TT_REQUIRE_ROOT();
+  ASSERT_TRUE(std::getenv("TT_VM")) << "run inside the two-socket VM: tests/e2e/vm/ttvm run --topology two-socket -- "
+                                    << TT_TENSORTIERD;
+  ASSERT_EQ(std::string(std::getenv("TT_VM_TOPOLOGY") ? std::getenv("TT_VM_TOPOLOGY") : ""), "two-socket")
+      << "this test needs ttvm --topology two-socket (ctest -R e2e.service_e2e_two_socket)";
+  tt::test::DaemonHarness daemon;
+  // No fixed budget: each DRAM node's share is a tenth of its memory, about 19 MiB of ~190. The
+  // engine's free-memory guard (256 MiB by default) scaled down to these small nodes.
+  startDaemon(daemon, 0, std::string(kPlannerTiming) + " fast_reserve_fraction: 0.9",
+              "migration { fast_node_min_free_mib: 16 }\n");
+  if (HasFatalFailure()) return;
+  int pipeFds[2];
+  ASSERT_EQ(::pipe(pipeFds), 0);
+  const pid_t child = ::fork();
+  if (child == 0) runSocketWorkload(daemon.socket(), pipeFds[1]);
+  ::close(pipeFds[1]);
+  Layout l;
+  const bool started = child > 0 && ::read(pipeFds[0], &l, sizeof l) == static_cast<ssize_t>(sizeof l) && l.ok == 1;
+  ::close(pipeFds[0]);
+  if (!started && child > 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+  }
+  ASSERT_TRUE(started) << "workload failed to start";
+
+  tt::sys::LinuxPageMover mover;
+  std::array<uint64_t, 4> where = bytesPerNode(mover, child, l.start[0], kSocketRegionBytes);
+  EXPECT_EQ(where[3], kSocketRegionBytes) << "the region did not start on node 3";
+  std::array<uint64_t, 2> budget{};
+  std::array<uint64_t, 4> most{};  // the most seen on each node
+  uint64_t unusedMaxFast = 0;
+  const bool settled = settles(
+      [&] {
+        where = bytesPerNode(mover, child, l.start[0], kSocketRegionBytes);
+        for (size_t n = 0; n < 4; ++n) most[n] = std::max(most[n], where[n]);
+        if (budget[1] == 0) budget = nodeBudgets(daemon);
+        return where[0] + where[1];
+      },
+      [&] {
+        return budget[1] > 0 && where[1] + kBlockBytes > budget[1] &&
+               where[0] + where[1] >= kSocketRegionBytes * 95 / 100;
+      },
+      unusedMaxFast);
+  const std::string status = ctl(daemon, "status");
+  std::printf("%s%s\n", status.c_str(), ctl(daemon, "--json status").c_str());
+  std::printf("node budgets %.1f / %.1f MiB; at the end node 0..3: %.1f %.1f %.1f %.1f MiB; most on node 0 %.1f, node 1 %.1f MiB\n",
+              static_cast<double>(budget[0]) / (1 << 20), static_cast<double>(budget[1]) / (1 << 20),
+              static_cast<double>(where[0]) / (1 << 20), static_cast<double>(where[1]) / (1 << 20),
+              static_cast<double>(where[2]) / (1 << 20), static_cast<double>(where[3]) / (1 << 20),
+              static_cast<double>(most[0]) / (1 << 20), static_cast<double>(most[1]) / (1 << 20));
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  daemon.signal(SIGTERM);
+  const auto code = daemon.wait(std::chrono::seconds(60));
+
+  EXPECT_TRUE(settled) << "node 0..3: " << where[0] << " " << where[1] << " " << where[2] << " " << where[3] << "\n"
+                       << status << "--- daemon log (tail) ---\n"
+                       << logTail(daemon, 20000);
+  ASSERT_GT(budget[0], 0u) << "no per-node budget in status\n" << status;
+  ASSERT_LT(budget[1], kSocketRegionBytes) << "node 1's share holds the whole region: nothing to spill\n" << status;
+  EXPECT_LE(most[1], budget[1]) << "node 1 got more than its share\n" << logTail(daemon, 20000);
+  EXPECT_LE(most[0], budget[0]) << "node 0 got more than its share\n" << logTail(daemon, 20000);
+  EXPECT_GT(where[1], where[0]) << "the client's own socket (node 1) should hold the larger part";
+  EXPECT_EQ(most[2], 0u) << "pages went to node 2, the slow memory of the other socket";
   ASSERT_TRUE(code.has_value()) << "tensortierd did not exit after SIGTERM";
   EXPECT_EQ(*code, 0);
 }

@@ -128,6 +128,10 @@ main() {
         verify_slow_tier
         ;;
     plain) ;;
+    two-socket)
+        local node
+        for node in 1 2 3; do require_node_memory "$node"; done
+        ;;
     *) setup_failed "unknown topology '$TT_TOPOLOGY'" ;;
     esac
     log_memory_layout

@@ -31,7 +31,7 @@ check() {
 # shellcheck disable=SC2016 # expanded by bash in the guest
 readonly PROBE='
 numactl -H | sed -n "s/^available: \([0-9]*\) nodes.*/nodes \1/p"
-numactl -H | sed -n "s/^node 1 cpus:[[:space:]]*/node1cpus /p"
+numactl -H | sed -n "s/^node \([0-9]*\) cpus:[[:space:]]*/node\1cpus /p"
 for d in /sys/devices/virtual/memory_tiering/memory_tier*; do
     echo "tier ${d##*memory_tier} $(cat "$d/nodelist")"
 done
@@ -64,7 +64,12 @@ test_topology() {
     grep '^ttvm: ' "$err" | sed 's/^/# /' || true
     check "exit status 3 comes back as 3 (got $rc)" test "$rc" -eq 3
     check "numactl -H shows $nodes nodes" test "$(field "$out" nodes)" = "$nodes"
-    check "node 1 has no CPUs" test -z "$(field "$out" node1cpus)"
+    if [[ $topology == two-socket ]]; then
+        check "nodes 0 and 1 have CPUs 0 and 1" test "$(field "$out" node0cpus)/$(field "$out" node1cpus)" = "0/1"
+        check "nodes 2 and 3 have no CPUs" test -z "$(field "$out" node2cpus)$(field "$out" node3cpus)"
+    else
+        check "node 1 has no CPUs" test -z "$(field "$out" node1cpus)"
+    fi
     check "stdout holds no stderr line" lacks "$out" marker-for-stderr
     check "stderr holds the stderr line" has "$err" marker-for-stderr
     check "stderr holds no stdout line" lacks "$err" '^nodes '
@@ -109,6 +114,7 @@ main() {
         test_topology "$kernel" pmem 2
         test_topology "$kernel" pmem+cxl 3
         test_topology "$kernel" plain 2
+        test_topology "$kernel" two-socket 4
         test_setup_failure "$kernel"
         test_timeout "$kernel"
     done
