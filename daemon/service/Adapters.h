@@ -150,8 +150,8 @@ class RecorderSink final : public TraceSink {
   void onRegion(const RegionInfo& region) override { recorder_.onRegion(region); }
   void onMark(const IterationMark& mark) override { recorder_.onMark(mark); }
   void onProcessExit(pid_t tgid, uint64_t nowNs) override { recorder_.onProcessExit(tgid, nowNs); }
-  void onEvidence(const EvidenceBatch& evidence, uint64_t nowNs) override {
-    recorder_.onEvidence(evidence, nowNs);
+  void onEvidence(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs) override {
+    recorder_.onEvidence(evidence, sinceNs, nowNs);
   }
   void endEpoch(uint64_t nowNs) override { recorder_.endEpoch(nowNs); }
 

@@ -184,6 +184,7 @@ void EpochLoop::runOnce(uint64_t nowNs) {
                                ? static_cast<uint64_t>(periodMs_.load()) * 1'000'000ULL
                                : nowNs - lastNowNs_;
   const double epochSeconds = static_cast<double>(epochNs) / 1e9;
+  const uint64_t sinceNs = nowNs - std::min(nowNs, epochNs);  // the span this epoch's evidence covers
   lastNowNs_ = nowNs;
   applyEvents(nowNs);
 
@@ -196,7 +197,7 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     }
   }
   if (stages_.trace) {
-    stages_.trace->onEvidence(evidence_, nowNs);
+    stages_.trace->onEvidence(evidence_, sinceNs, nowNs);
     stages_.trace->endEpoch(nowNs);
   }
 
@@ -211,7 +212,7 @@ void EpochLoop::runOnce(uint64_t nowNs) {
   uint64_t moves = 0;
   PolicyView view;
   if (stages_.policy) {
-    stages_.policy->observe(evidence_, nowNs - std::min(nowNs, epochNs), nowNs);
+    stages_.policy->observe(evidence_, sinceNs, nowNs);
     std::vector<ManualPin> pins;
     {
       std::lock_guard lock(pinsMutex_);

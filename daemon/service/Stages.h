@@ -171,7 +171,8 @@ class TraceSink {
   virtual void onRegion(const RegionInfo& region) = 0;
   virtual void onMark(const IterationMark& mark) = 0;
   virtual void onProcessExit(pid_t tgid, uint64_t nowNs) = 0;
-  virtual void onEvidence(const EvidenceBatch& evidence, uint64_t nowNs) = 0;
+  // The evidence gathered over the epoch [sinceNs, nowNs).
+  virtual void onEvidence(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs) = 0;
   virtual void endEpoch(uint64_t nowNs) = 0;
 };
 

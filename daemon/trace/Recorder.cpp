@@ -118,7 +118,7 @@ Result<RecordingInfo> Recorder::start(pid_t tgid, const std::string& name, const
   header.computeOnlyTime = false;
   header.regions = regions;
   header.description = "recorded by tensortierd from pid " + std::to_string(tgid) +
-                       "; accesses carry their epoch's end time (CLOCK_MONOTONIC ns)";
+                       "; each access at a random time within the daemon epoch that saw it (CLOCK_MONOTONIC ns)";
   const std::string base = sanitizeName(name) + "-" + std::to_string(tgid) + "-" + utcStamp();
   Result<int> created = logicError("unreachable");
   std::string path;
@@ -137,6 +137,7 @@ Result<RecordingInfo> Recorder::start(pid_t tgid, const std::string& name, const
   rec->info.path = path;
   rec->info.active = true;
   rec->info.startedNs = nowNs;
+  rec->spread.seed(nowNs ^ (static_cast<uint64_t>(tgid) << 32));
   rec->info.endsByNs = nowNs + uint64_t{secs} * 1'000'000'000ULL;
   rec->info.regions = regions.size();
   rec->info.bytes = rec->writer.bytesWritten();
@@ -233,23 +234,45 @@ void Recorder::onMark(const IterationMark& mark) {
   ++it->second->info.marks;
 }
 
-void Recorder::onEvidence(const EvidenceBatch& evidence, uint64_t nowNs) {
+void Recorder::onEvidence(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs) {
   std::lock_guard lock(mutex_);
   if (active_.empty()) return;
-  // Marks of this epoch were written before its evidence; the writer needs accesses in time
-  // order, and marks carry the client's own (earlier) timestamps. Block pages are recorded as the
-  // records they stand for (a trace has one access per page); a failed write ends the recording
-  // and with it what the rest of the evidence would have added.
+  sinceNs = std::min(sinceNs, nowNs);
+  // Each access at a random time of its epoch (see the header), written in time order: the
+  // writer needs that, and the previous epoch's accesses all lie before sinceNs. Marks are kept
+  // apart in the file and carry their own timestamps. Block pages are recorded as the records
+  // they stand for (a trace has one access per page).
+  for (auto& [tgid, buffer] : pending_) buffer.clear();
   evidence.forEachRecord([&](const AccessEvidence& e) {
     auto it = active_.find(e.tgid);
     if (it == active_.end() || !it->second->info.ended.empty()) return;
-    Recording& rec = *it->second;
-    if (auto r = rec.writer.addAccess(nowNs, e.page, e.weight, e.kind == AccessKind::Store); !r) {
-      failLocked(rec, r.error());
-      return;
-    }
-    ++rec.info.accesses;
+    const uint64_t span = nowNs - sinceNs;
+    const uint64_t at = span == 0 ? nowNs : sinceNs + it->second->spread() % span;
+    pending_[e.tgid].push_back({at, e.page, e.weight, e.kind == AccessKind::Store});
   });
+  std::vector<pid_t> full;
+  for (auto& [tgid, buffer] : pending_) {
+    auto it = active_.find(tgid);
+    if (buffer.empty() || it == active_.end()) continue;
+    Recording& rec = *it->second;
+    std::sort(buffer.begin(), buffer.end(),
+              [](const PendingAccess& a, const PendingAccess& b) { return a.timeNs < b.timeNs; });
+    for (const PendingAccess& a : buffer) {
+      // A failed write ends the recording and with it what the rest of the evidence would add.
+      if (auto r = rec.writer.addAccess(a.timeNs, a.page, a.count, a.write); !r) {
+        failLocked(rec, r.error());
+        break;
+      }
+      ++rec.info.accesses;
+      if (rec.writer.bytesWritten() >= limits_.maxBytes) {  // a chunk was just written
+        full.push_back(tgid);
+        break;
+      }
+    }
+  }
+  for (pid_t tgid : full) endLocked(tgid, nowNs, "size limit");
+  // Buffers of recordings that ended are dropped; the others keep their capacity for next epoch.
+  std::erase_if(pending_, [this](const auto& entry) { return active_.count(entry.first) == 0; });
 }
 
 void Recorder::onProcessExit(pid_t tgid, uint64_t nowNs) {

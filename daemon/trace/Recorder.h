@@ -3,16 +3,23 @@
 // daemon's sources saw (sampled accesses, already scaled by their period), the client's iteration
 // marks and the process's registered regions. Started and stopped by `tensortierctl record`.
 //
-// What a recording holds, and what it cannot: the daemon sees evidence once per epoch, so every
-// access of an epoch carries the epoch's end time (marks keep their own timestamps); timestamps
-// are CLOCK_MONOTONIC wall time, stalls included (computeOnlyTime = false). Accesses outside the
-// registered regions are recorded too; the replay drops them (it lays out the regions only).
+// What a recording holds, and what it cannot: the daemon sees evidence once per epoch, and the
+// sources say only that an access happened during the epoch that gathered it. So each access gets
+// a time drawn uniformly at random from that epoch (a generator per recording, seeded by its pid
+// and start time): a replay sees an epoch's accesses spread over it, as the heat model spreads
+// them, not heaped on its end, where steps shorter than an epoch would find all of them in one
+// step and none in the others. Per-step statistics finer than the epoch are therefore estimates;
+// marks keep their own timestamps. Timestamps are CLOCK_MONOTONIC wall time, stalls included
+// (computeOnlyTime = false). Accesses outside the registered regions are recorded too; the replay
+// drops them (it lays out the regions only).
 //
 // Files: <directory>/<name>-<pid>-<UTC time>[-N].tttrace, created exclusively (never overwriting,
 // never through a symlink), mode 0640, group the admin group when one is configured (so the admins
 // who asked for a recording can read it without root). Limits (RecorderLimits) bound size,
 // duration and how many run at once; a recording ends at its limit, when the process exits, on
-// stop, or on a write error, and its file is always left readable (complete chunks).
+// stop, or on a write error, and its file is always left readable (complete chunks). The size
+// limit is checked as each chunk is written, so a recording ends within one chunk (at most
+// 65536 accesses) past it, even in an epoch with more evidence than that.
 //
 // Retention: each start keeps at most keepFiles recordings in the directory, the new one included,
 // by removing the oldest (by the UTC time in the name, within one second by -N, then by name) of
@@ -35,6 +42,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -99,7 +107,8 @@ class Recorder {
   // ---- epoch-thread hooks ----
   void onRegion(const RegionInfo& region);
   void onMark(const IterationMark& mark);
-  void onEvidence(const EvidenceBatch& evidence, uint64_t nowNs);
+  // The evidence the sources gathered over the epoch [sinceNs, nowNs) (see above for its times).
+  void onEvidence(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs);
   void onProcessExit(pid_t tgid, uint64_t nowNs);
   // Closes the epoch's chunk of every recording and ends those past a limit.
   void endEpoch(uint64_t nowNs);
@@ -110,6 +119,14 @@ class Recorder {
   struct Recording {
     RecordingInfo info;
     TraceWriter writer;
+    std::mt19937_64 spread;  // the accesses' times within their epoch
+  };
+  // An access of this epoch waiting to be written in time order.
+  struct PendingAccess {
+    uint64_t timeNs;
+    uint64_t page;
+    uint32_t count;
+    bool write;
   };
   void endLocked(pid_t tgid, uint64_t nowNs, const std::string& why);
   void failLocked(Recording& rec, const Error& error);
@@ -121,6 +138,7 @@ class Recorder {
   std::map<pid_t, std::unique_ptr<Recording>> active_;
   std::deque<RecordingInfo> ended_;
   std::vector<pid_t> failed_;  // write errors seen in a hook, ended at the next endEpoch
+  std::map<pid_t, std::vector<PendingAccess>> pending_;  // onEvidence's buffers, kept across epochs
 };
 
 // The file name part from a client name: [A-Za-z0-9._-] kept, others '_', at most 32 characters,

@@ -138,8 +138,9 @@ class FakeTraceSink final : public service::TraceSink {
   void onProcessExit(pid_t tgid, uint64_t nowNs) override {
     calls.push_back("exit:" + std::to_string(tgid) + "@" + std::to_string(nowNs));
   }
-  void onEvidence(const EvidenceBatch& evidence, uint64_t nowNs) override {
-    calls.push_back("evidence:" + std::to_string(evidence.pages()) + "@" + std::to_string(nowNs));
+  void onEvidence(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs) override {
+    calls.push_back("evidence:" + std::to_string(evidence.pages()) + "@" + std::to_string(sinceNs) + "-" +
+                    std::to_string(nowNs));
   }
   void endEpoch(uint64_t nowNs) override { calls.push_back("end@" + std::to_string(nowNs)); }
   std::vector<std::string> calls;

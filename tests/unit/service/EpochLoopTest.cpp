@@ -72,8 +72,8 @@ TEST_F(EpochLoopTest, TheTraceSinkSeesRegionsMarksEvidenceAndExitsInOrder) {
   traced.runOnce(1 * kSecond);
   (void)registry.removeProcess(10);
   traced.runOnce(2 * kSecond);
-  const std::vector<std::string> expected = {"region:" + std::to_string(id), "mark:5", "evidence:2@1000000000",
-                                             "end@1000000000",  "exit:10@2000000000", "evidence:0@2000000000",
+  const std::vector<std::string> expected = {"region:" + std::to_string(id), "mark:5", "evidence:2@0-1000000000",
+                                             "end@1000000000",  "exit:10@2000000000", "evidence:0@1000000000-2000000000",
                                              "end@2000000000"};
   EXPECT_EQ(sink.calls, expected);
 }
@@ -134,8 +134,8 @@ TEST_F(EpochLoopTest, EvidenceBlocksReachThePolicyAndTheTraceWithTheRecords) {
   traced.runOnce(3 * kSecond);
   EXPECT_EQ(policy.observed, 4u) << "the batch is emptied between epochs";
   const auto& calls = sink.calls;
-  EXPECT_NE(std::find(calls.begin(), calls.end(), "evidence:4@2000000000"), calls.end());
-  EXPECT_NE(std::find(calls.begin(), calls.end(), "evidence:0@3000000000"), calls.end());
+  EXPECT_NE(std::find(calls.begin(), calls.end(), "evidence:4@1000000000-2000000000"), calls.end());
+  EXPECT_NE(std::find(calls.begin(), calls.end(), "evidence:0@2000000000-3000000000"), calls.end());
 }
 
 TEST_F(EpochLoopTest, PlansGetIncreasingGenerationsAndEmptyPlansAreNotSubmitted) {

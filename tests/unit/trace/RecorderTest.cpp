@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "Trace.h"
@@ -81,7 +82,7 @@ TEST_F(RecorderTest, RecordsRegionsMarksAndAccessesOfOneProcessOnly) {
   rec.onEvidence(batch({evidence(100, 0x7f0000001000, 64, AccessKind::Load),
                         evidence(200, 0x7f0000001000, 9, AccessKind::Load),
                         evidence(100, 0x7f0000003000, 8, AccessKind::Store)}),
-                 11 * kS);
+                 10 * kS, 11 * kS);
   rec.endEpoch(11 * kS);
   // Epoch 2: a region registered later, an access in it, a phase mark.
   const RegionInfo acts{2, 100, 0x7f0000100000, 2 * 4096, RegionKind::Activation, "act", 0};
@@ -97,7 +98,7 @@ TEST_F(RecorderTest, RecordsRegionsMarksAndAccessesOfOneProcessOnly) {
     b.kind = AccessKind::Fault;
     b.counts[0x101] = 2;  // 0x7f0000101000
   }
-  rec.onEvidence(epoch2, 12 * kS);
+  rec.onEvidence(epoch2, 11 * kS, 12 * kS);
   rec.endEpoch(12 * kS);
 
   auto stopped = rec.stop(100, 13 * kS);
@@ -127,23 +128,79 @@ TEST_F(RecorderTest, RecordsRegionsMarksAndAccessesOfOneProcessOnly) {
   EXPECT_EQ(trace->regions[1].pages, 2U);
   ASSERT_EQ(trace->accesses.size(), 3U);
   EXPECT_EQ(stats.droppedAccesses, 0U);
-  // Page ids are dense over the regions: w = 0..3, act = 4..5.
-  EXPECT_EQ(trace->accesses[0].page, 1U);
-  EXPECT_EQ(trace->accesses[0].count, 64U);
-  EXPECT_FALSE(trace->accesses[0].write);
-  // Times since boot, shifted to start at the recording's first event.
+  // Page ids are dense over the regions: w = 0..3, act = 4..5. Each access has a time within the
+  // epoch that gathered it (times since boot, shifted to start at the recording's first event),
+  // so the two of epoch 1 may come in either order.
   EXPECT_GT(stats.shiftedByNs, 0U);
-  EXPECT_EQ(trace->accesses[0].timeNs + stats.shiftedByNs, 11 * kS);
-  EXPECT_EQ(trace->accesses[1].page, 3U);
-  EXPECT_TRUE(trace->accesses[1].write);
-  EXPECT_EQ(trace->accesses[2].page, 5U);
-  EXPECT_EQ(trace->accesses[2].count, 2U);
-  EXPECT_FALSE(trace->accesses[2].write);
-  EXPECT_EQ(trace->accesses[2].timeNs + stats.shiftedByNs, 12 * kS);
+  std::map<uint64_t, tiersim::SimAccess> byPage;
+  for (const auto& a : trace->accesses) byPage[a.page] = a;
+  ASSERT_EQ(byPage.size(), 3U);
+  EXPECT_EQ(byPage[1].count, 64U);
+  EXPECT_FALSE(byPage[1].write);
+  EXPECT_TRUE(byPage[3].write);
+  EXPECT_EQ(byPage[5].count, 2U);
+  EXPECT_FALSE(byPage[5].write);
+  for (uint64_t page : {1, 3}) {
+    EXPECT_GE(byPage[page].timeNs + stats.shiftedByNs, 10 * kS) << page;
+    EXPECT_LT(byPage[page].timeNs + stats.shiftedByNs, 11 * kS) << page;
+  }
+  EXPECT_GE(byPage[5].timeNs + stats.shiftedByNs, 11 * kS);
+  EXPECT_LT(byPage[5].timeNs + stats.shiftedByNs, 12 * kS);
   ASSERT_EQ(trace->marks.size(), 2U);
   EXPECT_EQ(trace->marks[0].type, MarkType::StepBegin);
   EXPECT_EQ(trace->marks[0].timestampNs + stats.shiftedByNs, 10 * kS + 5);
   EXPECT_EQ(trace->marks[1].phase, "backward");
+}
+
+// The sources say only that an access happened during its epoch: a recording spreads an epoch's
+// accesses over it instead of stamping them all with its end, so a replay of 200 ms steps in a
+// 1 s epoch finds each step with its share of them, not four empty steps and one with all.
+TEST_F(RecorderTest, AnEpochsAccessesAreSpreadOverTheEpoch) {
+  Recorder rec(limits());
+  const RegionInfo buffer{1, 7, 0x10000000, 1000 * 4096, RegionKind::Activation, "buffer", 0};
+  ASSERT_TRUE(rec.start(7, "spread", [&] { return std::vector<RegionInfo>{buffer}; }, 1 * kS, 0).ok());
+  std::vector<AccessEvidence> records;
+  for (uint64_t i = 0; i < 1000; ++i) records.push_back(evidence(7, 0x10000000 + i * 4096, 1, AccessKind::Load));
+  rec.onEvidence(batch(std::move(records)), 1 * kS, 2 * kS);
+  rec.endEpoch(2 * kS);
+  auto stopped = rec.stop(7, 2 * kS);
+  ASSERT_TRUE(stopped.ok());
+  tiersim::ReadTraceStats stats;
+  auto trace = tiersim::readTraceFile(stopped->path, &stats);
+  ASSERT_TRUE(trace.ok()) << trace.error().message();
+  ASSERT_EQ(trace->accesses.size(), 1000U);
+  std::vector<uint64_t> perStep(5, 0);
+  uint64_t last = 0;
+  for (const auto& a : trace->accesses) {
+    const uint64_t t = a.timeNs + stats.shiftedByNs;
+    ASSERT_GE(t, 1 * kS);
+    ASSERT_LT(t, 2 * kS);
+    ASSERT_GE(t, last) << "accesses out of time order";
+    last = t;
+    ++perStep[(t - 1 * kS) / (kS / 5)];
+  }
+  for (size_t step = 0; step < 5; ++step) {
+    EXPECT_GT(perStep[step], 140U) << "step " << step;  // 200 expected; binomial sd 12.6
+    EXPECT_LT(perStep[step], 260U) << "step " << step;
+  }
+}
+
+// One epoch with far more evidence than the size limit allows ends the recording as the limit is
+// passed, within a chunk of it, not at the epoch's end.
+TEST_F(RecorderTest, TheSizeLimitEndsARecordingWithinTheEpochThatPassesIt) {
+  RecorderLimits l = limits();
+  l.maxBytes = 4096;
+  Recorder rec(l);
+  ASSERT_TRUE(rec.start(8, "big", nullptr, 0, 0).ok());
+  std::vector<AccessEvidence> many;
+  for (uint64_t i = 0; i < 200000; ++i) many.push_back(evidence(8, 0x10000000 + i * 4096 * 7, 1, AccessKind::Load));
+  rec.onEvidence(batch(std::move(many)), 0, 1 * kS);
+  const auto all = rec.list();  // before endEpoch
+  ASSERT_EQ(all.size(), 1U);
+  EXPECT_FALSE(all[0].active);
+  EXPECT_EQ(all[0].ended, "size limit");
+  EXPECT_EQ(all[0].accesses, 65536U);  // the first chunk passed the limit
+  EXPECT_EQ(all[0].bytes, fs::file_size(all[0].path));
 }
 
 TEST_F(RecorderTest, RefusesASecondRecordingOfOneProcessAndMoreThanTheLimit) {
@@ -194,7 +251,7 @@ TEST_F(RecorderTest, EndsAtTheTimeLimitTheSizeLimitAndProcessExit) {
   ASSERT_TRUE(rec.start(3, "exits", nullptr, 0, 0).ok());
   std::vector<AccessEvidence> many;
   for (uint64_t i = 0; i < 4096; ++i) many.push_back(evidence(2, 0x10000000 + i * 4096 * 7, 1, AccessKind::Load));
-  rec.onEvidence(batch(std::move(many)), 1 * kS);
+  rec.onEvidence(batch(std::move(many)), 0, 1 * kS);
   rec.endEpoch(1 * kS);
   rec.onProcessExit(3, 2 * kS);
   rec.endEpoch(4 * kS);
@@ -295,7 +352,7 @@ TEST_F(RecorderTest, AFailedWriteInTheMiddleOfABlockEndsTheRecordingThere) {
       b.base = 0x7f0000000000ULL + c * kBlockBytes;
       b.counts.fill(1);
     }
-    rec.onEvidence(batch, 1 * kS);
+    rec.onEvidence(batch, 0, 1 * kS);
     const auto all = rec.list();
     if (all.size() != 1) std::_Exit(4);
     if (all[0].ended.rfind("write error", 0) != 0) std::_Exit(5);
@@ -386,7 +443,7 @@ TEST_F(RecorderTest, NeverRemovesARunningRecording) {
   EXPECT_TRUE(fs::exists(b->path));
   EXPECT_TRUE(fs::exists(c->path));
   // b keeps recording into its file, which is still whole.
-  rec.onEvidence(batch({evidence(2, 0x10000000, 1, AccessKind::Load)}), 1 * kS);
+  rec.onEvidence(batch({evidence(2, 0x10000000, 1, AccessKind::Load)}), 0, 1 * kS);
   rec.endEpoch(1 * kS);
   auto stoppedB = rec.stop(2, 2 * kS);
   ASSERT_TRUE(stoppedB.ok());
