@@ -13,6 +13,7 @@ namespace pb = tensortier::v1;
 
 namespace {
 constexpr size_t kChunkAccesses = 65536;
+constexpr int kChunkMarksOrRegions = 16384;
 constexpr uint32_t kMaxCount = 0x7fffffffU;
 
 void fillRegion(pb::TraceRegionRecord* r, const RegionInfo& region) {
@@ -166,18 +167,23 @@ Result<void> TraceWriter::addMark(const IterationMark& mark) {
   m->set_type(toProto(mark.type));
   m->set_step(mark.step);
   m->set_phase(mark.phase);
+  if (chunk_.marks_size() >= kChunkMarksOrRegions) return flush();
   return {};
 }
 
 Result<void> TraceWriter::addRegion(const RegionInfo& region) {
   if (file_ == nullptr) return logicError("trace writer: addRegion before open");
   fillRegion(chunk_.add_regions(), region);
+  if (chunk_.regions_size() >= kChunkMarksOrRegions) return flush();
   return {};
 }
 
 Result<void> TraceWriter::flush() {
   if (file_ == nullptr) return logicError("trace writer: flush before open");
   if (chunk_.time_delta_ns_size() == 0 && chunk_.marks_size() == 0 && chunk_.regions_size() == 0) return {};
+  // Only inputs outside what the daemon and tools give (phases or region names longer than the
+  // protocol allows) could pass it; readers would take such a chunk for corruption.
+  if (chunk_.ByteSizeLong() > kMaxChunkBytes) return logicError("trace " + path_ + ": chunk larger than kMaxChunkBytes");
   if (auto written = writeDelimited(chunk_, "chunk"); !written) return written;
   chunk_.Clear();
   chunkStarted_ = false;

@@ -18,6 +18,12 @@ namespace tt::trace {
 
 inline constexpr char kTraceMagic[8] = {'T', 'T', 'T', 'R', 'A', 'C', 'E', '1'};
 
+// The largest chunk a writer makes. A chunk closes at 65536 accesses (at most 25 bytes each:
+// 1.6 MiB), 16384 marks (phases are cut to 64 bytes by the protocol: under 1.6 MiB) or 16384
+// regions (names of at most 256 bytes: under 5 MiB). A reader takes a length prefix above it for
+// corruption, not for a chunk the file was cut inside.
+inline constexpr uint32_t kMaxChunkBytes = 16U << 20;
+
 [[nodiscard]] tensortier::v1::TraceRegionKind toProto(RegionKind kind);
 [[nodiscard]] RegionKind fromProto(tensortier::v1::TraceRegionKind kind);
 [[nodiscard]] tensortier::v1::TraceMarkType toProto(MarkType type);

@@ -1,10 +1,12 @@
 #include "Trace.h"
 
+#include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 #include <google/protobuf/util/delimited_message_util.h>
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 
@@ -16,6 +18,7 @@ namespace {
 namespace pb = tensortier::v1;
 
 using trace::fromProto;
+using trace::kMaxChunkBytes;
 using trace::kTraceMagic;
 
 }  // namespace
@@ -110,6 +113,9 @@ Result<Trace> readTraceFile(const std::string& path, ReadTraceStats* stats) {
   if (!in || std::memcmp(magic, kTraceMagic, sizeof kTraceMagic) != 0) {
     return logicError("trace file " + path + ": not a tensortier trace (bad magic)");
   }
+  std::error_code sizeError;
+  const uint64_t fileBytes = std::filesystem::file_size(path, sizeError);
+  if (sizeError) return systemError(sizeError.value(), "size of trace file " + path);
   google::protobuf::io::IstreamInputStream stream(&in);
   bool eof = false;
   pb::TraceHeader header;
@@ -141,20 +147,34 @@ Result<Trace> readTraceFile(const std::string& path, ReadTraceStats* stats) {
   pb::TraceChunk chunk;
   while (true) {
     chunk.Clear();
-    if (!google::protobuf::util::ParseDelimitedFromZeroCopyStream(&chunk, &stream, &eof)) {
-      if (eof) break;
-      // A chunk the file ends inside is one still being written (or cut short by a crash): the
-      // recorder writes whole chunks, and a crash loses at most the one in progress. Anything
-      // else is corruption.
-      const void* more = nullptr;
-      int moreBytes = 0;
-      if (!stream.Next(&more, &moreBytes)) {
+    // A chunk the file ends inside is one still being written (or cut short by a crash): the
+    // recorder writes whole chunks, and a crash loses at most the one in progress. Anything else
+    // is corruption, a length prefix above the largest chunk a writer makes included: read as a
+    // cut, it would silently drop every chunk after it.
+    const uint64_t at = sizeof kTraceMagic + static_cast<uint64_t>(stream.ByteCount());
+    if (at == fileBytes) break;
+    auto corrupt = [&](const std::string& what) {
+      return logicError("trace file " + path + ": corrupt chunk at byte " + std::to_string(at) + " (after " +
+                        std::to_string(raw.size()) + " accesses): " + what);
+    };
+    google::protobuf::io::CodedInputStream coded(&stream);
+    uint32_t length = 0;
+    if (!coded.ReadVarint32(&length)) {
+      if (fileBytes - at < 5) {  // the prefix itself was cut
         if (stats != nullptr) stats->incompleteLastChunk = true;
         break;
       }
-      return logicError("trace file " + path + ": corrupt chunk after " + std::to_string(raw.size()) +
-                        " accesses");
+      return corrupt("unreadable length");
     }
+    if (length > kMaxChunkBytes)
+      return corrupt("length " + std::to_string(length) + " above the largest chunk a writer makes");
+    if (at + static_cast<uint64_t>(coded.CurrentPosition()) + length > fileBytes) {
+      if (stats != nullptr) stats->incompleteLastChunk = true;
+      break;
+    }
+    const auto limit = coded.PushLimit(static_cast<int>(length));
+    if (!chunk.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage()) return corrupt("unparsable");
+    coded.PopLimit(limit);
     const int n = chunk.time_delta_ns_size();
     if (chunk.page_delta_size() != n || chunk.count_and_write_size() != n) {
       return logicError("trace file " + path + ": chunk columns differ in length");

@@ -5,7 +5,10 @@
 #include <cstdio>
 #include <fstream>
 
+#include <google/protobuf/io/coded_stream.h>
+
 #include "Trace.h"
+#include "trace/TraceFile.h"
 #include "traces/ModelTraces.h"
 
 namespace tt::tiersim {
@@ -178,6 +181,68 @@ TEST(TiersimTraceFile, BadFilesGetAnErrorNotACrash) {
   auto missing = readTraceFile("/nonexistent/trace.tt");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().code, ENOENT);
+}
+
+// A chunk's length prefix damaged in the middle of a file claims more bytes than are left, as a
+// chunk the file was cut inside does; but no writer makes a chunk that large, so it is corruption:
+// an error, not a silent end of the trace at that chunk.
+TEST(TiersimTraceFile, ACorruptLengthInTheMiddleIsAnErrorNotACut) {
+  TempFile file;
+  ModelTraceOptions options;
+  options.steps = 2;
+  options.scaleDivisor = 64;
+  auto trace = generateModelTrace("resnet50", options);
+  ASSERT_TRUE(trace.ok());
+  ASSERT_GT(trace->accesses.size(), 2U * 65536U) << "needs at least three chunks";
+  ASSERT_TRUE(writeTraceFile(*trace, file.path()).ok());
+  std::string bytes;
+  {
+    std::ifstream in(file.path(), std::ios::binary | std::ios::ate);
+    bytes.resize(static_cast<size_t>(in.tellg()));
+    in.seekg(0);
+    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  // Skip the magic, the header and the first chunk: `at` is the second chunk's length prefix.
+  size_t at = sizeof tt::trace::kTraceMagic;
+  for (int message = 0; message < 2; ++message) {
+    google::protobuf::io::CodedInputStream coded(reinterpret_cast<const uint8_t*>(bytes.data()) + at,
+                                                 static_cast<int>(bytes.size() - at));
+    uint32_t length = 0;
+    ASSERT_TRUE(coded.ReadVarint32(&length));
+    at += static_cast<size_t>(coded.CurrentPosition()) + length;
+  }
+  ASSERT_LT(at + 5, bytes.size());
+  const char huge[5] = {'\xff', '\xff', '\xff', '\xff', '\x0f'};  // 2^32 - 1
+  bytes.replace(at, 5, huge, 5);
+  {
+    std::ofstream out(file.path(), std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  ReadTraceStats stats;
+  auto damaged = readTraceFile(file.path(), &stats);
+  ASSERT_FALSE(damaged.ok()) << "read as a trace of " << damaged->accesses.size() << " accesses";
+  EXPECT_NE(damaged.error().message().find("above the largest chunk"), std::string::npos) << damaged.error().message();
+}
+
+// Marks close a chunk as accesses do, so no chunk outgrows what readers accept.
+TEST(TiersimTraceFile, ManyMarksWithoutAccessesStayReadable) {
+  TempFile file;
+  tt::trace::TraceWriter writer;
+  ASSERT_TRUE(writer.open(file.path(), tt::trace::TraceWriter::Header{}).ok());
+  for (uint64_t i = 0; i < 40000; ++i) {
+    IterationMark mark;
+    mark.type = MarkType::PhaseBegin;
+    mark.step = i;
+    mark.phase = std::string(64, 'p');
+    mark.timestampNs = i;
+    ASSERT_TRUE(writer.addMark(mark).ok());
+  }
+  ASSERT_TRUE(writer.close().ok());
+  ReadTraceStats stats;
+  auto read = readTraceFile(file.path(), &stats);
+  ASSERT_TRUE(read.ok()) << read.error().message();
+  EXPECT_EQ(read->marks.size(), 40000U);
+  EXPECT_FALSE(stats.incompleteLastChunk);
 }
 
 }  // namespace
