@@ -1,6 +1,8 @@
 #include "sources/SoftDirtySource.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 
 #include "core/Log.h"
 #include "sys/ProcMaps.h"
@@ -62,24 +64,42 @@ Result<void> SoftDirtySource::collect(EvidenceBatch& out) {
         ++it;
         continue;
       }
-      uint64_t budget = maxPages_;
+      // Whole pages covering each range (ranges from regions and smaps are page aligned anyway),
+      // numbered across the ranges: the window is [windowStart, windowStart + budget), wrapped.
+      uint64_t total = 0;
+      for (const auto& [rangeStart, rangeEnd] : *ranges)
+        total += (rangeEnd - (rangeStart & ~(kBasePageSize - 1)) + kBasePageSize - 1) / kBasePageSize;
+      const uint64_t window = std::min(total, maxPages_);
+      const uint64_t first = total > window && total > 0 ? p.windowStart % total : 0;
+      const std::pair<uint64_t, uint64_t> parts[2] = {{first, std::min(total, first + window)},
+                                                      {0, first + window > total ? first + window - total : 0}};
       dirty_.clear();
+      uint64_t offset = 0;  // pages of the ranges before this one
       for (const auto& [rangeStart, rangeEnd] : *ranges) {
-        if (budget == 0) break;
-        // Whole pages covering the range (ranges from regions and smaps are page aligned anyway).
         const uint64_t start = rangeStart & ~(kBasePageSize - 1);
-        const uint64_t pages = std::min(budget, (rangeEnd - start + kBasePageSize - 1) / kBasePageSize);
-        if (pages == 0) continue;
-        if (auto r = tracker_->dirtyPages(tgid, start, pages, dirty_); !r) {
-          errors += r.error().message() + "; ";
-          break;
+        const uint64_t pages = (rangeEnd - start + kBasePageSize - 1) / kBasePageSize;
+        bool failed = false;
+        for (const auto& [lo, hi] : parts) {
+          const uint64_t from = std::max(lo, offset), to = std::min(hi, offset + pages);
+          if (from >= to) continue;
+          if (auto r = tracker_->dirtyPages(tgid, start + (from - offset) * kBasePageSize, to - from, dirty_); !r) {
+            errors += r.error().message() + "; ";
+            failed = true;
+            break;
+          }
         }
-        budget -= pages;
+        if (failed) break;
+        offset += pages;
       }
+      p.windowStart = total > 0 ? (first + window) % total : 0;
+      // Each page read stands for the epochs until the window comes back to it.
+      const auto weight = static_cast<uint32_t>(
+          window > 0 ? std::clamp<double>(std::round(static_cast<double>(total) / static_cast<double>(window)), 1, 1 << 20) : 1);
       for (uint64_t page : dirty_) {
         AccessEvidence e;
         e.tgid = tgid;
         e.page = page;
+        e.weight = weight;
         e.kind = AccessKind::Store;
         out.records.push_back(e);
       }

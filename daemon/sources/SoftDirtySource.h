@@ -3,6 +3,12 @@
 // process's registered regions (setRanges, from the epoch loop) or, for a process that registered
 // none, its anonymous mappings from /proc/PID/smaps, up to a page budget.
 // The first epoch after addProcess only clears: every page starts soft-dirty.
+//
+// Past the budget: clear_refs clears the whole process, so a page that is not read in an epoch
+// loses that epoch's writes for good. The budget is therefore a window that moves on by its size
+// every epoch, wrapping around the ranges, so every page is read once every ceil(total / budget)
+// epochs; each page read then stands for total / budget epochs' writes (its record's weight, as a
+// sample stands for its period). A window fixed at the start would never see the pages past it.
 #pragma once
 
 #include <map>
@@ -36,6 +42,7 @@ class SoftDirtySource final : public Source {
   struct Process {
     bool primed = false;
     std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    uint64_t windowStart = 0;  // the page (counted across the ranges) the next window starts at
   };
   Result<std::vector<std::pair<uint64_t, uint64_t>>> scanRanges(pid_t tgid, const Process& p) const;
 

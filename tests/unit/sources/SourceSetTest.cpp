@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "fakes/sources/FakeSoftDirtyTracker.h"
@@ -269,6 +270,34 @@ TEST_F(SoftDirtySourceTest, ScansOnlyTheRegisteredRangesOnceSet) {
   ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
   ASSERT_EQ(out.size(), 1U);
   EXPECT_EQ(out[0].page, 0x7f0000008000U);
+}
+
+// clear_refs clears the whole process every epoch, so pages past the budget must still be read
+// in some epoch: the window moves on by the budget, wrapping around the ranges (two here), and
+// every page read stands for the epochs between two reads of it.
+TEST_F(SoftDirtySourceTest, ThePageBudgetIsAWindowThatVisitsEveryPage) {
+  auto tracker = std::make_unique<fakes::FakeSoftDirtyTracker>();
+  auto* t = tracker.get();
+  SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 4, Result<bool>(true));
+  ASSERT_TRUE(source.addProcess(42).ok());
+  constexpr uint64_t kA = 0x7f0000000000, kB = 0x7f1000000000;
+  source.setRanges(42, {{kA, kA + 6 * 4096}, {kB, kB + 4 * 4096}});  // 10 pages
+  std::vector<AccessEvidence> out;
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());  // primes
+  std::map<uint64_t, int> reads;
+  for (int epoch = 0; epoch < 5; ++epoch) {  // 20 page reads: every page twice
+    for (uint64_t i = 0; i < 6; ++i) t->markWritten(42, kA + i * 4096);
+    for (uint64_t i = 0; i < 4; ++i) t->markWritten(42, kB + i * 4096);
+    out.clear();
+    ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+    EXPECT_EQ(out.size(), 4U) << "epoch " << epoch;
+    for (const auto& e : out) {
+      ++reads[e.page];
+      EXPECT_EQ(e.weight, 3U) << "10 pages, 4 a window: each read stands for 2.5 epochs, rounded";
+    }
+  }
+  ASSERT_EQ(reads.size(), 10U) << "pages past the budget were never read";
+  for (const auto& [page, n] : reads) EXPECT_EQ(n, 2) << std::hex << page;
 }
 
 TEST(SoftDirtySource, KernelWithoutSoftDirtyIsUnavailableWithReason) {
