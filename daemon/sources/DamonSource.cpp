@@ -10,10 +10,41 @@ DamonSource::DamonSource(sys::DamonSysfs damon, sys::DamonAttrs attrs, uint64_t 
     : damon_(std::move(damon)), attrs_(attrs), maxPages_(maxPagesPerEpoch) {}
 
 DamonSource::~DamonSource() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  // A kdamond turned off answers a request it had not answered yet, so stop them before joining.
   for (const auto& [tgid, slot] : slots_) {
     if (auto s = damon_.stop(slot); !s) {
       TT_LOG(Warn) << "DAMON stop for pid " << tgid << ": " << s.error().message();
     }
+  }
+  if (refresher_.joinable()) refresher_.join();
+}
+
+void DamonSource::refreshLoop() {
+  std::unique_lock lock(mutex_);
+  while (true) {
+    wake_.wait(lock, [this] { return stopping_ || (pending_ && !refreshed_); });
+    if (stopping_) return;
+    const auto slots = requested_;
+    lock.unlock();
+    // All at once: each request waits for its own kdamond, so together they take about one
+    // aggregation interval, not one per process.
+    std::vector<std::string> errors(slots.size());
+    std::vector<std::thread> waits;
+    for (size_t i = 0; i < slots.size(); ++i)
+      waits.emplace_back([this, &slots, &errors, i] {
+        if (auto r = damon_.requestRegions(slots[i].second); !r)
+          errors[i] = "pid " + std::to_string(slots[i].first) + ": " + r.error().message() + "; ";
+      });
+    for (auto& w : waits) w.join();
+    lock.lock();
+    refreshErrors_.clear();
+    for (const auto& e : errors) refreshErrors_ += e;
+    refreshed_ = true;
   }
 }
 
@@ -37,6 +68,7 @@ void DamonSource::open() {
   }
   status_ = {true, "DAMON vaddr via sysfs, " + std::to_string(damon_.slots()) + " kdamonds, sample " +
                        std::to_string(attrs_.sampleUs) + " us, aggregate " + std::to_string(attrs_.aggrUs) + " us"};
+  refresher_ = std::thread([this] { refreshLoop(); });
 }
 
 Result<void> DamonSource::addProcess(pid_t tgid) {
@@ -62,15 +94,37 @@ Result<void> DamonSource::removeProcess(pid_t tgid) {
 }
 
 Result<void> DamonSource::collect(EvidenceBatch& out) {
+  if (!refresher_.joinable()) return {};  // not open
   std::string errors;
-  for (const auto& [tgid, slot] : slots_) {
-    auto regions = damon_.regions(slot);
+  std::vector<std::pair<pid_t, uint32_t>> answered;
+  {
+    std::lock_guard lock(mutex_);
+    if (pending_ && !refreshed_) return {};  // the last requests still wait for their kdamonds
+    if (pending_) {
+      answered.swap(requested_);
+      errors = refreshErrors_;
+    }
+    pending_ = refreshed_ = false;
+  }
+  for (const auto& [tgid, slot] : answered) {
+    // A process removed since (its slot off, or given to another process) has nothing to read.
+    auto it = slots_.find(tgid);
+    if (it == slots_.end() || it->second != slot) continue;
+    auto regions = damon_.readRegions(slot);
     if (!regions) {
       errors += regions.error().message() + "; ";
       continue;
     }
     counters_.samples += regions->size();
     counters_.evidence += appendRegionBlocks(tgid, *regions, maxPages_, out.blocks);
+  }
+  if (!slots_.empty()) {
+    {
+      std::lock_guard lock(mutex_);
+      requested_.assign(slots_.begin(), slots_.end());
+      pending_ = true;
+    }
+    wake_.notify_one();
   }
   if (!errors.empty()) return logicError("DAMON: " + errors);
   return {};

@@ -4,10 +4,20 @@
 // many pages of equal weight, which a block per 2 MiB carries in 528 bytes where records take 24
 // bytes a page. DAMON relies on page-table accessed bits: inside a TCG VM they are unreliable
 // (docs/architecture.md, sources).
+//
+// Asking a kdamond to refresh what it saw blocks until the end of its aggregation interval (100 ms
+// by default), for each process. So the requests run on a thread of the source's own, all the
+// processes' at once: collect() reads what the previous epoch's requests refreshed and starts the
+// next ones, and never waits for a kdamond. The evidence is one epoch late; an epoch in which the
+// requests have not finished yet (an aggregation interval longer than the epoch) has none.
 #pragma once
 
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "sources/Source.h"
 #include "sys/access/DamonSysfs.h"
@@ -33,12 +43,24 @@ class DamonSource final : public Source {
   ~DamonSource() override;
 
  private:
+  void refreshLoop();
+
   sys::DamonSysfs damon_;
   sys::DamonAttrs attrs_;
   uint64_t maxPages_;
   SourceStatus status_;
   SourceCounters counters_;
   std::map<pid_t, uint32_t> slots_;  // tgid -> kdamond slot
+
+  // The refresher thread and what it shares with collect(), under mutex_.
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<std::pair<pid_t, uint32_t>> requested_;  // the slots of the requests in flight
+  bool pending_ = false;    // requests posted and not yet read
+  bool refreshed_ = false;  // ... and all of them answered
+  std::string refreshErrors_;
+  bool stopping_ = false;
+  std::thread refresher_;
 };
 
 }  // namespace tt::sources

@@ -80,8 +80,16 @@ Result<void> DamonSysfs::stop(uint32_t slot) {
   return sysfs_.writeFile(dir(slot) + "/state", "off");
 }
 
+Result<void> DamonSysfs::requestRegions(uint32_t slot) const {
+  return sysfs_.writeFile(dir(slot) + "/state", "update_schemes_tried_regions");
+}
+
 Result<std::vector<DamonRegion>> DamonSysfs::regions(uint32_t slot) {
-  if (auto w = sysfs_.writeFile(dir(slot) + "/state", "update_schemes_tried_regions"); !w) return w.error();
+  if (auto w = requestRegions(slot); !w) return w.error();
+  return readRegions(slot);
+}
+
+Result<std::vector<DamonRegion>> DamonSysfs::readRegions(uint32_t slot) const {
   const std::string tried = dir(slot) + "/contexts/0/schemes/0/tried_regions";
   auto entries = sysfs_.listDir(tried);
   if (!entries) return entries.error();

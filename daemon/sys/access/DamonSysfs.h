@@ -46,7 +46,12 @@ class DamonSysfs {
   // Whether this kernel's DAMON sysfs reports a scheme's tried regions (6.2+; 6.1 has DAMON sysfs
   // without them, so regions() could never succeed). Gives slot 0 its scheme directory to look.
   [[nodiscard]] Result<bool> reportsRegions();
-  // Asks the kdamond to refresh tried_regions and reads them.
+  // Asks the kdamond to refresh tried_regions. Blocks until it has: the kernel answers at the end
+  // of the kdamond's current aggregation interval (aggr_us, 100 ms by default).
+  [[nodiscard]] Result<void> requestRegions(uint32_t slot) const;
+  // Reads tried_regions as the last request left them (does not block).
+  [[nodiscard]] Result<std::vector<DamonRegion>> readRegions(uint32_t slot) const;
+  // Both, one after the other.
   [[nodiscard]] Result<std::vector<DamonRegion>> regions(uint32_t slot);
   [[nodiscard]] uint32_t slots() const { return slots_; }
 

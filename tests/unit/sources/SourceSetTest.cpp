@@ -1,8 +1,12 @@
 // SourceSet over fake sources, the evidence aggregator, the soft-dirty source over a fake tracker
 // and fixture smaps, and kernel-tiering detection on fixture trees.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -483,28 +487,34 @@ TEST_F(KernelTieringTest, GarbageValueIsAClearError) {
   EXPECT_NE(t.error().context.find("maybe"), std::string::npos);
 }
 
-using DamonSysfsTest = TempTree;
-
-TEST_F(DamonSysfsTest, ConfiguresOneKdamondPerProcessAndReadsTriedRegions) {
-  const std::string admin = "kernel/mm/damon/admin/kdamonds";
-  write(admin + "/nr_kdamonds", "0\n");
-  sys::DamonSysfs damon(sys::Fs(root_.string()), 0, 2);
-  ASSERT_TRUE(damon.available());
+class DamonSysfsTest : public TempTree {
+ protected:
+  static constexpr const char* kAdmin = "kernel/mm/damon/admin/kdamonds";
   // The kernel creates the kdamond directories and files when nr_kdamonds is written; emulate
   // that with empty files (Fs::writeFile opens existing files only, as on sysfs).
-  for (int k = 0; k < 2; ++k) {
-    const std::string kd = admin + "/" + std::to_string(k);
-    write(kd + "/state", "");
-    write(kd + "/contexts/nr_contexts", "");
-    const std::string ctx = kd + "/contexts/0";
-    for (const char* f : {"operations", "monitoring_attrs/intervals/sample_us", "monitoring_attrs/intervals/aggr_us",
-                          "monitoring_attrs/intervals/update_us", "monitoring_attrs/nr_regions/min",
-                          "monitoring_attrs/nr_regions/max", "targets/nr_targets", "targets/0/pid_target",
-                          "schemes/nr_schemes", "schemes/0/action"})
-      write(ctx + "/" + f, "");
-    for (const char* d : {"sz", "nr_accesses", "age"})
-      for (const char* m : {"min", "max"}) write(ctx + "/schemes/0/access_pattern/" + d + "/" + m, "");
+  void makeKdamonds(int count) {
+    write(std::string(kAdmin) + "/nr_kdamonds", "0\n");
+    for (int k = 0; k < count; ++k) {
+      const std::string kd = std::string(kAdmin) + "/" + std::to_string(k);
+      write(kd + "/state", "");
+      write(kd + "/contexts/nr_contexts", "");
+      const std::string ctx = kd + "/contexts/0";
+      for (const char* f : {"operations", "monitoring_attrs/intervals/sample_us", "monitoring_attrs/intervals/aggr_us",
+                            "monitoring_attrs/intervals/update_us", "monitoring_attrs/nr_regions/min",
+                            "monitoring_attrs/nr_regions/max", "targets/nr_targets", "targets/0/pid_target",
+                            "schemes/nr_schemes", "schemes/0/action"})
+        write(ctx + "/" + f, "");
+      for (const char* d : {"sz", "nr_accesses", "age"})
+        for (const char* m : {"min", "max"}) write(ctx + "/schemes/0/access_pattern/" + d + "/" + m, "");
+    }
   }
+};
+
+TEST_F(DamonSysfsTest, ConfiguresOneKdamondPerProcessAndReadsTriedRegions) {
+  const std::string admin = kAdmin;
+  makeKdamonds(2);
+  sys::DamonSysfs damon(sys::Fs(root_.string()), 0, 2);
+  ASSERT_TRUE(damon.available());
   ASSERT_TRUE(damon.prepare().ok());
   EXPECT_EQ(read(admin + "/nr_kdamonds"), "2");
   sys::DamonAttrs attrs;
@@ -549,6 +559,52 @@ TEST_F(DamonSysfsTest, KernelWithoutTriedRegionsIsUnavailableWithReason) {
   DamonSource current(sys::DamonSysfs(sys::Fs(root_.string()), 0, 1), sys::DamonAttrs{}, 1024);
   current.open();
   EXPECT_TRUE(current.status().available) << current.status().detail;
+}
+
+// Asking a kdamond for its regions blocks until its aggregation interval ends (100 ms each by
+// default); the source asks on a thread of its own, so collect() never waits. Here the kdamond's
+// state file is a FIFO: a request blocks until the test reads it, as the kernel's does until the
+// kdamond answers.
+TEST_F(DamonSysfsTest, CollectDoesNotWaitForTheKdamonds) {
+  makeKdamonds(1);
+  const std::string kd = std::string(kAdmin) + "/0";
+  fs::create_directories(root_ / kd / "contexts/0/schemes/0/tried_regions");
+  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 1), sys::DamonAttrs{}, 1024);
+  source.open();
+  ASSERT_TRUE(source.status().available) << source.status().detail;
+  ASSERT_TRUE(source.addProcess(77).ok());
+  const std::string tried = kd + "/contexts/0/schemes/0/tried_regions/0";
+  write(tried + "/start", "4096\n");
+  write(tried + "/end", "12288\n");
+  write(tried + "/nr_accesses", "5\n");
+  write(tried + "/age", "1\n");
+  const fs::path state = root_ / kd / "state";
+  fs::remove(state);
+  ASSERT_EQ(::mkfifo(state.c_str(), 0600), 0);
+
+  EvidenceBatch out;
+  const auto began = std::chrono::steady_clock::now();
+  for (int epoch = 0; epoch < 3; ++epoch) ASSERT_TRUE(source.collect(out).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(1)) << "collect() waited for the kdamond";
+  EXPECT_TRUE(out.blocks.empty()) << "evidence before the kdamond answered";
+
+  // The kdamond answers (a reader on the FIFO lets every request through from now on).
+  const int reader = ::open(state.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (out.blocks.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_TRUE(source.collect(out).ok());
+  }
+  ASSERT_EQ(out.blocks.size(), 1U) << "no evidence after the kdamond answered";
+  EXPECT_EQ(out.blocks[0].tgid, 77);
+  EXPECT_EQ(out.blocks[0].counts[1], 5);
+  EXPECT_EQ(out.blocks[0].counts[2], 5);
+  // A regular state file again for the destructor, which reads it to turn the kdamond off.
+  fs::remove(state);
+  write(kd + "/state", "on\n");
+  (void)source.removeProcess(77);
+  ::close(reader);
 }
 
 // DAMON's regions become one block per 2 MiB chunk they cover, each page counted nr_accesses
