@@ -8,6 +8,41 @@
 #include "core/Log.h"
 
 namespace tt::heat {
+
+std::vector<std::string> heatModelKeysChanged(const tensortier::v1::PolicyConfig& before,
+                                              const tensortier::v1::PolicyConfig& after) {
+  // Every key HeatModel and its parts read from the config; a key added there belongs here.
+  static constexpr std::string_view kHeatKeys[] = {
+      "heat_half_life_ms",   "heat_half_life_steps", "feature_learning_rate", "feature_weight_floor",
+      "lookahead_step_fraction", "max_tracked_pages", "period_bin_ms",     "period_history_bins",
+      "period_max_ms",       "period_min_confidence", "period_min_ms",      "schedule_buckets",
+      "schedule_learning_rate", "step_period_hint_ms", "chunk_pages",      "initial_migration_bandwidth"};
+  std::vector<std::string> changed;
+  const auto* descriptor = tensortier::v1::PolicyConfig::descriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const auto* field = descriptor->field(i);
+    if (std::find(std::begin(kHeatKeys), std::end(kHeatKeys), field->name()) == std::end(kHeatKeys)) continue;
+    // The values in effect (an unset key has its default), not whether the files spelled them.
+    const auto* r = before.GetReflection();
+    bool differs = false;
+    switch (field->cpp_type()) {
+      case google::protobuf::FieldDescriptor::CPPTYPE_UINT32:
+        differs = r->GetUInt32(before, field) != r->GetUInt32(after, field);
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_UINT64:
+        differs = r->GetUInt64(before, field) != r->GetUInt64(after, field);
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE:
+        differs = r->GetDouble(before, field) != r->GetDouble(after, field);
+        break;
+      default:  // no heat key has another type today: a key set in one and not the other differs
+        differs = r->HasField(before, field) != r->HasField(after, field);
+        break;
+    }
+    if (differs) changed.push_back(field->name());
+  }
+  return changed;
+}
 namespace {
 
 constexpr double kLn2 = 0.69314718055994530942;

@@ -61,6 +61,12 @@ namespace tt::heat {
 enum Feature : size_t { kFrequency = 0, kRecency = 1, kSize = 2, kReuse = 3 };
 inline constexpr size_t kFeatureCount = 4;
 [[nodiscard]] const char* featureName(size_t feature);
+
+// The keys of PolicyConfig the heat model reads (at construction: a reload changes them only at the
+// next start) whose values differ between `before` and `after`, in field order. The planner reads
+// the others, and chunk_pages and initial_migration_bandwidth too, at every plan.
+[[nodiscard]] std::vector<std::string> heatModelKeysChanged(const tensortier::v1::PolicyConfig& before,
+                                                            const tensortier::v1::PolicyConfig& after);
 using FeatureVector = std::array<double, kFeatureCount>;
 
 struct UnitHeat {

@@ -136,15 +136,12 @@ Result<void> HeatPlannerPolicy::applyConfig(const tensortier::v1::PolicyConfig& 
   // The planner is stateless between plans (the loop numbers generations): replace it. The heat
   // model's learned state is worth more than a live change of its parameters.
   planner_ = std::make_unique<policy::Planner>(config);
-  tensortier::v1::PolicyConfig heatOnlyOld = config_, heatOnlyNew = config;
+  const std::vector<std::string> restartOnly = heat::heatModelKeysChanged(config_, config);
   config_ = config;
-  for (auto* c : {&heatOnlyOld, &heatOnlyNew}) {
-    c->clear_fast_budget_bytes();
-    c->clear_fast_reserve_fraction();
-    c->clear_per_process_quota_bytes();
-  }
-  if (heatOnlyOld.SerializeAsString() != heatOnlyNew.SerializeAsString()) {
-    TT_LOG(Warn) << "policy: planner settings applied; heat-model settings take effect at the next restart";
+  if (!restartOnly.empty()) {
+    std::string keys;
+    for (const auto& k : restartOnly) keys += (keys.empty() ? "" : ", ") + k;
+    TT_LOG(Warn) << "policy: planner settings applied; heat-model settings take effect at the next restart: " << keys;
   }
   return {};
 }

@@ -879,3 +879,25 @@ TEST(HeatModel, DecayedPagesStopCountingAsTrackedAndCountOnceWhenTouchedAgain) {
 }
 
 }  // namespace
+
+namespace {
+
+// A live reload replaces the planner at once; the heat model keeps its learned state and reads its
+// keys only at start. The warning names exactly the keys that wait for a restart.
+TEST(HeatModelKeys, OnlyTheHeatModelsOwnKeysWaitForARestart) {
+  tensortier::v1::PolicyConfig before, after;
+  after.set_hysteresis_margin(before.hysteresis_margin() + 0.5);  // planner only
+  after.set_amortization_steps(before.amortization_steps() + 1);
+  after.set_fast_budget_bytes(1ULL << 30);
+  EXPECT_TRUE(tt::heat::heatModelKeysChanged(before, after).empty());
+  after.set_heat_half_life_ms(before.heat_half_life_ms() * 2);
+  after.set_chunk_pages(before.chunk_pages() / 2);
+  EXPECT_EQ(tt::heat::heatModelKeysChanged(before, after),
+            (std::vector<std::string>{"heat_half_life_ms", "chunk_pages"}));
+  // A key written out at its default is no change.
+  tensortier::v1::PolicyConfig spelled;
+  spelled.set_heat_half_life_ms(before.heat_half_life_ms());
+  EXPECT_TRUE(tt::heat::heatModelKeysChanged(before, spelled).empty());
+}
+
+}  // namespace
