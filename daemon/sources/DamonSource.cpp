@@ -17,6 +17,7 @@ DamonSource::~DamonSource() {
   wake_.notify_all();
   // A kdamond turned off answers a request it had not answered yet, so stop them before joining.
   for (const auto& [tgid, slot] : slots_) {
+    std::lock_guard sysfs(sysfsMutex_);
     if (auto s = damon_.stop(slot); !s) {
       TT_LOG(Warn) << "DAMON stop for pid " << tgid << ": " << s.error().message();
     }
@@ -31,19 +32,13 @@ void DamonSource::refreshLoop() {
     if (stopping_) return;
     const auto slots = requested_;
     lock.unlock();
-    // All at once: each request waits for its own kdamond, so together they take about one
-    // aggregation interval, not one per process.
-    std::vector<std::string> errors(slots.size());
-    std::vector<std::thread> waits;
-    for (size_t i = 0; i < slots.size(); ++i)
-      waits.emplace_back([this, &slots, &errors, i] {
-        if (auto r = damon_.requestRegions(slots[i].second); !r)
-          errors[i] = "pid " + std::to_string(slots[i].first) + ": " + r.error().message() + "; ";
-      });
-    for (auto& w : waits) w.join();
+    std::string errors;
+    for (const auto& [tgid, slot] : slots) {
+      std::lock_guard sysfs(sysfsMutex_);
+      if (auto r = damon_.requestRegions(slot); !r) errors += "pid " + std::to_string(tgid) + ": " + r.error().message() + "; ";
+    }
     lock.lock();
-    refreshErrors_.clear();
-    for (const auto& e : errors) refreshErrors_ += e;
+    refreshErrors_ = std::move(errors);
     refreshed_ = true;
   }
 }
@@ -77,6 +72,7 @@ Result<void> DamonSource::addProcess(pid_t tgid) {
     bool used = false;
     for (const auto& [t, s] : slots_) used = used || s == slot;
     if (used) continue;
+    std::lock_guard sysfs(sysfsMutex_);
     if (auto r = damon_.start(slot, tgid, attrs_); !r) return r.error();
     slots_[tgid] = slot;
     return {};
@@ -88,6 +84,7 @@ Result<void> DamonSource::addProcess(pid_t tgid) {
 Result<void> DamonSource::removeProcess(pid_t tgid) {
   auto it = slots_.find(tgid);
   if (it == slots_.end()) return {};
+  std::lock_guard sysfs(sysfsMutex_);
   auto r = damon_.stop(it->second);
   slots_.erase(it);
   return r;
@@ -110,7 +107,7 @@ Result<void> DamonSource::collect(EvidenceBatch& out) {
     // A process removed since (its slot off, or given to another process) has nothing to read.
     auto it = slots_.find(tgid);
     if (it == slots_.end() || it->second != slot) continue;
-    auto regions = damon_.readRegions(slot);
+    auto regions = damon_.readRegions(slot);  // the refresher is idle: no lock needed
     if (!regions) {
       errors += regions.error().message() + "; ";
       continue;

@@ -6,10 +6,14 @@
 // (docs/architecture.md, sources).
 //
 // Asking a kdamond to refresh what it saw blocks until the end of its aggregation interval (100 ms
-// by default), for each process. So the requests run on a thread of the source's own, all the
-// processes' at once: collect() reads what the previous epoch's requests refreshed and starts the
-// next ones, and never waits for a kdamond. The evidence is one epoch late; an epoch in which the
-// requests have not finished yet (an aggregation interval longer than the epoch) has none.
+// by default), for each process. So the requests run on a thread of the source's own: collect()
+// reads what the previous epoch's requests refreshed and starts the next ones, and never waits for
+// a kdamond. The requests go one at a time: the kernel's DAMON sysfs takes one command at a time
+// (a global lock, taken with trylock: a second writer gets EBUSY), so the source's own writes
+// (requests, and addProcess/removeProcess starting and stopping kdamonds) are serialised by a
+// mutex of its own; addProcess and removeProcess may wait for the request in flight, at most one
+// aggregation interval. The evidence is one epoch late; an epoch in which the requests have not
+// finished yet (processes x aggregation interval longer than the epoch) has none.
 #pragma once
 
 #include <condition_variable>
@@ -52,6 +56,7 @@ class DamonSource final : public Source {
   SourceCounters counters_;
   std::map<pid_t, uint32_t> slots_;  // tgid -> kdamond slot
 
+  std::mutex sysfsMutex_;  // every write to DAMON's sysfs (see above)
   // The refresher thread and what it shares with collect(), under mutex_.
   std::mutex mutex_;
   std::condition_variable wake_;
