@@ -61,10 +61,45 @@ double accessesPerPagePass(std::span<const SourceReport> sources) {
 MovePagesPlacement::MovePagesPlacement(sys::PageMover& mover, const topology::Topology& topology)
     : reader_(mover), topology_(topology) {}
 
+void MovePagesPlacement::beginPlan() {
+  ++plan_;
+  queriedPages_ = 0;
+}
+
+void MovePagesPlacement::endPlan(const MigrationPlan& plan) {
+  // The moves' blocks: asked again until the engine is surely done with them.
+  for (const MoveRequest& m : plan.moves) {
+    auto it = blocks_.lower_bound({m.tgid, m.start, 0});
+    if (it != blocks_.begin()) {
+      auto prev = std::prev(it);  // a block starting before the move may reach into it
+      if (std::get<0>(prev->first) == m.tgid && std::get<1>(prev->first) + std::get<2>(prev->first) > m.start) it = prev;
+    }
+    for (; it != blocks_.end() && std::get<0>(it->first) == m.tgid && std::get<1>(it->first) < m.start + m.length; ++it)
+      it->second.movedUntil = plan_ + kDirtyPlans;
+  }
+  std::erase_if(blocks_, [this](const auto& b) { return b.second.askedIn != plan_; });
+  uint64_t pages = 0;
+  for (const auto& [key, b] : blocks_) pages += std::get<2>(key) / kBasePageSize;
+  refresh_ = std::max<uint64_t>(1, (pages + budgetPages_ - 1) / budgetPages_);
+}
+
 policy::Residency MovePagesPlacement::residency(pid_t tgid, uint64_t start, uint64_t length) const {
-  policy::Residency out;
+  Block& b = blocks_[{tgid, start, length}];
+  b.askedIn = plan_;
+  // Each block's refresh falls in a plan set by its address (its page number through splitmix64's
+  // finalizer: blocks are evenly spaced, which a plain multiplicative hash maps to one residue of
+  // a power of two), so the refreshes spread evenly over the `refresh_` plans.
+  uint64_t phase = start / kBasePageSize;
+  phase = (phase ^ (phase >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  phase = (phase ^ (phase >> 27)) * 0x94d049bb133111ebULL;
+  phase ^= phase >> 31;
+  if (b.known && plan_ > b.movedUntil && (plan_ + phase) % refresh_ != 0) return b.residency;
+  b = Block{{}, b.movedUntil, plan_, false};
+  queriedPages_ += length / kBasePageSize;
+  policy::Residency& out = b.residency;
   auto placement = reader_.read(tgid, start, length);
-  if (!placement) return out;  // the process is gone: nothing present
+  if (!placement) return out;  // the process is gone: nothing present (asked again next plan)
+  b.known = true;
   for (const auto& [node, bytes] : placement->bytesPerNode) {
     if (!isFast(topology_, node)) {
       out.slowPages += bytes / kBasePageSize;
@@ -95,6 +130,7 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
   context.intervalNs = intervalNs;
   context.accessesPerPagePass = accessesPerPagePass_;
   for (const auto& p : pins) context.pins.push_back({p.tgid, p.start, p.length});
+  placement_.setQueryBudget(config_.residency_query_pages_per_epoch());
   // Each process's home node, the node of the CPU its main thread last ran on: its promotions go to
   // the fast node nearest it first. A process bound to a socket (numactl --cpunodebind) stays on
   // it; one the scheduler moves around is planned from where it is now. Unreadable (the process
@@ -105,7 +141,12 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
     if (!cpu) continue;
     if (auto node = topology_.nodeOfCpu(*cpu)) context.processes.push_back({p.tgid, *node, 0});
   }
-  return planner_->plan(heat, placement_, topology_, context);
+  placement_.beginPlan();
+  MigrationPlan plan = planner_->plan(heat, placement_, topology_, context);
+  placement_.endPlan(plan);
+  TT_LOG(Debug) << "policy: residency of " << placement_.pagesQueried() << " pages asked for this plan; each block "
+                << "refreshed every " << placement_.refreshPlans() << " plans";
+  return plan;
 }
 
 std::vector<std::pair<uint64_t, double>> HeatPlannerPolicy::regionHeat() const {

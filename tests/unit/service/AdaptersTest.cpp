@@ -151,3 +151,63 @@ TEST(HeatPlannerPolicy, PromotesToTheFastNodeOfTheCpuTheProcessRunsOn) {
 }
 
 }  // namespace
+
+namespace {
+
+// Asking the kernel where every registered page is, every epoch, costs 140-200 ns a page: the
+// daemon keeps each block's answer between plans. A block is asked again right after a plan moved
+// it, and otherwise once in `refresh` plans (here 256 known pages over a 64-page budget: every 4th
+// plan), so a page the kernel moved by itself shows within 4 plans; a block no plan asks for is
+// forgotten.
+TEST(MovePagesPlacement, KeepsAnswersBetweenPlansAndAsksAgainForWhatMovedOrIsDue) {
+  constexpr pid_t kPid = 42;
+  constexpr uint64_t kBase = 0x7f0000000000;
+  constexpr uint64_t kBlock = 16 * tt::kBasePageSize;
+  tt::fakes::FakePageMover mover;
+  mover.map(kPid, kBase, 16 * kBlock, 1);
+  const auto topology = tt::fakes::twoNodeTopology();
+  tt::service::MovePagesPlacement placement(mover, topology);
+  placement.setQueryBudget(64);
+  auto plan = [&](const tt::MigrationPlan& moves = {}, int skip = -1) {
+    placement.beginPlan();
+    std::vector<tt::policy::Residency> out;
+    for (int b = 0; b < 16; ++b)
+      if (b != skip) out.push_back(placement.residency(kPid, kBase + static_cast<uint64_t>(b) * kBlock, kBlock));
+    placement.endPlan(moves);
+    return out;
+  };
+  auto first = plan();
+  EXPECT_EQ(placement.pagesQueried(), 256U) << "new blocks are asked";
+  EXPECT_EQ(first[3].slowPages, 16U);
+  EXPECT_EQ(placement.refreshPlans(), 4U);
+
+  // Behind the daemon's back, the kernel moves block 5 to DRAM.
+  mover.map(kPid, kBase + 5 * kBlock, kBlock, 0);
+  uint64_t asked = 0;
+  int seenIn = -1;
+  for (int p = 0; p < 4; ++p) {
+    auto r = plan();
+    asked += placement.pagesQueried();
+    EXPECT_LE(placement.pagesQueried(), 128U) << "plan " << p;
+    if (seenIn < 0 && r[5].fastPages == 16) seenIn = p;
+  }
+  EXPECT_EQ(asked, 256U) << "every block refreshed exactly once in 4 plans";
+  EXPECT_GE(seenIn, 0) << "the kernel's move was never seen";
+
+  // The daemon's own plan moves block 7: asked again in the next plan, whatever its refresh turn.
+  tt::MigrationPlan moves;
+  moves.moves.push_back(tt::MoveRequest{kPid, kBase + 7 * kBlock, kBlock, 0, 0, 0});
+  (void)plan(moves);
+  mover.map(kPid, kBase + 7 * kBlock, kBlock, 0);  // the engine copies it
+  EXPECT_EQ(plan()[7].fastPages, 16U);
+
+  // A plan that does not ask for block 0 (its region went away) drops it: asked anew later.
+  (void)plan({}, 0);
+  const uint64_t before = mover.queryCalls();
+  placement.beginPlan();
+  (void)placement.residency(kPid, kBase, kBlock);
+  EXPECT_EQ(mover.queryCalls(), before + 1);
+  EXPECT_EQ(placement.pagesQueried(), 16U);
+}
+
+}  // namespace
