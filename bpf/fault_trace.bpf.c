@@ -99,7 +99,17 @@ int tt_page_fault_user(struct bpf_raw_tracepoint_args* ctx) {
     if (r.dropped) add_stat(TT_FAULT_STAT_CHUNKS_FULL, r.dropped);
     return 0;
   }
-  emit(tgid, (error & X86_PF_WRITE) ? TT_EV_FAULT_WRITE_PROTECT : TT_EV_FAULT_HINT, 0, address, error, 0);
+  if (error & X86_PF_WRITE) {
+    // A write to a write-protected present page: copy-on-write after fork, and once per written
+    // page per epoch while soft-dirty tracking write-protects them all (clear_refs). As many as
+    // first touches, so counted in place the same way, with the store kind: as ring records they
+    // overflowed the ring by the thousands.
+    struct tt_chunk_result r = tt_chunk_count(tgid, TT_KIND_STORE, TT_TIER_UNKNOWN, address);
+    if (r.saturated) add_stat(TT_FAULT_STAT_SATURATED, r.saturated);
+    if (r.dropped) add_stat(TT_FAULT_STAT_CHUNKS_FULL, r.dropped);
+    return 0;
+  }
+  emit(tgid, TT_EV_FAULT_HINT, 0, address, error, 0);
   return 0;
 }
 

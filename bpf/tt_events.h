@@ -90,11 +90,12 @@ enum tt_agg_stat {
 };
 
 /* What one fault_trace ring-buffer record reports. First-touch faults (user faults on a
- * not-present page) are not sent through the ring: they come in storms (a process populating its
- * memory), so they are counted per page in fault_trace's chunk blocks instead. */
+ * not-present page) and write-protect faults are not sent through the ring: they come in storms
+ * (a process populating its memory; copy-on-write after fork; every written page once an epoch
+ * under soft-dirty tracking), so they are counted per page in fault_trace's chunk blocks instead,
+ * write-protect faults with the kind TT_KIND_STORE. (3 was the write-protect record.) */
 enum tt_event_kind {
   TT_EV_FAULT_HINT = 2,          /* read fault on a present page (protection fault) */
-  TT_EV_FAULT_WRITE_PROTECT = 3, /* write fault on a present page: COW, soft-dirty, uffd-wp, hint */
   TT_EV_MIGRATE_PAGE = 4,        /* migrate/remove_migration_pte in a tracked task's context */
   TT_EV_MIGRATE_BATCH = 5,       /* migrate/mm_migrate_pages in a tracked task's context */
 };

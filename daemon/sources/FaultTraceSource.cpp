@@ -40,12 +40,22 @@ SystemMigrations toSystemMigrations(const sys::bpf::MigrationTotals& totals) {
   return m;
 }
 
-uint64_t appendNotPresentFaults(const std::vector<sys::bpf::ChunkCounts>& blocks, FaultedPages& faulted,
-                                std::vector<EvidenceBlock>& out) {
+uint64_t appendFaultBlocks(const std::vector<sys::bpf::ChunkCounts>& blocks, FaultedPages& faulted,
+                           std::vector<EvidenceBlock>& out) {
   static_assert(sys::bpf::kChunkPages == kBlockPages);
   uint64_t events = 0;
   for (const auto& block : blocks) {
     const auto tgid = static_cast<pid_t>(block.tgid);
+    if (block.kind == TT_KIND_STORE) {
+      EvidenceBlock store;
+      store.tgid = tgid;
+      store.base = block.base;
+      store.kind = AccessKind::Store;
+      store.counts = block.counts;
+      for (uint8_t c : block.counts) events += c;
+      if (store.pages() > 0) out.push_back(store);
+      continue;
+    }
     auto& bits = faulted[tgid][block.base >> 21];
     EvidenceBlock fault, hint;
     fault.tgid = hint.tgid = tgid;
@@ -91,7 +101,8 @@ void FaultTraceSource::open() {
   }
   trace_ = std::move(*t);
   baseDetail_ = std::string("eBPF exceptions/page_fault_user") +
-                (options_.reportFirstTouch ? " (first touches counted per page in kernel" : " (no first touches") +
+                (options_.reportFirstTouch ? " (first touches and write-protect faults counted per page in kernel"
+                                           : " (no first touches; write-protect faults counted per page in kernel") +
                 "; attached while a process is tracked)" + " + migrate/mm_migrate_pages" +
                 (trace_->pageMigrationEvents() ? " + migrate/remove_migration_pte"
                                                : " (no remove_migration_pte on this kernel: batch counts only)") +
@@ -249,14 +260,14 @@ Result<void> FaultTraceSource::collect(EvidenceBatch& out) {
   describe();  // the storm guard's state as of now (its thread pauses and resumes in between)
   // First touches (and, on x86, NUMA hinting faults: both not present) arrive as per-page counts.
   blocks_.clear();
-  auto drained = trace_->drainFirstTouches(blocks_);
+  auto drained = trace_->drainFaultCounts(blocks_);
   // Blocks drained before an error are gone from the kernel: turn them into evidence anyway and
   // report the error after the rest of the epoch's work.
   std::optional<Error> drainError;
   if (!drained) drainError = drained.error();
   const size_t blocksBefore = out.blocks.size();
   std::erase_if(blocks_, [&](const sys::bpf::ChunkCounts& b) { return !tracked_.keeps(static_cast<pid_t>(b.tgid)); });
-  const uint64_t events = appendNotPresentFaults(blocks_, seen_, out.blocks);
+  const uint64_t events = appendFaultBlocks(blocks_, seen_, out.blocks);
   releaseIfOversized(blocks_, 1024);  // a storm's blocks (up to maxChunks of 528 bytes) are not kept
   const bool pageEvents = trace_->pageMigrationEvents();
   auto n = trace_->poll([&](const tt_event& e) {
@@ -264,7 +275,6 @@ Result<void> FaultTraceSource::collect(EvidenceBatch& out) {
     if (!tracked_.keeps(tgid)) return;
     switch (e.kind) {
       case TT_EV_FAULT_HINT: pending_.add(tgid, e.addr, AccessKind::Hint, 1); break;
-      case TT_EV_FAULT_WRITE_PROTECT: pending_.add(tgid, e.addr, AccessKind::Store, 1); break;
       default:
         if (auto move = kernelMoveOf(e, pageEvents); move && moves_.size() < kMaxPendingMoves) moves_.push_back(*move);
         break;

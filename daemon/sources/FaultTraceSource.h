@@ -35,12 +35,14 @@ namespace tt::sources {
 // tgid -> 2 MiB chunk -> bit per 4 KiB page that faulted before.
 using FaultedPages = std::unordered_map<pid_t, std::unordered_map<uint64_t, std::bitset<512>>>;
 
-// Turns drained not-present fault counts into evidence blocks appended to `out` (blocks, not
-// records: a first-touch storm is every page of its chunks): the first fault ever seen of a page
-// is its first touch (a Fault block, count 1), every other one a Hint (a Hint block: NUMA hinting
-// faults, or re-faults after reclaim or zap); `faulted` remembers pages across epochs. Appends a
-// chunk's Fault and Hint blocks only when they have a page. Returns the faults counted.
-uint64_t appendNotPresentFaults(const std::vector<sys::bpf::ChunkCounts>& blocks, FaultedPages& faulted,
+// Turns drained fault counts into evidence blocks appended to `out` (blocks, not records: a
+// first-touch storm is every page of its chunks). Not-present faults (blocks of the default kind):
+// the first fault ever seen of a page is its first touch (a Fault block, count 1), every other one
+// a Hint (a Hint block: NUMA hinting faults, or re-faults after reclaim or zap); `faulted`
+// remembers pages across epochs. Write-protect faults (blocks of kind TT_KIND_STORE: copy-on-write,
+// soft-dirty's write protection) become Store blocks as they are. Appends a block only when it
+// has a page. Returns the faults counted.
+uint64_t appendFaultBlocks(const std::vector<sys::bpf::ChunkCounts>& blocks, FaultedPages& faulted,
                                 std::vector<EvidenceBlock>& out);
 
 // The kernel move a trace event reports, in one view only: the kernel reports a migration per page

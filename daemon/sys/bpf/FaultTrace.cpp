@@ -133,7 +133,7 @@ Result<void> FaultTrace::updateFaultLink() {
   return {};
 }
 
-Result<size_t> FaultTrace::drainFirstTouches(std::vector<ChunkCounts>& out) {
+Result<size_t> FaultTrace::drainFaultCounts(std::vector<ChunkCounts>& out) {
   return firstTouches_.drain(chunkMapFdsOf(*skel_), out);
 }
 

@@ -32,8 +32,8 @@ struct MigrationTotals {
   std::array<uint64_t, TT_MIG_NR_CLASSES> succeeded{};
   std::array<uint64_t, TT_MIG_NR_CLASSES> failed{};
   uint64_t dropped = 0;  // events lost to a full ring buffer
-  uint64_t firstTouchChunksFull = 0;  // first touches not counted: the chunk map was full
-  uint64_t firstTouchSaturated = 0;   // first touches not counted: the page's counter was at 255
+  uint64_t firstTouchChunksFull = 0;  // first touches and write-protect faults not counted: the chunk map was full
+  uint64_t firstTouchSaturated = 0;   // ... not counted: the page's counter was at 255
 };
 
 class FaultTrace {
@@ -66,9 +66,10 @@ class FaultTrace {
   [[nodiscard]] bool faultProgramAttached() const;
   [[nodiscard]] bool tracksAny() const;
 
-  // Reads and empties the first-touch counts (one block per 2 MiB chunk touched since the last
-  // drain). Appends to `out`; returns the number of blocks appended.
-  [[nodiscard]] Result<size_t> drainFirstTouches(std::vector<ChunkCounts>& out);
+  // Reads and empties the per-page fault counts: not-present faults (first touches, NUMA hinting
+  // faults; kind 0) and write-protect faults (kind TT_KIND_STORE), one block per 2 MiB chunk and
+  // kind since the last drain. Appends to `out`; returns the number of blocks appended.
+  [[nodiscard]] Result<size_t> drainFaultCounts(std::vector<ChunkCounts>& out);
 
   // Consumes every queued event without blocking (ring_buffer__consume). Returns the count.
   using EventFn = std::function<void(const tt_event&)>;

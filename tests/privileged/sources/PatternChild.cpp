@@ -52,6 +52,23 @@ PatternChild::PatternChild(uint64_t pages) : pages_(pages) {
           for (uint64_t i = cmd[1]; i < end; ++i) buf[i * 4096] = 3;
           if (end > cmd[1]) ::madvise(const_cast<char*>(buf) + cmd[1] * 4096, (end - cmd[1]) * 4096, MADV_DONTNEED);
         }
+      } else if (cmd[0] == 4) {  // write pages [a, b) while a forked copy shares them
+        int ready[2];
+        if (::pipe(ready) != 0) ::_exit(1);
+        const pid_t sharer = ::fork();
+        if (sharer == 0) {
+          const char r = 'r';
+          if (::write(ready[1], &r, 1) != 1) ::_exit(1);
+          ::pause();
+          ::_exit(0);
+        }
+        char r = 0;
+        if (sharer < 0 || ::read(ready[0], &r, 1) != 1) ::_exit(1);
+        for (uint64_t i = cmd[1]; i < cmd[2] && i < pages; ++i) buf[i * 4096] = 4;
+        ::kill(sharer, SIGKILL);
+        ::waitpid(sharer, nullptr, 0);
+        ::close(ready[0]);
+        ::close(ready[1]);
       } else {  // read pages [a, b) for c ms
         timespec t0{}, t{};
         ::clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -109,6 +126,12 @@ std::set<uint64_t> PatternChild::writeRange(uint64_t first, uint64_t end) {
 
 std::set<uint64_t> PatternChild::refaultRange(uint64_t first, uint64_t end, uint32_t times) {
   std::set<uint64_t> touched = command(3, first, end, times);
+  for (uint64_t i = first; i < end && i < pages_; ++i) touched.insert(base_ + i * 4096);
+  return touched;
+}
+
+std::set<uint64_t> PatternChild::cowWriteRange(uint64_t first, uint64_t end) {
+  std::set<uint64_t> touched = command(4, first, end, 0);
   for (uint64_t i = first; i < end && i < pages_; ++i) touched.insert(base_ + i * 4096);
   return touched;
 }

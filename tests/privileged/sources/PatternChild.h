@@ -29,6 +29,10 @@ class PatternChild {
   // `times` times: writes one byte to every page in [first, end), then discards the range
   // (MADV_DONTNEED), so each write is a fresh page fault: `times` faults per page. Waits until done.
   std::set<uint64_t> refaultRange(uint64_t first, uint64_t end, uint32_t times);
+  // Shares the buffer copy-on-write with a forked process that only waits, writes one byte to
+  // every page in [first, end) (a write-protect fault each: the copy), then ends that process.
+  // Waits until done. Returns the page addresses.
+  std::set<uint64_t> cowWriteRange(uint64_t first, uint64_t end);
   // Reads every page in [first, end) over and over for `ms` milliseconds; waits until done.
   std::set<uint64_t> readRangeFor(uint64_t first, uint64_t end, uint32_t ms);
 

@@ -27,14 +27,14 @@ void expectRecord(const AccessEvidence& e, uint64_t page, AccessKind kind, uint3
   EXPECT_EQ(e.weight, weight);
 }
 
-// The evidence appendNotPresentFaults makes of `blocks`, as records sorted by (tgid, page, kind),
+// The evidence appendFaultBlocks makes of `blocks`, as records sorted by (tgid, page, kind),
 // and the faults it counted. Every block it makes has a page with evidence, and one kind.
 std::pair<std::vector<AccessEvidence>, uint64_t> expand(std::vector<ChunkCounts> blocks, FaultedPages& faulted) {
   EvidenceBatch batch;
-  const uint64_t n = appendNotPresentFaults(blocks, faulted, batch.blocks);
+  const uint64_t n = appendFaultBlocks(blocks, faulted, batch.blocks);
   for (const EvidenceBlock& b : batch.blocks) {
     EXPECT_GT(b.pages(), 0U) << "an empty block";
-    EXPECT_TRUE(b.kind == AccessKind::Fault || b.kind == AccessKind::Hint);
+    EXPECT_TRUE(b.kind == AccessKind::Fault || b.kind == AccessKind::Hint || b.kind == AccessKind::Store);
   }
   auto out = batch.flattened();
   std::sort(out.begin(), out.end(),
@@ -112,6 +112,23 @@ TEST(KernelMoveOf, OneViewOfEachMovePagesWhereTheKernelReportsThem) {
 
   EXPECT_FALSE(kernelMoveOf(fault, true).has_value());
   EXPECT_FALSE(kernelMoveOf(fault, false).has_value());
+}
+
+// Write-protect faults (counted in kernel with the store kind) are stores of their pages, as
+// often as they faulted; they do not make a page's first touch, nor mark it touched.
+TEST(FaultCounts, WriteProtectFaultsAreStores) {
+  FaultedPages faulted;
+  ChunkCounts wp = block(5, 2 * kChunkBytes, {{1, 2}, {9, 1}});
+  wp.kind = TT_KIND_STORE;
+  const auto [out, n] = expand({wp}, faulted);
+  EXPECT_EQ(n, 3U);
+  ASSERT_EQ(out.size(), 2U);
+  expectRecord(out[0], 2 * kChunkBytes + 1 * 4096, AccessKind::Store, 2);
+  expectRecord(out[1], 2 * kChunkBytes + 9 * 4096, AccessKind::Store, 1);
+  // Page 1's first not-present fault later is still its first touch.
+  const auto [later, n2] = expand({block(5, 2 * kChunkBytes, {{1, 1}})}, faulted);
+  ASSERT_EQ(later.size(), 1U);
+  expectRecord(later[0], 2 * kChunkBytes + 1 * 4096, AccessKind::Fault, 1);
 }
 
 }  // namespace
