@@ -919,7 +919,11 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
     h.heat = raw.heat;
     h.features[kFrequency] = maxDensity > 0 ? raw.density / maxDensity : 0;
     h.features[kRecency] = u.accessed ? decayFactor(u.lastAccessNs, nowNs, halfLifeOf(u.tgid)) : 0;
-    h.features[kSize] = 1.0 / (1.0 + std::log2(static_cast<double>(std::max<uint64_t>(1, u.pages()))));
+    // Small tensors are worth more per byte (DeepTM), but only tensors something was seen to
+    // touch: a never-touched region would otherwise take a share of the hottest unit's value
+    // (maxReuse, across processes) through its size alone.
+    h.features[kSize] =
+        u.accessed ? 1.0 / (1.0 + std::log2(static_cast<double>(std::max<uint64_t>(1, u.pages())))) : 0.0;
     h.features[kReuse] = maxReuse > 0 ? raw.reuse / maxReuse : 0;
     double score = 0;
     for (size_t k = 0; k < kFeatureCount; ++k) score += weights_[k] * h.features[k];

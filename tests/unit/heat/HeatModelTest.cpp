@@ -109,6 +109,31 @@ TEST(HeatModel, PageAndUnitHeatDecayWithTheHalfLife) {
   EXPECT_NEAR(model.snapshot().units[0].features[tt::heat::kRecency], 0.5, 1e-9);
 }
 
+// A small region nothing ever touched (no marks, no schedule: the feature blend decides) gets no
+// value from its size: size makes a touched small tensor worth more per byte, it does not make an
+// idle one worth a share of the hottest unit's accesses, here another process's.
+TEST(HeatModel, ANeverTouchedSmallRegionIsWorthNothingForItsSize) {
+  HeatModel model(baseConfig());
+  const uint64_t t0 = 5000 * kMs;
+  RegionInfo hot = region(1, 0x100000, 64);
+  RegionInfo idle = region(2, 0x900000, 1);
+  idle.tgid = kTgid + 1;
+  ASSERT_TRUE(model.addRegion(hot).ok());
+  ASSERT_TRUE(model.addRegion(idle).ok());
+  std::vector<AccessEvidence> batch;
+  for (uint64_t p = 0; p < 64; ++p) batch.push_back(sample(0x100000 + p * kPage, 50));
+  model.ingest(batch, t0);
+  model.advanceEpoch(t0 + 100 * kMs);
+  const UnitHeat* h = unitAt(model.snapshot(), 0x100000);
+  const UnitHeat* i = unitAt(model.snapshot(), 0x900000);
+  ASSERT_NE(h, nullptr);
+  ASSERT_NE(i, nullptr);
+  EXPECT_GT(h->expectedAccessesPerPage, 0.0);
+  EXPECT_GT(h->features[tt::heat::kSize], 0.0);
+  EXPECT_EQ(i->features[tt::heat::kSize], 0.0);
+  EXPECT_EQ(i->expectedAccessesPerPage, 0.0) << "an idle one-page region valued through its size";
+}
+
 TEST(HeatModel, BlockWeightsFollowThePageHeatWithinAUnit) {
   auto config = baseConfig();
   config.set_chunk_pages(4);
