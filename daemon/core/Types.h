@@ -144,6 +144,10 @@ struct MoveRequest {
   int targetNode = 0;
   int priority = 0;       // higher first: the engine orders batches by it
   uint64_t regionId = 0;  // 0 when the range is not a registered region
+  // The planner's moves are between tiers: a page already on any node of the target's tier stays
+  // where it is (a block partly on another fast node is not pulled over). false (tensortierctl
+  // migrate): every page not on targetNode moves.
+  bool betweenTiers = false;
 };
 
 struct MigrationPlan {

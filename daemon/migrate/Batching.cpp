@@ -12,16 +12,16 @@ std::vector<MoveRun> coalesce(const std::vector<MoveRequest>& moves) {
     if (m.length == 0) continue;
     const uint64_t lo = m.start & ~(kBasePageSize - 1);
     const uint64_t hi = (m.start + m.length + kBasePageSize - 1) & ~(kBasePageSize - 1);
-    runs.push_back({m.tgid, lo, hi - lo, m.targetNode, m.priority, m.regionId});
+    runs.push_back({m.tgid, lo, hi - lo, m.targetNode, m.priority, m.regionId, m.betweenTiers});
   }
-  auto key = [](const MoveRun& r) { return std::tie(r.tgid, r.targetNode, r.priority, r.regionId, r.start); };
+  auto key = [](const MoveRun& r) { return std::tie(r.tgid, r.targetNode, r.priority, r.regionId, r.betweenTiers, r.start); };
   std::sort(runs.begin(), runs.end(), [&](const MoveRun& a, const MoveRun& b) { return key(a) < key(b); });
   std::vector<MoveRun> merged;
   for (const MoveRun& r : runs) {
     if (!merged.empty()) {
       MoveRun& last = merged.back();
       const bool sameKey = last.tgid == r.tgid && last.targetNode == r.targetNode && last.priority == r.priority &&
-                           last.regionId == r.regionId;
+                           last.regionId == r.regionId && last.betweenTiers == r.betweenTiers;
       if (sameKey && r.start <= last.start + last.length) {
         last.length = std::max(last.start + last.length, r.start + r.length) - last.start;
         continue;

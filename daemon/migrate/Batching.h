@@ -21,10 +21,12 @@ struct MoveRun {
   int targetNode = 0;
   int priority = 0;
   uint64_t regionId = 0;
+  bool betweenTiers = false;  // MoveRequest::betweenTiers
   bool operator==(const MoveRun&) const = default;
 };
 
-// Merges overlapping and adjacent requests with the same (tgid, targetNode, priority, regionId)
+// Merges overlapping and adjacent requests with the same (tgid, targetNode, priority, regionId,
+// betweenTiers)
 // and orders the runs by priority (highest first), then tgid, then address. Requests with a zero
 // length are dropped; unaligned edges are widened to whole 4 KiB pages.
 [[nodiscard]] std::vector<MoveRun> coalesce(const std::vector<MoveRequest>& moves);

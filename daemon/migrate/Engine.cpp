@@ -178,6 +178,17 @@ Result<void> Engine::applyConfig(const MigrationConfig& config) {
   return {};
 }
 
+size_t Engine::nodesInTierOf(int node) const {
+  const topology::NumaNode* n = topology_.node(node);
+  return n == nullptr ? 0 : topology_.nodesInTier(n->tier).size();
+}
+
+bool Engine::sameTier(int a, int b) const {
+  const topology::NumaNode* na = topology_.node(a);
+  const topology::NumaNode* nb = topology_.node(b);
+  return na != nullptr && nb != nullptr && na->tier == nb->tier;
+}
+
 std::optional<Direction> Engine::directionOf(int node) const {
   const topology::NumaNode* n = topology_.node(node);
   if (n == nullptr) return std::nullopt;
@@ -479,6 +490,9 @@ bool Engine::tryInProcess(PlanState& plan, size_t runIndex) {
   const MoveRun& run = plan.runs[runIndex];
   if (!plan.config.in_process_mover() || inProcess_ == nullptr || run.regionId == 0 || !inProcess_->acceptsMbind(run.tgid))
     return false;
+  // mbind moves every page not on the node: with several nodes in the target's tier it would pull
+  // pages between them, which a move between tiers must not.
+  if (run.betweenTiers && nodesInTierOf(run.targetNode) > 1) return false;
   const Direction direction = *directionOf(run.targetNode);
   const uint64_t pages = run.length / kBasePageSize;
   Outcome o;
@@ -572,7 +586,10 @@ void Engine::moveSegments(PlanState& plan, size_t runIndex) {
     std::lock_guard lock(plan.mutex);
     plan.report.runs[runIndex].hugeRanges = huge;
   }
-  const bool query = plan.config.query_before_move();
+  // A move between tiers leaves pages already in the target's tier where they are; with several
+  // nodes in that tier only the query can tell, so it is made whatever query_before_move says.
+  const bool severalInTier = run.betweenTiers && nodesInTierOf(run.targetNode) > 1;
+  const bool query = plan.config.query_before_move() || severalInTier;
   for (const Segment& seg : splitHuge(run.start, run.length, huge)) {
     const uint64_t entry = entryBytes(seg.huge);
     const uint64_t unit = entry / kBasePageSize;
@@ -615,7 +632,7 @@ void Engine::moveSegments(PlanState& plan, size_t runIndex) {
           kept = 0;
           for (size_t j = 0; j < take; ++j) {
             const int s = status[j];
-            if (s == run.targetNode) o.alreadyThere += unit;
+            if (s == run.targetNode || (severalInTier && s >= 0 && sameTier(s, run.targetNode))) o.alreadyThere += unit;
             else if (s == -ENOENT || s == -EFAULT) o.notMapped += unit;
             else tail[kept++] = tail[j];
           }

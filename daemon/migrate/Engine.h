@@ -182,6 +182,8 @@ class Engine {
   bool sleepUnlessCancelled(PlanState& plan, pid_t tgid, std::chrono::nanoseconds duration);
   [[nodiscard]] std::optional<Direction> directionOf(int node) const;
   [[nodiscard]] uint64_t watermarkBytes(const topology::NodeMemory& memory) const;
+  [[nodiscard]] size_t nodesInTierOf(int node) const;  // nodes in `node`'s tier; 0 = unknown node
+  [[nodiscard]] bool sameTier(int a, int b) const;
   // The capacity guard for promoting `bytes` to `node`: empty when they fit above the watermark,
   // else why not. Counts the plan's batches still in flight to the node; when only those tip the
   // balance it lets them land and reads again, because a batch the kernel has already moved is

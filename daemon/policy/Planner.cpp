@@ -64,7 +64,8 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
                               : static_cast<double>(capacity) * (1.0 - config_.fast_reserve_fraction());
     for (int node : fast) {
       const auto* n = topology.node(node);
-      const double share = topologyBytes > 0 ? static_cast<double>(n->memory.totalBytes) / static_cast<double>(topologyBytes)
+      const uint64_t nodeBytes = n != nullptr ? n->memory.totalBytes : 0;
+      const double share = topologyBytes > 0 ? static_cast<double>(nodeBytes) / static_cast<double>(topologyBytes)
                                              : 1.0 / static_cast<double>(fast.size());
       const uint64_t bytes = fast.size() == 1 ? inst.budgetBytes
                                               : std::min(inst.budgetBytes, static_cast<uint64_t>(usable * share));
@@ -276,37 +277,45 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     const PlanBlock& b = inst.blocks[c.block];
     auto [order, fresh] = fastOrder.try_emplace(b.fastNode);
     if (fresh) order->second = topology.byDistanceInTier(b.fastNode, topology::Tier::Fast);
-    std::vector<std::pair<NodeState*, uint64_t>> pieces;
-    uint64_t left = c.bytes;
-    for (int node : order->second) {
-      NodeState* n = stateOf(node);
-      if (n == nullptr || left == 0) continue;
-      const uint64_t room = n->budget > n->keep + n->assigned ? n->budget - n->keep - n->assigned : 0;
-      const uint64_t take = std::min(left, room - room % kBasePageSize);
-      if (take == 0) continue;
-      pieces.emplace_back(n, take);
-      left -= take;
+    auto roomOf = [](const NodeState& n) {
+      const uint64_t room = n.budget > n.keep + n.assigned ? n.budget - n.keep - n.assigned : 0;
+      return room - room % kBasePageSize;
+    };
+    // Only the block's slow pages move (its moves are between tiers: pages on any fast node stay).
+    // Whole to the nearest node with room for all of them: charged exactly. Otherwise split by
+    // address over the nodes, nearest first, each piece charged the most slow bytes its range
+    // can hold (where in the block the slow pages lie is not known), so no node gets more than
+    // its share; a block that fits nowhere even so is deferred (over-filling a node would only
+    // make the engine refuse pages).
+    struct Piece {
+      NodeState* node;
+      uint64_t offset, length, charge;
+    };
+    std::vector<Piece> pieces;
+    for (int node : order->second)
+      if (NodeState* n = stateOf(node); n != nullptr && roomOf(*n) >= c.bytes) {
+        pieces.push_back({n, 0, b.length, c.bytes});
+        break;
+      }
+    uint64_t placed = pieces.empty() ? 0 : b.length;
+    for (auto it = order->second.begin(); placed < b.length && it != order->second.end(); ++it) {
+      NodeState* n = stateOf(*it);
+      const uint64_t room = n != nullptr ? roomOf(*n) : 0;
+      if (room == 0) continue;
+      const uint64_t worst = std::min(b.length - placed, c.bytes);  // slow bytes the rest can hold
+      const uint64_t length = room >= worst ? b.length - placed : room;
+      pieces.push_back({n, placed, length, std::min(length, worst)});
+      placed += length;
     }
-    if (left > 0) {  // no fast node has room for it: over-filling one would only make the engine refuse pages
+    if (placed < b.length) {
       stats_.deferredPromoteBytes += c.bytes;
       continue;
     }
     stats_.promoteBytes += c.bytes;
     groupPromote[inst.problem.items[c.block].group] += c.bytes;
-    // The block's range split between the nodes in proportion to the bytes each takes (its slow
-    // pages may lie anywhere in it: close enough, as each node's share has page-sized slack).
-    uint64_t off = 0;
-    for (size_t k = 0; k < pieces.size() && off < b.length; ++k) {
-      auto& [n, take] = pieces[k];
-      n->assigned += take;
-      uint64_t len = b.length - off;
-      if (k + 1 < pieces.size()) {
-        const double part = static_cast<double>(b.length) * static_cast<double>(take) / static_cast<double>(c.bytes);
-        const auto pages = std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(part / static_cast<double>(kBasePageSize))));
-        len = std::min(len, pages * kBasePageSize);
-      }
-      promoteNow.push_back({c.block, n->node, b.start + off, len});
-      off += len;
+    for (const Piece& p : pieces) {
+      p.node->assigned += p.charge;
+      promoteNow.push_back({c.block, p.node->node, b.start + p.offset, p.length});
     }
   }
 
@@ -386,7 +395,8 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     }
     // A single block longer than the run limit (chunk_pages above it) is split.
     for (uint64_t off = 0; off < m.length; off += maxRun)
-      plan.moves.push_back(MoveRequest{m.tgid, m.start + off, std::min(maxRun, m.length - off), m.node, m.priority, m.regionId});
+      plan.moves.push_back(
+          MoveRequest{m.tgid, m.start + off, std::min(maxRun, m.length - off), m.node, m.priority, m.regionId, true});
   }
   std::stable_sort(plan.moves.begin(), plan.moves.end(),
                    [](const MoveRequest& a, const MoveRequest& b) { return a.priority > b.priority; });

@@ -39,12 +39,14 @@
 //
 // Several fast nodes (a two-socket machine): the selection's budget is global, but each fast node
 // holds only its own share: its capacity x (1 - reserve), or its part of a caller-given capacity or
-// budget in proportion to the nodes' sizes, never more than the global budget. Promotions go to
-// the process's own fast node while it has room for what stays there and what this plan sends
-// there, then to the other fast nodes nearest it first, a block split between nodes if it must be;
-// a block that fits nowhere is deferred (not over-filling a node: the engine would refuse the
-// pages). Demotions then free, on each fast node, what its promotions need. A page already on any
-// fast node stays where it is: the planner never moves pages between two fast nodes.
+// budget in proportion to the nodes' sizes, never more than the global budget. A block's slow
+// pages go to the fast node nearest the process's home with room for all of them, next to what
+// stays there and what this plan already sends there; when no node has, the block is split by
+// address over the nodes, nearest first, each piece charged the most slow bytes its range can
+// hold; a block that fits nowhere even so is deferred (over-filling a node would only make the
+// engine refuse pages). Demotions then free, on each fast node, what its promotions need. The
+// plan's moves are between tiers (MoveRequest::betweenTiers): a page already on any fast node
+// stays where it is, so the planner never moves pages between two fast nodes.
 //
 // Pinned ranges (PlanContext::pins, from `tensortierctl migrate`): a block overlapping one is left
 // where it is: it is neither promoted nor demoted, and its fast pages are taken off the global

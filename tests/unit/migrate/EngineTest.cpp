@@ -495,6 +495,38 @@ TEST_F(MigrateEngine, CancelProcessStopsItsMovesInFlight) {
   EXPECT_EQ(engine->counters().processesGone, 1u);
 }
 
+// The planner's moves are between tiers: on a machine with two DRAM nodes, a promotion to one
+// leaves the pages already on the other where they are (and does not go through mbind, which
+// would move them); a manual move (tensortierctl migrate) takes every page to its node.
+TEST_F(MigrateEngine, MovesBetweenTiersLeavePagesOnAnotherNodeOfTheTargetsTier) {
+  constexpr int kFast2 = 2;
+  tt::topology::NumaNode dram2 = topology_.nodes[0];
+  dram2.id = kFast2;
+  topology_.nodes.push_back(dram2);
+  free_.setNode(kFast2, 64ULL << 30, 0);
+  mover_.map(100, kBase, 256 * kPage, kSlow);
+  mover_.map(100, kBase, 128 * kPage, kFast2);  // the first half already in DRAM, on the other node
+  mover_.map(200, kBase, 256 * kPage, kSlow);
+  mover_.map(200, kBase, 128 * kPage, kFast2);
+  inProcess_.accept(100);
+  auto engine = make(unlimited(), true);
+  MoveRequest tiers{100, kBase, 256 * kPage, kFast, 0, 7, true};
+  MoveRequest manual{200, kBase, 256 * kPage, kFast, 0, 0, false};
+  const PlanReport report = engine->execute(plan(1, {tiers, manual}));
+  EXPECT_TRUE(inProcess_.requests().empty()) << "mbind would pull the other DRAM node's pages";
+  for (const auto& run : report.runs) {
+    if (run.tgid == 100) {
+      EXPECT_EQ(run.outcome.moved, 128u);
+      EXPECT_EQ(run.outcome.alreadyThere, 128u);
+    } else {
+      EXPECT_EQ(run.outcome.moved, 256u);
+    }
+  }
+  EXPECT_EQ(mover_.nodeOf(100, kBase), kFast2);
+  EXPECT_EQ(mover_.nodeOf(100, kBase + 200 * kPage), kFast);
+  EXPECT_EQ(mover_.nodeOf(200, kBase), kFast);
+}
+
 TEST_F(MigrateEngine, RegisteredRegionsOfAcceptingClientsGoToTheInProcessMover) {
   mover_.map(100, kBase, 256 * kPage, kSlow);  // accepts mbind, region 7
   mover_.map(200, kBase, 256 * kPage, kSlow);  // does not accept

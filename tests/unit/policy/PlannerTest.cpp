@@ -251,23 +251,55 @@ TEST(Planner, EachFastNodeIsFilledOnlyToItsShareAndTheRestSpillsToTheNextNearest
   for (size_t i = 4; i < 8; ++i) EXPECT_EQ(placement.nodeOf(kTgid, snap.units[i].start), 1) << "unit " << i;
 }
 
-// Room for a chunk and a half on each socket: the second hot chunk fills socket 1 and the
-// rest of it goes to socket 0, the block split between the two.
+// Room for a chunk and a half on each socket, three hot chunks: the hottest goes whole to
+// socket 1, the next whole to socket 0 (socket 1 has half a chunk left), and the third, which
+// neither has room for whole, is split between the two halves that are left.
 TEST(Planner, ABlockIsSplitBetweenFastNodesWhenNeitherHasRoomForAllOfIt) {
   Planner planner(plannerConfig());
   FakePlacement placement;
   placement.setFastNodes({0, 1});
   const auto topo = tt::fakes::twoSocketTopology(kChunk + kChunk / 2);
-  HeatSnapshot snap = spreadUnits(placement, kTgid, 2, 0x1000000);
+  HeatSnapshot snap = spreadUnits(placement, kTgid, 3, 0x1000000);
   for (const auto& u : snap.units) placement.map(kTgid, u.start, u.length, 3);
   PlanContext ctx;
   ctx.processes.push_back({kTgid, 1, 0});
   const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
   placement.apply(plan);
   EXPECT_EQ(placement.bytesOn(1), kChunk + kChunk / 2);
-  EXPECT_EQ(placement.bytesOn(0), kChunk / 2);
+  EXPECT_EQ(placement.bytesOn(0), kChunk + kChunk / 2);
   EXPECT_EQ(placement.bytesOn(3), 0u);
   EXPECT_EQ(planner.lastStats().deferredPromoteBytes, 0u);
+  EXPECT_EQ(placement.nodeOf(kTgid, snap.units[2].start), 1) << "the hottest is nearest";
+  for (const auto& m : plan.moves) EXPECT_TRUE(m.betweenTiers);
+}
+
+// A block half on socket 0's DRAM and half on slow memory, of a process on socket 1: its slow
+// half goes to socket 1, and its fast half stays on socket 0 (the moves are between tiers: the
+// engine leaves pages already in DRAM where they are). Socket 1 is charged the slow half only.
+TEST(Planner, APartlyFastBlockOnlySendsItsSlowPages) {
+  Planner planner(plannerConfig());
+  FakePlacement placement;
+  placement.setFastNodes({0, 1});
+  const auto topo = tt::fakes::twoSocketTopology(kChunk);
+  HeatSnapshot snap;
+  snap.units.push_back(unit(kTgid, 0x1000000, kChunk, 100.0));
+  placement.map(kTgid, 0x1000000, kChunk / 2, 0);
+  placement.map(kTgid, 0x1000000 + kChunk / 2, kChunk / 2, 3);
+  PlanContext ctx;
+  ctx.processes.push_back({kTgid, 1, 0});
+  const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
+  ASSERT_FALSE(plan.moves.empty());
+  for (const auto& m : plan.moves) {
+    EXPECT_EQ(m.targetNode, 1);
+    EXPECT_TRUE(m.betweenTiers) << "a between-tier move: the fast half must stay on node 0";
+  }
+  bool node1Charged = false;
+  for (const auto& n : planner.lastStats().nodes)
+    if (n.node == 1) {
+      node1Charged = true;
+      EXPECT_EQ(n.promoteBytes, kChunk / 2);
+    }
+  EXPECT_TRUE(node1Charged);
 }
 
 // When the nearest node's room is held by a colder block, that block is demoted from the node
