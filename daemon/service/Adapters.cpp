@@ -143,7 +143,11 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
   }
   placement_.beginPlan();
   MigrationPlan plan = planner_->plan(heat, placement_, topology_, context);
-  placement_.endPlan(plan);
+  // The epoch loop adds the pinned ranges' manual moves to the plan after this: their blocks are
+  // asked again too.
+  MigrationPlan moved = plan;
+  for (const auto& p : pins) moved.moves.push_back(MoveRequest{p.tgid, p.start, p.length, p.node, 0, p.regionId, false});
+  placement_.endPlan(moved);
   TT_LOG(Debug) << "policy: residency of " << placement_.pagesQueried() << " pages asked for this plan; each block "
                 << "refreshed every " << placement_.refreshPlans() << " plans";
   return plan;
