@@ -32,10 +32,14 @@ void DamonSource::refreshLoop() {
     if (stopping_) return;
     const auto slots = requested_;
     lock.unlock();
-    std::string errors;
+    std::vector<std::pair<std::pair<pid_t, uint32_t>, std::string>> errors;
     for (const auto& [tgid, slot] : slots) {
+      {
+        std::lock_guard check(mutex_);
+        if (stopping_) return;  // shutdown: the other kdamonds' answers are not waited for
+      }
       std::lock_guard sysfs(sysfsMutex_);
-      if (auto r = damon_.requestRegions(slot); !r) errors += "pid " + std::to_string(tgid) + ": " + r.error().message() + "; ";
+      if (auto r = damon_.requestRegions(slot); !r) errors.push_back({{tgid, slot}, r.error().message()});
     }
     lock.lock();
     refreshErrors_ = std::move(errors);
@@ -99,7 +103,10 @@ Result<void> DamonSource::collect(EvidenceBatch& out) {
     if (pending_ && !refreshed_) return {};  // the last requests still wait for their kdamonds
     if (pending_) {
       answered.swap(requested_);
-      errors = refreshErrors_;
+      // Only for processes still monitored: a request to a kdamond stopped meanwhile fails.
+      for (const auto& [key, message] : refreshErrors_)
+        if (auto it = slots_.find(key.first); it != slots_.end() && it->second == key.second)
+          errors += "pid " + std::to_string(key.first) + ": " + message + "; ";
     }
     pending_ = refreshed_ = false;
   }

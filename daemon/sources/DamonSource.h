@@ -63,7 +63,7 @@ class DamonSource final : public Source {
   std::vector<std::pair<pid_t, uint32_t>> requested_;  // the slots of the requests in flight
   bool pending_ = false;    // requests posted and not yet read
   bool refreshed_ = false;  // ... and all of them answered
-  std::string refreshErrors_;
+  std::vector<std::pair<std::pair<pid_t, uint32_t>, std::string>> refreshErrors_;  // per (tgid, slot)
   bool stopping_ = false;
   std::thread refresher_;
 };
