@@ -24,6 +24,7 @@
 char LICENSE[] SEC("license") = "GPL";
 
 const volatile bool report_first_touch = true;
+const volatile bool report_write_protect = true;
 
 struct {
   __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -100,6 +101,7 @@ int tt_page_fault_user(struct bpf_raw_tracepoint_args* ctx) {
     return 0;
   }
   if (error & X86_PF_WRITE) {
+    if (!report_write_protect) return 0;
     // A write to a write-protected present page: copy-on-write after fork, and once per written
     // page per epoch while soft-dirty tracking write-protects them all (clear_refs). As many as
     // first touches, so counted in place the same way, with the store kind: as ring records they

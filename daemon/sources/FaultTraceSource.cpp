@@ -101,8 +101,9 @@ void FaultTraceSource::open() {
   }
   trace_ = std::move(*t);
   baseDetail_ = std::string("eBPF exceptions/page_fault_user") +
-                (options_.reportFirstTouch ? " (first touches and write-protect faults counted per page in kernel"
-                                           : " (no first touches; write-protect faults counted per page in kernel") +
+                (options_.reportFirstTouch ? " (first touches" : " (no first touches") +
+                (options_.reportWriteProtect ? ", write-protect faults as stores" : ", write-protect faults left to soft-dirty") +
+                " counted per page in kernel" +
                 "; attached while a process is tracked)" + " + migrate/mm_migrate_pages" +
                 (trace_->pageMigrationEvents() ? " + migrate/remove_migration_pte"
                                                : " (no remove_migration_pte on this kernel: batch counts only)") +

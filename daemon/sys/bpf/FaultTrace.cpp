@@ -32,6 +32,7 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::start(const Options& options) {
   if (self->skel_ == nullptr) return errnoError("open BPF object fault_trace");
   fault_trace* skel = self->skel_;
   skel->rodata->report_first_touch = options.reportFirstTouch;
+  skel->rodata->report_write_protect = options.reportWriteProtect;
   uint32_t ring = 4096;
   while (ring < options.ringBytes) ring <<= 1;
   uint32_t pidMax = options.pidMax;

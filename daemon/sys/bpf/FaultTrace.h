@@ -42,6 +42,9 @@ class FaultTrace {
     uint32_t ringBytes = 1U << 20;
     uint32_t pidMax = 0;  // kernel.pid_max: the tgid bitmap's size; 0 = read /proc/sys/kernel/pid_max
     bool reportFirstTouch = true;
+    // Count write-protect faults (as stores). Off while soft-dirty runs: it write-protects every
+    // page each epoch and reports the same writes itself.
+    bool reportWriteProtect = true;
     uint32_t maxChunks = 16384;  // first-touch count blocks (2 MiB chunks) per epoch
   };
   // Opens, configures (rodata), loads and attaches. migrate/remove_migration_pte is attached only
