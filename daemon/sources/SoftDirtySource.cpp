@@ -92,9 +92,14 @@ Result<void> SoftDirtySource::collect(EvidenceBatch& out) {
         offset += pages;
       }
       p.windowStart = total > 0 ? (first + window) % total : 0;
-      // Each page read stands for the epochs until the window comes back to it.
-      const auto weight = static_cast<uint32_t>(
-          window > 0 ? std::clamp<double>(std::round(static_cast<double>(total) / static_cast<double>(window)), 1, 1 << 20) : 1);
+      // Each page read stands for the epochs until the window comes back to it, total / window on
+      // average: whole weights, the fraction carried to the next epoch (10 pages, window 4: 2, 3).
+      uint32_t weight = 1;
+      if (window > 0 && total > window) {
+        p.weightCarry += static_cast<double>(total) / static_cast<double>(window);
+        weight = static_cast<uint32_t>(std::clamp<double>(std::floor(p.weightCarry), 1, 1 << 20));
+        p.weightCarry -= weight;
+      }
       for (uint64_t page : dirty_) {
         AccessEvidence e;
         e.tgid = tgid;

@@ -43,6 +43,7 @@ class SoftDirtySource final : public Source {
     bool primed = false;
     std::vector<std::pair<uint64_t, uint64_t>> ranges;
     uint64_t windowStart = 0;  // the page (counted across the ranges) the next window starts at
+    double weightCarry = 0;    // the fraction of total / window the rounded weights left over
   };
   Result<std::vector<std::pair<uint64_t, uint64_t>>> scanRanges(pid_t tgid, const Process& p) const;
 
