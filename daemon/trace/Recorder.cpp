@@ -246,8 +246,10 @@ void Recorder::onEvidence(const EvidenceBatch& evidence, uint64_t sinceNs, uint6
   evidence.forEachRecord([&](const AccessEvidence& e) {
     auto it = active_.find(e.tgid);
     if (it == active_.end() || !it->second->info.ended.empty()) return;
-    const uint64_t span = nowNs - sinceNs;
-    const uint64_t at = span == 0 ? nowNs : sinceNs + it->second->spread() % span;
+    // Not before the recording started (its first epoch began earlier).
+    const uint64_t from = std::clamp(it->second->info.startedNs, sinceNs, nowNs);
+    const uint64_t span = nowNs - from;
+    const uint64_t at = span == 0 ? nowNs : from + it->second->spread() % span;
     pending_[e.tgid].push_back({at, e.page, e.weight, e.kind == AccessKind::Store});
   });
   std::vector<pid_t> full;
