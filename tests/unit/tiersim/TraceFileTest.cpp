@@ -224,12 +224,13 @@ TEST(TiersimTraceFile, ACorruptLengthInTheMiddleIsAnErrorNotACut) {
   EXPECT_NE(damaged.error().message().find("above the largest chunk"), std::string::npos) << damaged.error().message();
 }
 
-// Marks close a chunk as accesses do, so no chunk outgrows what readers accept.
+// Marks close a chunk as accesses do, so no chunk outgrows what readers accept: 250000 marks of
+// about 80 bytes (20 MB) would be one chunk above kMaxChunkBytes otherwise.
 TEST(TiersimTraceFile, ManyMarksWithoutAccessesStayReadable) {
   TempFile file;
   tt::trace::TraceWriter writer;
   ASSERT_TRUE(writer.open(file.path(), tt::trace::TraceWriter::Header{}).ok());
-  for (uint64_t i = 0; i < 40000; ++i) {
+  for (uint64_t i = 0; i < 250000; ++i) {
     IterationMark mark;
     mark.type = MarkType::PhaseBegin;
     mark.step = i;
@@ -241,7 +242,7 @@ TEST(TiersimTraceFile, ManyMarksWithoutAccessesStayReadable) {
   ReadTraceStats stats;
   auto read = readTraceFile(file.path(), &stats);
   ASSERT_TRUE(read.ok()) << read.error().message();
-  EXPECT_EQ(read->marks.size(), 40000U);
+  EXPECT_EQ(read->marks.size(), 250000U);
   EXPECT_FALSE(stats.incompleteLastChunk);
 }
 
