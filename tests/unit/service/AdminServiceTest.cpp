@@ -165,10 +165,12 @@ TEST_F(AdminServiceTest, RecordIsForAdminsAndOnlyOfRegisteredProcesses) {
 // and phase in processes (as of the last epoch).
 // The reply an ordinary (non-admin) client gets to `request` from a daemon with this registry and
 // loop.
-pb::DaemonMessage ask(tt::registry::Registry& registry, tt::service::EpochLoop& loop, const pb::ClientMessage& request) {
+pb::DaemonMessage ask(tt::registry::Registry& registry, tt::service::EpochLoop& loop, const pb::ClientMessage& request,
+                      const tt::topology::Topology* topology = nullptr) {
   tt::service::AdminContext ctx;
   ctx.registry = &registry;
   ctx.epochLoop = &loop;
+  ctx.topology = topology;
   tt::service::AdminService admin(std::move(ctx));
   tt::ipc::Session session;
   session.peer = {99, 1000, 1000};
@@ -222,18 +224,9 @@ TEST(AdminServiceHeat, StatusShowsEachFastNodesShareOfTheBudget) {
   tt::service::EpochLoop loop(registry, {nullptr, &policy, nullptr, nullptr}, metrics);
   loop.runOnce(1'000'000'000);
   const tt::topology::Topology topology = fastAndSlowNodes();
-  tt::service::AdminContext ctx;
-  ctx.registry = &registry;
-  ctx.epochLoop = &loop;
-  ctx.topology = &topology;
-  tt::service::AdminService admin(std::move(ctx));
-  tt::ipc::Session session;
-  session.peer = {99, 1000, 1000};
-  session.hello = true;
   pb::ClientMessage request;
   request.mutable_status();
-  pb::DaemonMessage reply;
-  admin.handleAdmin(session, request, reply);
+  const pb::DaemonMessage reply = ask(registry, loop, request, &topology);
   ASSERT_EQ(reply.status().nodes_size(), 2) << reply.DebugString();
   EXPECT_EQ(reply.status().nodes(0).budget_bytes(), 3ULL << 30);
   EXPECT_EQ(reply.status().nodes(0).managed_bytes(), 1ULL << 30);

@@ -30,6 +30,15 @@ class TempFile {
   std::string path_;
 };
 
+// The whole file.
+std::string readBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  std::string bytes(static_cast<size_t>(in.tellg()), '\0');
+  in.seekg(0);
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return bytes;
+}
+
 TEST(TiersimTraceFile, GeneratedTraceRoundTrips) {
   ModelTraceOptions options;
   options.steps = 2;
@@ -152,13 +161,7 @@ TEST(TiersimTraceFile, BadFilesGetAnErrorNotACrash) {
   auto trace = generateModelTrace("resnet50", options);
   ASSERT_TRUE(trace.ok());
   ASSERT_TRUE(writeTraceFile(*trace, file.path()).ok());
-  std::string bytes;
-  {
-    std::ifstream in(file.path(), std::ios::binary | std::ios::ate);
-    bytes.resize(static_cast<size_t>(in.tellg()));
-    in.seekg(0);
-    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  }
+  std::string bytes = readBytes(file.path());
   ASSERT_GT(bytes.size(), 1000U);
   {
     std::ofstream out(file.path(), std::ios::binary | std::ios::trunc);
@@ -195,13 +198,7 @@ TEST(TiersimTraceFile, ACorruptLengthInTheMiddleIsAnErrorNotACut) {
   ASSERT_TRUE(trace.ok());
   ASSERT_GT(trace->accesses.size(), 2U * 65536U) << "needs at least three chunks";
   ASSERT_TRUE(writeTraceFile(*trace, file.path()).ok());
-  std::string bytes;
-  {
-    std::ifstream in(file.path(), std::ios::binary | std::ios::ate);
-    bytes.resize(static_cast<size_t>(in.tellg()));
-    in.seekg(0);
-    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  }
+  std::string bytes = readBytes(file.path());
   // Skip the magic, the header and the first chunk: `at` is the second chunk's length prefix.
   size_t at = sizeof tt::trace::kTraceMagic;
   for (int message = 0; message < 2; ++message) {
