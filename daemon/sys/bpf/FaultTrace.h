@@ -42,8 +42,8 @@ class FaultTrace {
     uint32_t ringBytes = 1U << 20;
     uint32_t pidMax = 0;  // kernel.pid_max: the tgid bitmap's size; 0 = read /proc/sys/kernel/pid_max
     bool reportFirstTouch = true;
-    // Count write-protect faults (as stores). Off while soft-dirty runs: it write-protects every
-    // page each epoch and reports the same writes itself.
+    // Count write-protect faults (as stores). Off leaves them to soft-dirty, which write-protects
+    // every page each epoch and reports the same writes (the daemon keeps it on: SourceSet).
     bool reportWriteProtect = true;
     uint32_t maxChunks = 16384;  // first-touch count blocks (2 MiB chunks) per epoch
   };
