@@ -616,7 +616,9 @@ TEST(TwoSocketE2e, PromotionsFillTheClientsSocketToItsShareThenSpillToTheOther) 
   ASSERT_LT(budget[1], kSocketRegionBytes) << "node 1's share holds the whole region: nothing to spill\n" << status;
   EXPECT_LE(most[1], budget[1]) << "node 1 got more than its share\n" << logTail(daemon, 20000);
   EXPECT_LE(most[0], budget[0]) << "node 0 got more than its share\n" << logTail(daemon, 20000);
-  EXPECT_GT(where[1], where[0]) << "the client's own socket (node 1) should hold the larger part";
+  // The client's socket first: node 1 within a block of its share (blocks go whole to the nearest
+  // node with room for them, so node 0 may end with as much, when node 1's share is half the region).
+  EXPECT_GT(where[1] + kBlockBytes, budget[1]) << "the client's own socket (node 1) was not filled first";
   EXPECT_EQ(most[2], 0u) << "pages went to node 2, the slow memory of the other socket";
   ASSERT_TRUE(code.has_value()) << "tensortierd did not exit after SIGTERM";
   EXPECT_EQ(*code, 0);
