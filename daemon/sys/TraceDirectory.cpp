@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <memory>
 #include <utility>
 
@@ -53,6 +54,21 @@ Result<void> LinuxTraceDirectory::ensureDirectory(const std::string& path, std::
   struct stat st {};
   if (::stat(directory.c_str(), &st) == 0) {
     if (!S_ISDIR(st.st_mode)) return systemError(ENOTDIR, "trace directory " + directory);
+    // There already, made by an admin or an earlier start: recordings of other users' processes
+    // go there, so only the daemon's own user may change what is in it. Another owner, or write
+    // access for the group or for everyone, would let them replace or remove recordings under the
+    // daemon's feet; refused, as sshd refuses a home directory others can write to.
+    if (st.st_uid != ::geteuid()) {
+      return systemError(EPERM, "trace directory " + directory + " is owned by uid " + std::to_string(st.st_uid) +
+                                    ", not by the daemon's uid " + std::to_string(::geteuid()) +
+                                    ": refusing to record there (chown it, or point service.trace_directory elsewhere)");
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+      return systemError(EPERM, "trace directory " + directory + " has mode " + mode +
+                                    ": writable by its group or by everyone, refusing to record there (chmod 0750 it)");
+    }
     return {};
   }
   // Missing parents first, as mkdir -p would but with mode exactly 0755 whatever the umask: the

@@ -528,6 +528,26 @@ class FakeTraceDirectory final : public sys::TraceDirectory {
   sys::LinuxTraceDirectory real_;
 };
 
+// A trace directory made by someone else is used only if nobody but the daemon's user can write
+// to it: recordings of other users' processes go there.
+TEST_F(RecorderTest, RefusesAnExistingDirectoryOthersCanWriteTo) {
+  const std::string traces = dir_ + "/traces";
+  ASSERT_EQ(::mkdir(traces.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(traces.c_str(), 0777), 0);
+  Recorder rec(limits());
+  auto refused = rec.start(1, "a", nullptr, 0, 0);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, EPERM);
+  EXPECT_NE(refused.error().message().find("mode 0777"), std::string::npos) << refused.error().message();
+  EXPECT_TRUE(fs::is_empty(traces)) << "nothing written there";
+  ASSERT_EQ(::chmod(traces.c_str(), 0770), 0);  // the group may write: refused too
+  EXPECT_FALSE(rec.start(1, "a", nullptr, 0, 0).ok());
+  ASSERT_EQ(::chmod(traces.c_str(), 0755), 0);  // readable by all is the operator's choice
+  auto started = rec.start(1, "a", nullptr, 0, 0);
+  ASSERT_TRUE(started.ok()) << started.error().message();
+  EXPECT_EQ(fs::path(started->path).parent_path(), fs::path(traces));
+}
+
 TEST_F(RecorderTest, GivesTheDirectoryAndEachFileTheConfiguredGroup) {
   auto log = std::make_shared<FakeTraceDirectory::Log>();
   RecorderLimits l = limits();
