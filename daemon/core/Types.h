@@ -85,13 +85,24 @@ struct EvidenceBlock {
 // tgid, chunk, kind). A page may have a record from one source and a block entry from another,
 // as it may have records from two sources.
 struct EvidenceBatch {
+  // Virtual ranges of a tracked process whose pages the kernel migrated by itself (NUMA balancing
+  // promotions, reclaim demotions, compaction): not evidence of access, but where those pages are
+  // changed without the daemon's doing.
+  struct MovedRange {
+    pid_t tgid = 0;
+    uint64_t start = 0;
+    uint64_t length = 0;
+  };
   std::vector<AccessEvidence> records;
   std::vector<EvidenceBlock> blocks;
+  std::vector<MovedRange> movedByKernel;
 
   void clear() {
     records.clear();
     blocks.clear();
+    movedByKernel.clear();
   }
+  // No access evidence (kernel moves alone are none).
   [[nodiscard]] bool empty() const { return records.empty() && blocks.empty(); }
   // Pages with evidence: records plus the blocks' pages with a count.
   [[nodiscard]] size_t pages() const;

@@ -21,6 +21,18 @@ Result<void> SourceSetEvidence::collect(EvidenceBatch& out) {
   moves_.clear();
   set_->takeKernelMoves(moves_);
   kernelMoves_.add(moves_);
+  // The ranges for the planner's residency answers. Moves the kernel made for a move_pages(2) or
+  // mbind(2) call are left out: the daemon's own plans mark theirs, and at one event per folio
+  // they would be most of the list. Runs of adjacent pages become one range.
+  for (const sources::KernelMove& m : moves_) {
+    if (m.page == 0 || m.why == sources::KernelMove::Why::Syscall) continue;
+    const uint64_t length = m.pages * kBasePageSize;
+    auto& moved = out.movedByKernel;
+    if (!moved.empty() && moved.back().tgid == m.tgid && moved.back().start + moved.back().length == m.page)
+      moved.back().length += length;
+    else
+      moved.push_back({m.tgid, m.page, length});
+  }
   return collected;
 }
 
@@ -66,17 +78,19 @@ void MovePagesPlacement::beginPlan() {
   queriedPages_ = 0;
 }
 
+void MovePagesPlacement::markMoved(pid_t tgid, uint64_t start, uint64_t length, uint64_t plans) {
+  auto it = blocks_.lower_bound({tgid, start, 0});
+  if (it != blocks_.begin()) {
+    auto prev = std::prev(it);  // a block starting before the range may reach into it
+    if (std::get<0>(prev->first) == tgid && std::get<1>(prev->first) + std::get<2>(prev->first) > start) it = prev;
+  }
+  for (; it != blocks_.end() && std::get<0>(it->first) == tgid && std::get<1>(it->first) < start + length; ++it)
+    it->second.movedUntil = std::max(it->second.movedUntil, plan_ + plans);
+}
+
 void MovePagesPlacement::endPlan(const MigrationPlan& plan) {
   // The moves' blocks: asked again until the engine is surely done with them.
-  for (const MoveRequest& m : plan.moves) {
-    auto it = blocks_.lower_bound({m.tgid, m.start, 0});
-    if (it != blocks_.begin()) {
-      auto prev = std::prev(it);  // a block starting before the move may reach into it
-      if (std::get<0>(prev->first) == m.tgid && std::get<1>(prev->first) + std::get<2>(prev->first) > m.start) it = prev;
-    }
-    for (; it != blocks_.end() && std::get<0>(it->first) == m.tgid && std::get<1>(it->first) < m.start + m.length; ++it)
-      it->second.movedUntil = plan_ + kDirtyPlans;
-  }
+  for (const MoveRequest& m : plan.moves) markMoved(m.tgid, m.start, m.length, kDirtyPlans);
   std::erase_if(blocks_, [this](const auto& b) { return b.second.askedIn != plan_; });
   uint64_t pages = 0;
   for (const auto& [key, b] : blocks_) pages += std::get<2>(key) / kBasePageSize;
@@ -120,6 +134,11 @@ HeatPlannerPolicy::HeatPlannerPolicy(const tensortier::v1::PolicyConfig& config,
       planner_(std::make_unique<policy::Planner>(config)),
       config_(config) {}
 
+void HeatPlannerPolicy::observe(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs) {
+  heat_.ingest(evidence, sinceNs, nowNs, 1.0);
+  for (const auto& m : evidence.movedByKernel) placement_.markMoved(m.tgid, m.start, m.length, 1);
+}
+
 MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,
                                      std::span<const ManualPin> pins) {
   if (migrationBytesPerSec > 0) heat_.setMigrationBandwidth(migrationBytesPerSec);
@@ -145,9 +164,8 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
   MigrationPlan plan = planner_->plan(heat, placement_, topology_, context);
   // The epoch loop adds the pinned ranges' manual moves to the plan after this: their blocks are
   // asked again too.
-  MigrationPlan moved = plan;
-  for (const auto& p : pins) moved.moves.push_back(MoveRequest{p.tgid, p.start, p.length, p.node, 0, p.regionId, false});
-  placement_.endPlan(moved);
+  for (const auto& p : pins) placement_.markMoved(p.tgid, p.start, p.length, MovePagesPlacement::kDirtyPlans);
+  placement_.endPlan(plan);
   TT_LOG(Debug) << "policy: residency of " << placement_.pagesQueried() << " pages asked for this plan; each block "
                 << "refreshed every " << placement_.refreshPlans() << " plans";
   return plan;

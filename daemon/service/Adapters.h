@@ -59,9 +59,10 @@ class SourceSetEvidence final : public EvidenceSource {
 // of the daemon's own may still be moving it (the kDirtyPlans plans after one that moved it), when
 // it is new, and otherwise once every `refresh` plans, at a phase set by its address so that the
 // refreshes spread over the plans; `refresh` is the smallest that keeps them within the query
-// budget (policy.residency_query_pages_per_epoch). So pages the kernel moves by itself (NUMA
-// balancing, reclaim) or that a process allocates or frees are seen within `refresh` plans; the
-// engine's free-memory guard covers the capacity meanwhile. Blocks the planner did not ask for in
+// budget (policy.residency_query_pages_per_epoch). Pages the kernel moves by itself (NUMA
+// balancing, reclaim demotion) are asked again at the next plan when the fault trace saw the move
+// (markMoved); those it did not see, and pages a process allocates or frees, within `refresh`
+// plans; the engine's free-memory guard covers the capacity meanwhile. Blocks the planner did not ask for in
 // a plan (their region or process is gone) are forgotten.
 class MovePagesPlacement final : public policy::PlacementQuery {
  public:
@@ -73,6 +74,10 @@ class MovePagesPlacement final : public policy::PlacementQuery {
   // Around each Planner::plan: the plan's moves mark their blocks to be asked again.
   void beginPlan();
   void endPlan(const MigrationPlan& plan);
+  // Marks the known blocks overlapping [start, start + length) of `tgid` to be asked again in
+  // each of the next `plans` plans: kDirtyPlans for a move the engine may still be making, 1 for
+  // one the kernel has made (its own migrations, seen by the fault trace).
+  void markMoved(pid_t tgid, uint64_t start, uint64_t length, uint64_t plans);
   policy::Residency residency(pid_t tgid, uint64_t start, uint64_t length) const override;
   // Pages asked of the kernel in the last plan, and the plans between two refreshes of a block.
   [[nodiscard]] uint64_t pagesQueried() const { return queriedPages_; }
@@ -108,9 +113,8 @@ class HeatPlannerPolicy final : public PlacementPolicy {
   Result<void> addRegion(const RegionInfo& region) override { return heat_.addRegion(region); }
   void removeRegion(uint64_t regionId) override { heat_.removeRegion(regionId); }
   void removeProcess(pid_t tgid) override { heat_.removeProcess(tgid); }
-  void observe(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs) override {
-    heat_.ingest(evidence, sinceNs, nowNs, 1.0);
-  }
+  // Also has the next plan ask again where the kernel moved pages by itself (movedByKernel).
+  void observe(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs) override;
   void onMark(const IterationMark& mark) override { heat_.onMark(mark); }
   MigrationPlan plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,
                      std::span<const ManualPin> pins) override;

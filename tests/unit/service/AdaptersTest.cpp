@@ -61,6 +61,38 @@ TEST(SourceSetEvidence, CountsTheKernelsMovesOnceAndEmptiesTheSourcesBuffers) {
   EXPECT_EQ(reports[0].kernelMoves.other, 4U);
 }
 
+// The kernel's own moves with addresses reach the policy as ranges (adjacent pages merged), so its
+// residency answers for them are refreshed; moves for a move_pages(2) call and batches without
+// addresses do not.
+TEST(SourceSetEvidence, PassesTheRangesTheKernelMovedByItself) {
+  auto trace = std::make_unique<tt::fakes::FakeSource>("fault-trace", true);
+  auto* fake = trace.get();
+  std::vector<std::unique_ptr<tt::sources::Source>> v;
+  v.push_back(std::move(trace));
+  auto set = std::make_unique<tt::sources::SourceSet>(std::move(v));
+  ASSERT_TRUE(set->addProcess(7).ok());
+  tt::service::SourceSetEvidence evidence(std::move(set));
+  using Why = tt::sources::KernelMove::Why;
+  constexpr uint64_t kPage = tt::kBasePageSize;
+  const uint64_t base = 0x7f0000000000;
+  fake->moves = {{7, base, 1, Why::Promotion},
+                 {7, base + kPage, 2, Why::Promotion},    // adjacent: one range of 3 pages
+                 {7, base + 16 * kPage, 1, Why::Demotion},
+                 {7, base + 32 * kPage, 1, Why::Syscall},  // the daemon's own kind of move
+                 {7, 0, 9, Why::Other}};                   // a batch without addresses
+  tt::EvidenceBatch out;
+  ASSERT_TRUE(evidence.collect(out).ok());
+  ASSERT_EQ(out.movedByKernel.size(), 2U);
+  EXPECT_EQ(out.movedByKernel[0].tgid, 7);
+  EXPECT_EQ(out.movedByKernel[0].start, base);
+  EXPECT_EQ(out.movedByKernel[0].length, 3 * kPage);
+  EXPECT_EQ(out.movedByKernel[1].start, base + 16 * kPage);
+  EXPECT_EQ(out.movedByKernel[1].length, kPage);
+  EXPECT_TRUE(out.empty()) << "kernel moves are not access evidence";
+  out.clear();
+  EXPECT_TRUE(out.movedByKernel.empty());
+}
+
 // The SourceSet's start lines and each source's system-wide migration totals reach the loop.
 TEST(SourceSetEvidence, PassesStartNotesAndSystemWideMigrations) {
   auto trace = std::make_unique<tt::fakes::FakeSource>("fault-trace", true);
@@ -200,6 +232,21 @@ TEST(MovePagesPlacement, KeepsAnswersBetweenPlansAndAsksAgainForWhatMovedOrIsDue
   (void)plan(moves);
   mover.map(kPid, kBase + 7 * kBlock, kBlock, 0);  // the engine copies it
   EXPECT_EQ(plan()[7].fastPages, 16U);
+
+  // The kernel moves a page of block 9 and the fault trace saw it: asked again at the next plan,
+  // though with a budget of one page a plan its refresh turn comes once in 256 plans.
+  placement.setQueryBudget(1);
+  for (uint64_t p = 0; p < tt::service::MovePagesPlacement::kDirtyPlans; ++p) (void)plan();  // block 7 settled
+  ASSERT_EQ(placement.refreshPlans(), 256U);
+  const uint64_t movedPage = kBase + 9 * kBlock + 4 * tt::kBasePageSize;
+  mover.map(kPid, movedPage, tt::kBasePageSize, 0);
+  placement.markMoved(kPid, movedPage, tt::kBasePageSize, 1);
+  EXPECT_EQ(plan()[9].fastPages, 1U) << "a move the kernel made waited for the block's refresh turn";
+  EXPECT_EQ(placement.pagesQueried(), 16U) << "only the marked block is asked (or a block due)";
+  (void)plan();
+  EXPECT_LE(placement.pagesQueried(), 16U) << "marked for one plan, not for good";
+  placement.setQueryBudget(64);
+  (void)plan();
 
   // A plan that does not ask for block 0 (its region went away) drops it: asked anew later.
   (void)plan({}, 0);
