@@ -63,6 +63,25 @@ Result<void> SourceSetEvidence::applyConfig(const tensortier::v1::SourcesConfig&
   return {};
 }
 
+std::optional<int> homeNodeOf(const sys::Fs& procfs, pid_t tgid, const topology::Topology& topology) {
+  if (auto allowed = sys::readAllowedCpus(procfs, tgid); allowed && !allowed->empty()) {
+    std::optional<int> only;
+    bool oneNode = true;
+    for (int cpu : *allowed) {
+      const auto node = topology.nodeOfCpu(cpu);
+      if (!node || (only && *only != *node)) {
+        oneNode = false;
+        break;
+      }
+      only = node;
+    }
+    if (oneNode && only) return only;
+  }
+  auto cpu = sys::readLastCpu(procfs, tgid);
+  if (!cpu) return std::nullopt;
+  return topology.nodeOfCpu(*cpu);
+}
+
 double accessesPerPagePass(std::span<const SourceReport> sources) {
   constexpr double kCacheLineBytes = 64;
   for (const SourceReport& s : sources)
@@ -150,16 +169,11 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
   context.accessesPerPagePass = accessesPerPagePass_;
   for (const auto& p : pins) context.pins.push_back({p.tgid, p.start, p.length});
   placement_.setQueryBudget(config_.residency_query_pages_per_epoch());
-  // Each process's home node, the node of the CPU its main thread last ran on: its promotions go to
-  // the fast node nearest it first. A process bound to a socket (numactl --cpunodebind) stays on
-  // it; one the scheduler moves around is planned from where it is now. Unreadable (the process
-  // is exiting): the planner takes the first fast node.
+  // Each process's home node (homeNodeOf): its promotions go to the fast node nearest it first.
+  // Unknown (the process is exiting): the planner takes the first fast node.
   const heat::HeatSnapshot& heat = heat_.snapshot();
-  for (const auto& p : heat.processes) {
-    auto cpu = sys::readLastCpu(procfs_, p.tgid);
-    if (!cpu) continue;
-    if (auto node = topology_.nodeOfCpu(*cpu)) context.processes.push_back({p.tgid, *node, 0});
-  }
+  for (const auto& p : heat.processes)
+    if (auto node = homeNodeOf(procfs_, p.tgid, topology_)) context.processes.push_back({p.tgid, *node, 0});
   placement_.beginPlan();
   MigrationPlan plan = planner_->plan(heat, placement_, topology_, context);
   // The epoch loop adds the pinned ranges' manual moves to the plan after this: their blocks are

@@ -105,6 +105,12 @@ class MovePagesPlacement final : public policy::PlacementQuery {
 // other sources count a page once per touch, fault or scan.
 [[nodiscard]] double accessesPerPagePass(std::span<const SourceReport> sources);
 
+// A process's home node for the planner. The node all the CPUs it may run on belong to, when they
+// are on one (bound to a socket: numactl --cpunodebind, taskset, a cpuset cgroup), which holds
+// however its threads move within the socket; otherwise the node of the CPU its main thread last
+// ran on, where it is now. nullopt when neither can be read (the process is exiting) or mapped.
+[[nodiscard]] std::optional<int> homeNodeOf(const sys::Fs& procfs, pid_t tgid, const topology::Topology& topology);
+
 class HeatPlannerPolicy final : public PlacementPolicy {
  public:
   // `procfs`: where each process's home node is read from (the CPU its main thread last ran on).

@@ -34,4 +34,28 @@ Result<int> readLastCpu(const Fs& procfs, pid_t pid) {
   return cpu;
 }
 
+Result<std::vector<int>> parseStatusAllowedCpus(std::string_view status) {
+  constexpr std::string_view kKey = "Cpus_allowed_list:";
+  for (size_t at = 0; at < status.size();) {
+    const size_t end = std::min(status.find('\n', at), status.size());
+    const std::string_view line = status.substr(at, end - at);
+    if (line.substr(0, kKey.size()) == kKey) {
+      auto cpus = parseIdList(line.substr(kKey.size()));
+      if (!cpus) return withContext(cpus.error(), "status: Cpus_allowed_list");
+      return cpus;
+    }
+    at = end + 1;
+  }
+  return logicError("status: no Cpus_allowed_list line");
+}
+
+Result<std::vector<int>> readAllowedCpus(const Fs& procfs, pid_t pid) {
+  const std::string path = std::to_string(pid) + "/status";
+  auto text = procfs.readFile(path);
+  if (!text) return text.error();
+  auto cpus = parseStatusAllowedCpus(*text);
+  if (!cpus) return withContext(cpus.error(), procfs.resolve(path));
+  return cpus;
+}
+
 }  // namespace tt::sys

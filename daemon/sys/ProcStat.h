@@ -1,10 +1,12 @@
-// /proc/PID/stat as tensortier needs it: the CPU a process's main thread last ran on, from which
-// the planner takes the process's home node (the fast node its promotions go to first).
+// /proc/PID/stat and /proc/PID/status as tensortier needs them: the CPUs a process may run on and
+// the CPU its main thread last ran on, from which the planner takes the process's home node (the
+// fast node its promotions go to first).
 #pragma once
 
 #include <sys/types.h>
 
 #include <string_view>
+#include <vector>
 
 #include "core/Result.h"
 #include "sys/Fs.h"
@@ -17,5 +19,12 @@ namespace tt::sys {
 
 // Reads `<pid>/stat` under `procfs` (rooted at /proc, or a fixture tree).
 [[nodiscard]] Result<int> readLastCpu(const Fs& procfs, pid_t pid);
+
+// The CPUs of the "Cpus_allowed_list:" line of a status file (the main thread's affinity: what
+// numactl --cpunodebind, taskset or a cpuset cgroup allow it).
+[[nodiscard]] Result<std::vector<int>> parseStatusAllowedCpus(std::string_view status);
+
+// Reads `<pid>/status` under `procfs`.
+[[nodiscard]] Result<std::vector<int>> readAllowedCpus(const Fs& procfs, pid_t pid);
 
 }  // namespace tt::sys

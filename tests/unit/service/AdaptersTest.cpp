@@ -148,6 +148,34 @@ TEST(ProcStat, ProcessorIsCountedFromTheLastParenthesisOfTheCommand) {
   EXPECT_FALSE(tt::sys::parseStatProcessor("77 (python3) S 1 2 3").ok());  // too few fields
 }
 
+TEST(ProcStat, AllowedCpusComeFromTheCpusAllowedListLine) {
+  auto cpus = tt::sys::parseStatusAllowedCpus("Name:\ttrainer\nCpus_allowed:\tf\nCpus_allowed_list:\t0-1,3\nMems_allowed:\t1\n");
+  ASSERT_TRUE(cpus.ok()) << cpus.error().message();
+  EXPECT_EQ(*cpus, (std::vector<int>{0, 1, 3}));
+  EXPECT_FALSE(tt::sys::parseStatusAllowedCpus("Name:\ttrainer\nCpus_allowed:\tf\n").ok());
+  EXPECT_FALSE(tt::sys::parseStatusAllowedCpus("Cpus_allowed_list:\t0-x\n").ok());
+}
+
+// The home node: the socket a process is bound to, wherever its main thread last ran; unbound,
+// where that thread last ran; neither readable, unknown.
+TEST(HomeNode, TheSocketTheProcessIsBoundToElseWhereItsMainThreadRan) {
+  constexpr pid_t kPid = 78;
+  const auto procfs = std::filesystem::path(::testing::TempDir()) / "tt-procfs-home-node-bound";
+  std::filesystem::remove_all(procfs);
+  const auto dir = procfs / std::to_string(kPid);
+  std::filesystem::create_directories(dir);
+  const auto topology = tt::fakes::twoSocketTopology(64ULL << 20);  // CPU 0 on node 0, CPU 1 on node 1
+  const tt::sys::Fs fs(procfs.string());
+  EXPECT_EQ(tt::service::homeNodeOf(fs, kPid, topology), std::nullopt);
+  std::ofstream(dir / "stat") << statLine(kPid, "trainer", 0);
+  EXPECT_EQ(tt::service::homeNodeOf(fs, kPid, topology), std::optional<int>(0)) << "no status: the last CPU";
+  std::ofstream(dir / "status") << "Name:\ttrainer\nCpus_allowed_list:\t1\n";
+  EXPECT_EQ(tt::service::homeNodeOf(fs, kPid, topology), std::optional<int>(1)) << "bound to socket 1";
+  std::ofstream(dir / "status") << "Name:\ttrainer\nCpus_allowed_list:\t0-1\n";
+  EXPECT_EQ(tt::service::homeNodeOf(fs, kPid, topology), std::optional<int>(0)) << "unbound: the last CPU";
+  std::filesystem::remove_all(procfs);
+}
+
 // A process on socket 1 (its stat says CPU 1) has its hot pages on socket 1's slow node: the
 // daemon's policy sends them to socket 1's DRAM, and, for a process on CPU 0, to socket 0's.
 TEST(HeatPlannerPolicy, PromotesToTheFastNodeOfTheCpuTheProcessRunsOn) {
