@@ -8,10 +8,13 @@
 //   migrate/mm_migrate_pages     a batch finished: pages succeeded/failed and the reason; counted
 //                                for all processes per reason class (kswapd demotes for everyone),
 //                                and reported as an event when the current task is tracked
-//   migrate/remove_migration_pte one page's migration completed (6.0+): the address, in the
-//                                migrating task's context: NUMA-balancing promotions run in the
-//                                faulting (tracked) task, so they carry the tracked tgid; reclaim
-//                                demotions run in kswapd and cannot be attributed here
+//   migrate/remove_migration_pte one page table entry of a migrated page restored (6.0+): the
+//                                address, in the migrating task's context: NUMA-balancing
+//                                promotions run in the faulting (tracked) task, so they carry the
+//                                tracked tgid; reclaim demotions run in kswapd and cannot be
+//                                attributed here
+//   thp/remove_migration_pmd     the same for a huge page mapped by one PMD (5.16+), which
+//                                remove_migration_pte skips
 #include "vmlinux.h"
 
 #include <bpf/bpf_core_read.h>
@@ -150,13 +153,34 @@ int tt_mm_migrate_pages(struct trace_event_raw_mm_migrate_pages* ctx) {
   return 0;
 }
 
-// Loaded only where the kernel has it (the owning class checks the BTF first).
-SEC("tracepoint/migrate/remove_migration_pte")
-int tt_remove_migration_pte(struct trace_event_raw_migration_pte* ctx) {
+// x86: the entry of a huge mapping has _PAGE_PSE (bit 7). In a 4 KiB PTE that bit is PAT, which
+// anonymous and page-cache mappings never set.
+#define X86_PAGE_PSE (1ULL << 7)
+// A PMD maps 2^9 base pages (x86-64, 4 KiB pages).
+#define TT_PMD_ORDER 9
+
+static __always_inline void emit_page_move(__u64 addr, __u64 order) {
   __u32 tgid = current_tracked_tgid();
-  if (!tgid) return 0;
+  if (!tgid) return;
   __u32 tid = (__u32)bpf_get_current_pid_tgid();
   __u16* cls = bpf_map_lookup_elem(&migrating, &tid);
-  emit(tgid, TT_EV_MIGRATE_PAGE, cls ? *cls : TT_MIG_OTHER, ctx->addr, (__u64)ctx->order, 0);
+  emit(tgid, TT_EV_MIGRATE_PAGE, cls ? *cls : TT_MIG_OTHER, addr, order, 0);
+}
+
+// Loaded only where the kernel has it (the owning class checks the BTF first). The event's detail
+// is log2 of the base pages the restored entry maps. The tracepoint fires once per PTE with the
+// order of the whole folio: a large folio mapped by PTEs (a THP split in the page table, or an
+// mTHP) gives one event per base page, each of order 9 or so; only a huge entry (hugetlb) maps
+// 2^order pages.
+SEC("tracepoint/migrate/remove_migration_pte")
+int tt_remove_migration_pte(struct trace_event_raw_migration_pte* ctx) {
+  emit_page_move(ctx->addr, (ctx->pte & X86_PAGE_PSE) ? (__u64)ctx->order : 0);
+  return 0;
+}
+
+// A transparent huge page mapped by one PMD: 512 base pages (loaded only where the BTF has it).
+SEC("tracepoint/thp/remove_migration_pmd")
+int tt_remove_migration_pmd(struct trace_event_raw_migration_pmd* ctx) {
+  emit_page_move(ctx->addr & ~((1ULL << (12 + TT_PMD_ORDER)) - 1), TT_PMD_ORDER);
   return 0;
 }

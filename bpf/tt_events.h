@@ -96,7 +96,7 @@ enum tt_agg_stat {
  * write-protect faults with the kind TT_KIND_STORE. (3 was the write-protect record.) */
 enum tt_event_kind {
   TT_EV_FAULT_HINT = 2,          /* read fault on a present page (protection fault) */
-  TT_EV_MIGRATE_PAGE = 4,        /* migrate/remove_migration_pte in a tracked task's context */
+  TT_EV_MIGRATE_PAGE = 4,        /* remove_migration_pte/_pmd in a tracked task's context */
   TT_EV_MIGRATE_BATCH = 5,       /* migrate/mm_migrate_pages in a tracked task's context */
 };
 
@@ -114,7 +114,8 @@ struct tt_event {
   tt_u16 kind;      /* enum tt_event_kind */
   tt_u16 mig_class; /* enum tt_migrate_class, for TT_EV_MIGRATE_* */
   tt_u64 addr;      /* faulting / migrated virtual address; 0 for batches */
-  tt_u64 detail;    /* fault: x86 error_code; batch: pages succeeded; page: order */
+  tt_u64 detail;    /* fault: x86 error_code; batch: pages succeeded; page: log2 of the base
+                     * pages the restored entry maps (0 for a PTE, 9 for a PMD) */
   tt_u64 failed;    /* batch: pages failed */
 };
 

@@ -1,9 +1,12 @@
 #include "sources/FaultTraceSource.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <sstream>
 #include <system_error>
+#include <tuple>
+#include <vector>
 
 #include "core/Buffers.h"
 #include "core/Log.h"
@@ -107,6 +110,7 @@ void FaultTraceSource::open() {
                 "; attached while a process is tracked)" + " + migrate/mm_migrate_pages" +
                 (trace_->pageMigrationEvents() ? " + migrate/remove_migration_pte"
                                                : " (no remove_migration_pte on this kernel: batch counts only)") +
+                (trace_->hugePageMigrationEvents() ? " + thp/remove_migration_pmd" : "") +
                 ", ring " + std::to_string(options_.ringBytes / 1024) + " KiB";
   if (!guard_.pauseOverBudget) {
     baseDetail_ += "; never paused (pause_over_budget: false)";
@@ -294,7 +298,34 @@ Result<void> FaultTraceSource::collect(EvidenceBatch& out) {
   return {};
 }
 
+void dropRepeatedMoves(std::vector<KernelMove>& moves) {
+  auto key = [](const KernelMove& m) { return std::tuple(m.tgid, m.why); };
+  // Per (process, reason) by address, the widest first: a move is repeated when an earlier one
+  // reaches its end.
+  std::stable_sort(moves.begin(), moves.end(), [&](const KernelMove& a, const KernelMove& b) {
+    if (key(a) != key(b)) return key(a) < key(b);
+    if (a.page != b.page) return a.page < b.page;
+    return a.pages > b.pages;
+  });
+  std::vector<KernelMove> kept;
+  kept.reserve(moves.size());
+  uint64_t coveredEnd = 0;
+  for (const KernelMove& m : moves) {
+    if (m.page == 0) {  // a batch: no addresses to compare
+      kept.push_back(m);
+      continue;
+    }
+    const uint64_t end = m.page + m.pages * kBasePageSize;
+    const bool sameGroup = !kept.empty() && kept.back().page != 0 && key(kept.back()) == key(m);
+    if (sameGroup && end <= coveredEnd) continue;
+    coveredEnd = sameGroup ? std::max(coveredEnd, end) : end;
+    kept.push_back(m);
+  }
+  moves = std::move(kept);
+}
+
 void FaultTraceSource::takeKernelMoves(std::vector<KernelMove>& out) {
+  dropRepeatedMoves(moves_);
   out.insert(out.end(), moves_.begin(), moves_.end());
   moves_.clear();
 }

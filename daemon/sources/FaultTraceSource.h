@@ -46,10 +46,18 @@ uint64_t appendFaultBlocks(const std::vector<sys::bpf::ChunkCounts>& blocks, Fau
                                 std::vector<EvidenceBlock>& out);
 
 // The kernel move a trace event reports, in one view only: the kernel reports a migration per page
-// (remove_migration_pte, where its BTF has it: `pageEvents`) and per batch (mm_migrate_pages, the
+// (remove_migration_pte and remove_migration_pmd, where its BTF has them: `pageEvents`) and per batch (mm_migrate_pages, the
 // batch's succeeded pages), and the two describe the same pages. Per page where there are page
 // events, per batch where there are not; nullopt for other events and for the other view.
 [[nodiscard]] std::optional<KernelMove> kernelMoveOf(const tt_event& e, bool pageEvents);
+
+// Drops the per-page moves that repeat, for the same process and reason, pages another move in
+// `moves` already covers (batches are left alone). The kernel restores the mapping of a page more
+// than once in one migration when it splits a huge page on the way: the split remaps every base
+// page where it is (a remove_migration_pte event without a move), then each moves. Measured in
+// the VM (6.12, a promoted huge page mapped by PTEs): two events per promoted page. A page really
+// promoted twice between two collects is counted once.
+void dropRepeatedMoves(std::vector<KernelMove>& moves);
 
 class FaultTraceSource final : public Source {
  public:

@@ -52,8 +52,9 @@ struct SamplingLimits {
 };
 
 // A page move made by the kernel itself (NUMA-balancing promotion, demotion) to a tracked process:
-// one migrated page (page != 0, from remove_migration_pte) or a finished batch (page == 0, pages =
-// the batch's succeeded count). A source reports each move in one of the two views, never both.
+// one restored mapping of a migrated page (page != 0, from remove_migration_pte or, for a huge
+// page mapped by one PMD, remove_migration_pmd; pages = the base pages it maps) or a finished batch
+// (page == 0, pages = the batch's succeeded count). A source reports each move in one of the two views, never both.
 struct KernelMove {
   pid_t tgid = 0;
   uint64_t page = 0;  // 0 for a batch without addresses

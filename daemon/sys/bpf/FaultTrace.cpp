@@ -51,6 +51,10 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::start(const Options& options) {
   // the whole load, so the program is left out where the kernel lacks the type.
   self->pageMigrationEvents_ = kernelHasBtfStruct("trace_event_raw_migration_pte");
   if (!self->pageMigrationEvents_) bpf_program__set_autoload(skel->progs.tt_remove_migration_pte, false);
+  // Its PMD twin (5.16+, with transparent huge pages): with the PTE events only, a huge page the
+  // kernel moved whole would be missing from the per-page view.
+  self->hugePageMigrationEvents_ = self->pageMigrationEvents_ && kernelHasBtfStruct("trace_event_raw_migration_pmd");
+  if (!self->hugePageMigrationEvents_) bpf_program__set_autoload(skel->progs.tt_remove_migration_pmd, false);
   bpf_program__set_autoattach(skel->progs.tt_page_fault_user, false);  // attached by track()
   if (int err = fault_trace__load(skel); err != 0) return systemError(-err, "load BPF fault_trace");
   if (int err = fault_trace__attach(skel); err != 0) {

@@ -48,7 +48,9 @@ class FaultTrace {
     uint32_t maxChunks = 16384;  // first-touch count blocks (2 MiB chunks) per epoch
   };
   // Opens, configures (rodata), loads and attaches. migrate/remove_migration_pte is attached only
-  // where the running kernel's BTF has it; pageMigrationEvents() says whether it is.
+  // where the running kernel's BTF has it; pageMigrationEvents() says whether it is. With it,
+  // thp/remove_migration_pmd (a huge page mapped by one PMD) where the BTF has that;
+  // hugePageMigrationEvents() says whether it is.
   [[nodiscard]] static Result<std::unique_ptr<FaultTrace>> start(const Options& options);
   ~FaultTrace();
   FaultTrace(const FaultTrace&) = delete;
@@ -85,6 +87,7 @@ class FaultTrace {
   // (the run time needs bpf_enable_stats, else 0).
   [[nodiscard]] Result<std::pair<uint64_t, uint64_t>> faultProgramRunTime() const;
   [[nodiscard]] bool pageMigrationEvents() const { return pageMigrationEvents_; }
+  [[nodiscard]] bool hugePageMigrationEvents() const { return hugePageMigrationEvents_; }
 
  private:
   FaultTrace() = default;
@@ -93,6 +96,7 @@ class FaultTrace {
   ring_buffer* ring_ = nullptr;
   const EventFn* current_ = nullptr;
   bool pageMigrationEvents_ = false;
+  bool hugePageMigrationEvents_ = false;
   uint32_t pidMax_ = 0;
   ChunkCountMap firstTouches_{"fault_trace chunks"};
   [[nodiscard]] Result<void> updateFaultLink();  // with linkMutex_ held

@@ -23,7 +23,7 @@ bool readAll(int fd, void* buf, size_t n) {
 }
 }  // namespace
 
-PatternChild::PatternChild(uint64_t pages) : pages_(pages) {
+PatternChild::PatternChild(uint64_t pages, bool hugePages) : pages_(pages) {
   int down[2], up[2];
   if (::pipe(down) != 0 || ::pipe(up) != 0) {
     ADD_FAILURE() << "pipe failed";
@@ -34,10 +34,15 @@ PatternChild::PatternChild(uint64_t pages) : pages_(pages) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     ::close(down[1]);
     ::close(up[0]);
-    auto* buf = static_cast<volatile char*>(::mmap(nullptr, pages * 4096, PROT_READ | PROT_WRITE,
-                                                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-    if (buf == MAP_FAILED) ::_exit(1);
-    ::madvise(const_cast<char*>(buf), pages * 4096, MADV_NOHUGEPAGE);
+    constexpr uint64_t kHuge = 2ULL << 20;
+    const uint64_t extra = hugePages ? kHuge : 0;  // room to start on a huge-page boundary
+    auto* mapped = static_cast<char*>(::mmap(nullptr, pages * 4096 + extra, PROT_READ | PROT_WRITE,
+                                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (mapped == MAP_FAILED) ::_exit(1);
+    const uint64_t start = reinterpret_cast<uint64_t>(mapped);
+    const uint64_t at = hugePages ? (start + kHuge - 1) & ~(kHuge - 1) : start;
+    auto* buf = reinterpret_cast<volatile char*>(at);
+    ::madvise(const_cast<char*>(buf), pages * 4096, hugePages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
     const uint64_t addr = reinterpret_cast<uint64_t>(buf);
     if (::write(up[1], &addr, sizeof addr) != sizeof addr) ::_exit(1);
     uint64_t cmd[4];  // op, a, b, c
@@ -69,6 +74,13 @@ PatternChild::PatternChild(uint64_t pages) : pages_(pages) {
         ::waitpid(sharer, nullptr, 0);
         ::close(ready[0]);
         ::close(ready[1]);
+      } else if (cmd[0] == 5) {  // map the huge pages of pages [a, b) by PTEs (their folios stay whole)
+        for (uint64_t i = cmd[1]; i < cmd[2] && i < pages; ++i) {
+          if ((reinterpret_cast<uint64_t>(buf) / 4096 + i) % 512 != 0) continue;
+          // A protection change on part of a PMD mapping splits the mapping, not the page.
+          char* page = const_cast<char*>(buf) + i * 4096;
+          if (::mprotect(page, 4096, PROT_READ) != 0 || ::mprotect(page, 4096, PROT_READ | PROT_WRITE) != 0) ::_exit(1);
+        }
       } else {  // read pages [a, b) for c ms
         timespec t0{}, t{};
         ::clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -135,6 +147,8 @@ std::set<uint64_t> PatternChild::cowWriteRange(uint64_t first, uint64_t end) {
   for (uint64_t i = first; i < end && i < pages_; ++i) touched.insert(base_ + i * 4096);
   return touched;
 }
+
+void PatternChild::splitHugeMappings(uint64_t first, uint64_t end) { (void)command(5, first, end, 0); }
 
 std::set<uint64_t> PatternChild::readRangeFor(uint64_t first, uint64_t end, uint32_t ms) {
   std::set<uint64_t> touched = command(2, first, end, ms);

@@ -13,7 +13,9 @@ namespace tt::test {
 
 class PatternChild {
  public:
-  explicit PatternChild(uint64_t pages);
+  // `hugePages`: the buffer starts on a 2 MiB boundary and asks for transparent huge pages
+  // (MADV_HUGEPAGE); otherwise it refuses them (MADV_NOHUGEPAGE), so every page is a 4 KiB one.
+  explicit PatternChild(uint64_t pages, bool hugePages = false);
   ~PatternChild();
   PatternChild(const PatternChild&) = delete;
   PatternChild& operator=(const PatternChild&) = delete;
@@ -33,6 +35,9 @@ class PatternChild {
   // every page in [first, end) (a write-protect fault each: the copy), then ends that process.
   // Waits until done. Returns the page addresses.
   std::set<uint64_t> cowWriteRange(uint64_t first, uint64_t end);
+  // Maps the huge pages in [first, end) by 4 KiB page-table entries instead of one PMD each (a
+  // protection change on one page splits the mapping; the huge page itself stays whole).
+  void splitHugeMappings(uint64_t first, uint64_t end);
   // Reads every page in [first, end) over and over for `ms` milliseconds; waits until done.
   std::set<uint64_t> readRangeFor(uint64_t first, uint64_t end, uint32_t ms);
 

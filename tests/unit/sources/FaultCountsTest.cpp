@@ -114,6 +114,34 @@ TEST(KernelMoveOf, OneViewOfEachMovePagesWhereTheKernelReportsThem) {
   EXPECT_FALSE(kernelMoveOf(fault, false).has_value());
 }
 
+// A huge page split on its way to another node is remapped in place (an event without a move) and
+// then moved (an event each page): one move per page and reason reaches the daemon.
+TEST(FaultCounts, RepeatedKernelMovesOfAPageAreCountedOnce) {
+  using Why = KernelMove::Why;
+  constexpr uint64_t kHuge = 0x200000, kPage = 0x1000;
+  std::vector<KernelMove> moves{
+      {7, kHuge + kPage, 1, Why::Promotion},   // the split's remap
+      {7, kHuge, 1, Why::Promotion},
+      {7, kHuge + kPage, 1, Why::Promotion},   // the move
+      {7, kHuge, 1, Why::Promotion},
+      {7, 2 * kHuge, 512, Why::Promotion},     // a whole huge page...
+      {7, 2 * kHuge + 5 * kPage, 1, Why::Promotion},  // ...covers its pages
+      {7, kHuge, 1, Why::Demotion},            // another reason: kept
+      {8, kHuge, 1, Why::Promotion},           // another process: kept
+      {7, 0, 40, Why::Promotion},              // batches: kept as they are
+      {7, 0, 40, Why::Promotion},
+  };
+  dropRepeatedMoves(moves);
+  uint64_t promoted7 = 0, batches = 0;
+  for (const auto& m : moves) {
+    if (m.page == 0) ++batches;
+    else if (m.tgid == 7 && m.why == Why::Promotion) promoted7 += m.pages;
+  }
+  EXPECT_EQ(promoted7, 2U + 512U);
+  EXPECT_EQ(batches, 2U);
+  EXPECT_EQ(moves.size(), 3U + 2U + 2U);
+}
+
 // Write-protect faults (counted in kernel with the store kind) are stores of their pages, as
 // often as they faulted; they do not make a page's first touch, nor mark it touched.
 TEST(FaultCounts, WriteProtectFaultsAreStores) {
