@@ -46,6 +46,31 @@ Result<std::map<int, int>> readKernelTiers(const sys::Fs& sysfs) {
   return tierOf;
 }
 
+// The firmware's access figures of a node (access1: CPU initiators; else access0), or nullopt
+// when the kernel exports none. A file that is missing or unreadable leaves its figure 0: the
+// figures are advice, never a reason to refuse a topology.
+std::optional<AccessPerformance> readAccessPerformance(const sys::Fs& sysfs, int node) {
+  for (const char* access : {"access1", "access0"}) {
+    const std::string dir = kNodeDir + "/node" + std::to_string(node) + "/" + access + "/initiators";
+    if (!sysfs.exists(dir)) continue;
+    auto value = [&](const char* file) -> uint64_t {
+      auto text = sysfs.readLine(dir + "/" + file);
+      if (!text) return 0;
+      auto v = parseUint(*text);
+      return v ? *v : 0;
+    };
+    AccessPerformance p;
+    p.readLatencyNs = value("read_latency");
+    p.writeLatencyNs = value("write_latency");
+    p.readBandwidthMBps = value("read_bandwidth");
+    p.writeBandwidthMBps = value("write_bandwidth");
+    if (p.readLatencyNs == 0 && p.writeLatencyNs == 0 && p.readBandwidthMBps == 0 && p.writeBandwidthMBps == 0)
+      continue;
+    return p;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<NodeMemory> readNodeMemory(const sys::Fs& sysfs, int node) {
@@ -95,6 +120,7 @@ Result<Topology> discover(const sys::Fs& sysfs, const tensortier::v1::TopologyCo
     if (!distances) return withContext(distances.error(), sysfs.resolve(nodePath(id, "distance")));
     node.distances = std::move(*distances);
     if (auto it = kernelTiers->find(id); it != kernelTiers->end()) node.kernelTier = it->second;
+    node.access = readAccessPerformance(sysfs, id);
     // A memory-less node (CPUs only) cannot hold pages: it takes no part in placement.
     if (node.memory.totalBytes == 0) continue;
     topo.nodes.push_back(std::move(node));
@@ -130,6 +156,24 @@ Result<Topology> discover(const sys::Fs& sysfs, const tensortier::v1::TopologyCo
     it->tierSource = TierSource::Config;
   }
   return topo;
+}
+
+std::optional<uint64_t> Topology::slowReadPenaltyNs() const {
+  std::optional<uint64_t> fastest;
+  uint64_t slowSum = 0, slowCount = 0;
+  for (const auto& n : nodes) {
+    if (!n.access || n.access->readLatencyNs == 0) continue;
+    if (n.tier == Tier::Fast) {
+      fastest = std::min(fastest.value_or(UINT64_MAX), n.access->readLatencyNs);
+    } else {
+      slowSum += n.access->readLatencyNs;
+      ++slowCount;
+    }
+  }
+  if (!fastest || slowCount == 0) return std::nullopt;
+  const uint64_t slow = slowSum / slowCount;
+  if (slow <= *fastest) return std::nullopt;
+  return slow - *fastest;
 }
 
 const NumaNode* Topology::node(int id) const {
@@ -231,7 +275,12 @@ std::string formatJson(const Topology& t) {
                      {"total_bytes", n.memory.totalBytes},
                      {"free_bytes", n.memory.freeBytes},
                      {"cpus", n.cpus},
-                     {"distances", n.distances}});
+                     {"distances", n.distances},
+                     {"access", n.access ? nlohmann::json{{"read_latency_ns", n.access->readLatencyNs},
+                                                          {"write_latency_ns", n.access->writeLatencyNs},
+                                                          {"read_bandwidth_mbps", n.access->readBandwidthMBps},
+                                                          {"write_bandwidth_mbps", n.access->writeBandwidthMBps}}
+                                         : nlohmann::json(nullptr)}});
   }
   return nlohmann::json{{"nodes", nodes}}.dump();
 }

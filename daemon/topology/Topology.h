@@ -27,12 +27,23 @@ struct NodeMemory {
   uint64_t freeBytes = 0;
 };
 
+// What the firmware says an access to a node's memory costs from its nearest CPUs: ACPI HMAT (or
+// CXL CDAT) figures as the kernel exports them in nodeN/access1/initiators (CPU initiators, 5.12+)
+// or, without that, access0 (any initiator). 0 = not given.
+struct AccessPerformance {
+  uint64_t readLatencyNs = 0;
+  uint64_t writeLatencyNs = 0;
+  uint64_t readBandwidthMBps = 0;
+  uint64_t writeBandwidthMBps = 0;
+};
+
 struct NumaNode {
   int id = 0;
   std::vector<int> cpus;
   NodeMemory memory;
   std::vector<int> distances;      // distances[i]: to the i-th online node, as the kernel lists them
   std::optional<int> kernelTier;   // memory_tierN of the kernel, if it has tiers
+  std::optional<AccessPerformance> access;  // nullopt: the firmware gives no figures
   Tier tier = Tier::Fast;
   TierSource tierSource = TierSource::CpuDefault;
 };
@@ -52,6 +63,10 @@ struct Topology {
   // The node whose CPU list holds `cpu`, or nullopt.
   [[nodiscard]] std::optional<int> nodeOfCpu(int cpu) const;
   [[nodiscard]] bool isTiered() const { return !nodesInTier(Tier::Fast).empty() && !nodesInTier(Tier::Slow).empty(); }
+  // How much longer a read from the slow tier takes than one from the fast tier, by the firmware's
+  // figures: the mean read latency of the slow nodes that have one minus the lowest of the fast
+  // nodes'. nullopt unless both tiers have figures and the slow one is slower.
+  [[nodiscard]] std::optional<uint64_t> slowReadPenaltyNs() const;
 };
 
 // Discovers the topology from sysfs (`sysfs` rooted at /sys, or a fixture tree in tests).

@@ -49,6 +49,31 @@ TEST(Topology, CxlNodeInDefaultKernelTierIsSlowBecauseCpuLess) {
   EXPECT_EQ(topo->node(1)->kernelTier, 4);
 }
 
+// ACPI HMAT figures as the kernel exports them: CPU initiators (access1) before any initiator
+// (access0); the slow tier's extra read latency is what the planner can charge a slow access.
+TEST(Topology, ReadsTheFirmwaresAccessFiguresAndTheSlowTiersExtraLatency) {
+  auto topo = discoverFixture("dram_cxl_hmat");
+  ASSERT_TRUE(topo) << topo.error().message();
+  ASSERT_TRUE(topo->node(0)->access.has_value());
+  EXPECT_EQ(topo->node(0)->access->readLatencyNs, 85U) << "access1 (CPU initiators) first";
+  EXPECT_EQ(topo->node(0)->access->writeBandwidthMBps, 30720U);
+  ASSERT_TRUE(topo->node(1)->access.has_value());
+  EXPECT_EQ(topo->node(1)->access->readLatencyNs, 250U);
+  EXPECT_EQ(topo->node(1)->access->writeLatencyNs, 260U);
+  EXPECT_EQ(topo->slowReadPenaltyNs(), std::optional<uint64_t>(165));
+  const auto json = nlohmann::json::parse(tt::topology::formatJson(*topo));
+  EXPECT_EQ(json["nodes"][1]["access"]["read_latency_ns"], 250);
+
+  auto none = discoverFixture("dram_cxl");  // no HMAT
+  ASSERT_TRUE(none) << none.error().message();
+  EXPECT_FALSE(none->node(1)->access.has_value());
+  EXPECT_EQ(none->slowReadPenaltyNs(), std::nullopt);
+  // Overridden so that both nodes are fast: no slow tier, no penalty.
+  auto flat = discoverFixture("dram_cxl_hmat", "topology { node_override { node: 1 tier: FAST } }");
+  ASSERT_TRUE(flat) << flat.error().message();
+  EXPECT_EQ(flat->slowReadPenaltyNs(), std::nullopt);
+}
+
 TEST(Topology, ConfigOverrideWins) {
   auto topo = discoverFixture("dram_cxl", "topology { node_override { node: 1 tier: FAST } }");
   ASSERT_TRUE(topo) << topo.error().message();
