@@ -151,7 +151,25 @@ HeatPlannerPolicy::HeatPlannerPolicy(const tensortier::v1::PolicyConfig& config,
       placement_(mover, topology),
       heat_(config),
       planner_(std::make_unique<policy::Planner>(config)),
-      config_(config) {}
+      config_(config),
+      penalty_(slowAccessPenaltyOf(config, topology)) {
+  TT_LOG(Info) << "policy: a slow-tier access costs " << penalty_.ns << " ns more than a fast one (" << penalty_.source
+               << ")";
+}
+
+SlowAccessPenalty slowAccessPenaltyOf(const tensortier::v1::PolicyConfig& config, const topology::Topology& topology) {
+  if (config.has_slow_access_penalty_ns()) return {config.slow_access_penalty_ns(), "policy.slow_access_penalty_ns"};
+  if (auto ns = topology.slowReadPenaltyNs()) {
+    std::string nodes;
+    for (const auto& n : topology.nodes) {
+      if (!n.access || n.access->readLatencyNs == 0) continue;
+      nodes += (nodes.empty() ? "" : ", ") + std::string("node ") + std::to_string(n.id) + " " +
+               std::to_string(n.access->readLatencyNs) + " ns";
+    }
+    return {static_cast<double>(*ns), "the firmware's read latencies (HMAT): " + nodes};
+  }
+  return {config.slow_access_penalty_ns(), "default: the firmware gives no read latencies (HMAT)"};
+}
 
 void HeatPlannerPolicy::observe(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs) {
   heat_.ingest(evidence, sinceNs, nowNs, 1.0);
@@ -167,6 +185,7 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
   context.migrationBytesPerSec = migrationBytesPerSec;
   context.intervalNs = intervalNs;
   context.accessesPerPagePass = accessesPerPagePass_;
+  context.slowPenaltyNs = penalty_.ns;
   for (const auto& p : pins) context.pins.push_back({p.tgid, p.start, p.length});
   placement_.setQueryBudget(config_.residency_query_pages_per_epoch());
   // Each process's home node (homeNodeOf): its promotions go to the fast node nearest it first.
@@ -194,12 +213,16 @@ std::vector<std::pair<uint64_t, double>> HeatPlannerPolicy::regionHeat() const {
 
 PolicyView HeatPlannerPolicy::view() const {
   const auto& s = planner_->lastStats();
-  PolicyView v{s.budgetBytes, s.fastUsedBytes, {}, {}, {}};
+  PolicyView v;
+  v.fastBudgetBytes = s.budgetBytes;
+  v.fastUsedBytes = s.fastUsedBytes;
   for (const auto& n : s.nodes) v.fastNodes.push_back({n.node, n.budgetBytes, n.usedBytes});
   const auto& heat = heat_.snapshot();
   for (size_t f = 0; f < heat::kFeatureCount; ++f) v.featureWeights.push_back({heat::featureName(f), heat_.weights()[f]});
   for (const auto& p : heat.processes)
     v.clocks.push_back({p.tgid, p.clock.periodNs, heat::periodSourceName(p.clock.source), p.clock.confidence, p.phase});
+  v.slowPenaltyNs = penalty_.ns;
+  v.slowPenaltySource = penalty_.source;
   return v;
 }
 
@@ -215,6 +238,12 @@ Result<void> HeatPlannerPolicy::applyConfig(const tensortier::v1::PolicyConfig& 
   planner_ = std::make_unique<policy::Planner>(config);
   const std::vector<std::string> restartOnly = heat::heatModelKeysChanged(config_, config);
   config_ = config;
+  const SlowAccessPenalty penalty = slowAccessPenaltyOf(config, topology_);
+  if (penalty.ns != penalty_.ns || penalty.source != penalty_.source) {
+    TT_LOG(Info) << "policy: a slow-tier access now costs " << penalty.ns << " ns more than a fast one (" << penalty.source
+                 << ")";
+  }
+  penalty_ = penalty;
   if (!restartOnly.empty()) {
     std::string keys;
     for (const auto& k : restartOnly) keys += (keys.empty() ? "" : ", ") + k;

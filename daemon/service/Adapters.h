@@ -111,6 +111,17 @@ class MovePagesPlacement final : public policy::PlacementQuery {
 // ran on, where it is now. nullopt when neither can be read (the process is exiting) or mapped.
 [[nodiscard]] std::optional<int> homeNodeOf(const sys::Fs& procfs, pid_t tgid, const topology::Topology& topology);
 
+// The extra cost of a slow-tier access the planner charges, and where it comes from.
+struct SlowAccessPenalty {
+  double ns = 0;
+  std::string source;
+};
+// policy.slow_access_penalty_ns when the config sets it; else the firmware's figure, the slow
+// tier's extra read latency by ACPI HMAT / CXL CDAT (Topology::slowReadPenaltyNs), so the planner
+// weighs a CXL node and an Optane node by what each costs; else the key's default (200 ns).
+[[nodiscard]] SlowAccessPenalty slowAccessPenaltyOf(const tensortier::v1::PolicyConfig& config,
+                                                    const topology::Topology& topology);
+
 class HeatPlannerPolicy final : public PlacementPolicy {
  public:
   // `procfs`: where each process's home node is read from (the CPU its main thread last ran on).
@@ -138,6 +149,7 @@ class HeatPlannerPolicy final : public PlacementPolicy {
   heat::HeatModel heat_;
   std::unique_ptr<policy::Planner> planner_;
   tensortier::v1::PolicyConfig config_;
+  SlowAccessPenalty penalty_;
   double accessesPerPagePass_ = 1;
 };
 

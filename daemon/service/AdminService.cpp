@@ -119,6 +119,8 @@ void AdminService::status(pb::DaemonMessage& reply) {
   s->set_registered_bytes(totals.registeredBytes);
   s->set_connections(totals.connections);
   for (const auto& m : ctx_.stagesMissing) s->add_stages_missing(m);
+  s->set_slow_access_penalty_ns(st.policy.slowPenaltyNs);
+  s->set_slow_access_penalty_source(st.policy.slowPenaltySource);
   for (const auto& w : st.policy.featureWeights) {
     auto* o = s->add_feature_weights();
     o->set_name(w.name);

@@ -107,6 +107,8 @@ struct PolicyView {
   std::vector<FastNodeView> fastNodes;
   std::vector<FeatureWeight> featureWeights;  // empty: no heat model
   std::vector<ProcessClockView> clocks;
+  double slowPenaltyNs = 0;       // the extra cost of a slow access the planner charges; 0 = none
+  std::string slowPenaltySource;  // where that figure comes from
 };
 
 // Heat model + planner: evidence and marks in, a MigrationPlan out.

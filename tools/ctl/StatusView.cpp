@@ -1,6 +1,7 @@
 #include "ctl/StatusView.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <iomanip>
 #include <sstream>
 
@@ -73,6 +74,8 @@ json statusJson(const pb::StatusReply& s) {
             {"promote_bytes_per_sec", s.promote_bytes_per_sec()},
             {"demote_bytes_per_sec", s.demote_bytes_per_sec()},
             {"migration_bandwidth_bytes_per_sec", s.migration_bandwidth_bytes_per_sec()},
+            {"slow_access_penalty_ns", s.slow_access_penalty_ns()},
+            {"slow_access_penalty_source", s.slow_access_penalty_source()},
             {"processes", s.processes()},
             {"regions", s.regions()},
             {"registered_bytes", s.registered_bytes()},
@@ -108,7 +111,14 @@ std::string statusText(const pb::StatusReply& s) {
       << (s.migration_bandwidth_bytes_per_sec() > 0
               ? bytes(static_cast<uint64_t>(s.migration_bandwidth_bytes_per_sec())) + "/s (measured)"
               : std::string("the configured initial bandwidth (not measured yet)"))
-      << "\n\n";
+      << "\n";
+  if (s.slow_access_penalty_ns() > 0) {
+    char ns[32];
+    std::snprintf(ns, sizeof ns, "%.6g", s.slow_access_penalty_ns());
+    out << "planner: a slow-tier access costs " << ns << " ns more than a fast one (" << s.slow_access_penalty_source()
+        << ")\n";
+  }
+  out << "\n";
   Table sources({"SOURCE", "STATE", "SAMPLES", "LOST", "THROTTLED", "DETAIL"});
   for (const auto& src : s.sources())
     sources.add({src.name(), !src.active() ? "off" : src.paused() ? "paused" : "on", std::to_string(src.samples()),

@@ -16,6 +16,10 @@
 //     schedule and swap them ahead of each phase: every phase begins with its region on node 0.
 // None may ever hold more registered bytes on node 0 than the budget.
 //
+// HmatE2e runs in a VM whose ACPI HMAT gives node 0 80 ns and node 1 305 ns (ttvm --topology
+// hmat; the ctest e2e.service_e2e_hmat): with no penalty configured, the daemon's planner charges
+// a slow access the 225 ns the firmware says, and says so in its status.
+//
 // TwoSocketE2e runs in another VM (ttvm --topology two-socket: nodes 0 and 1 DRAM with CPU 0 and
 // CPU 1, nodes 2 and 3 slow memory near each; the ctest e2e.service_e2e_two_socket):
 //   - A client on CPU 1 rewrites one region that starts on node 3, socket 1's slow memory. Each
@@ -637,6 +641,41 @@ TEST(TwoSocketE2e, PromotionsFillTheClientsSocketToItsShareThenSpillToTheOther) 
   EXPECT_GT(where[1] + kBlockBytes, budget[1]) << "the client's own socket (node 1) was not filled first";
   EXPECT_EQ(most[2], 0u) << "pages went to node 2, the slow memory of the other socket";
   ASSERT_TRUE(code.has_value()) << "tensortierd did not exit after SIGTERM";
+  EXPECT_EQ(*code, 0);
+}
+
+TEST(HmatE2e, ThePlannerChargesASlowAccessTheFirmwaresExtraLatency) {
+  TT_REQUIRE_ROOT();
+  ASSERT_TRUE(std::getenv("TT_VM")) << "run inside the HMAT VM: tests/e2e/vm/ttvm run --topology hmat -- " << TT_TENSORTIERD;
+  ASSERT_EQ(std::string(std::getenv("TT_VM_TOPOLOGY") ? std::getenv("TT_VM_TOPOLOGY") : ""), "hmat")
+      << "this test needs ttvm --topology hmat (ctest -R e2e.service_e2e_hmat)";
+  tt::test::DaemonHarness daemon;
+  daemon.writeConfig("service { epoch_ms: 500 socket_group: \"\" }\n");  // no slow_access_penalty_ns
+  ASSERT_TRUE(daemon.start(std::chrono::seconds(120))) << daemon.log();
+  // The status shows the policy as of its last plan: after the first epoch.
+  std::string json;
+  nlohmann::json status = nlohmann::json::object();
+  for (int i = 0; i < 100 && status.value("epochs", 0) < 1; ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    json = ctl(daemon, "--json status");
+    try {
+      status = nlohmann::json::parse(json);
+    } catch (const std::exception& e) {
+      FAIL() << "status is not JSON: " << e.what() << "\n" << json;
+    }
+  }
+  ASSERT_GE(status.value("epochs", 0), 1) << "no epoch ran in 10 s: " << json;
+  const std::string text = ctl(daemon, "status");
+  std::printf("%s", text.c_str());
+  EXPECT_DOUBLE_EQ(status.value("slow_access_penalty_ns", 0.0), 225.0) << json;
+  const std::string source = status.value("slow_access_penalty_source", std::string());
+  EXPECT_NE(source.find("HMAT"), std::string::npos) << source;
+  EXPECT_NE(source.find("node 1 305 ns"), std::string::npos) << source;
+  EXPECT_NE(text.find("a slow-tier access costs 225 ns more than a fast one"), std::string::npos) << text;
+  EXPECT_NE(daemon.log().find("a slow-tier access costs 225 ns"), std::string::npos) << "not in the start log";
+  daemon.signal(SIGTERM);
+  const auto code = daemon.wait(std::chrono::seconds(60));
+  ASSERT_TRUE(code.has_value());
   EXPECT_EQ(*code, 0);
 }
 

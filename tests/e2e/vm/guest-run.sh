@@ -128,6 +128,11 @@ main() {
         verify_slow_tier
         ;;
     plain) ;;
+    hmat)
+        # The firmware's figures must have reached sysfs, or the run tests nothing HMAT-specific.
+        [[ -r /sys/devices/system/node/node1/access0/initiators/read_latency ]] ||
+            setup_failed "hmat: no HMAT access figures for node 1 in /sys/devices/system/node/node1/access0"
+        ;;
     two-socket)
         local node
         for node in 1 2 3; do require_node_memory "$node"; done

@@ -114,6 +114,7 @@ main() {
         test_topology "$kernel" pmem 2
         test_topology "$kernel" pmem+cxl 3
         test_topology "$kernel" plain 2
+        test_topology "$kernel" hmat 2
         test_topology "$kernel" two-socket 4
         test_setup_failure "$kernel"
         test_timeout "$kernel"

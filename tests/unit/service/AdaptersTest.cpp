@@ -176,6 +176,52 @@ TEST(HomeNode, TheSocketTheProcessIsBoundToElseWhereItsMainThreadRan) {
   std::filesystem::remove_all(procfs);
 }
 
+// The penalty the planner charges a slow access: the config's when it sets one, else the
+// firmware's read latencies (HMAT), else the key's default; the daemon plans with it and shows it.
+TEST(HeatPlannerPolicy, ChargesASlowAccessWhatTheFirmwareSaysUnlessConfigured) {
+  auto topology = tt::fakes::twoNodeTopology();
+  tensortier::v1::PolicyConfig config;
+  auto none = tt::service::slowAccessPenaltyOf(config, topology);
+  EXPECT_EQ(none.ns, 200.0);
+  EXPECT_NE(none.source.find("default"), std::string::npos) << none.source;
+  topology.nodes[0].access = tt::topology::AccessPerformance{80, 80, 20480, 20480};
+  topology.nodes[1].access = tt::topology::AccessPerformance{100080, 100080, 6144, 2048};
+  auto hmat = tt::service::slowAccessPenaltyOf(config, topology);
+  EXPECT_EQ(hmat.ns, 100000.0);
+  EXPECT_NE(hmat.source.find("node 1 100080 ns"), std::string::npos) << hmat.source;
+  config.set_slow_access_penalty_ns(300);
+  EXPECT_EQ(tt::service::slowAccessPenaltyOf(config, topology).ns, 300.0) << "the config wins";
+
+  // The same lukewarm region, one access a page: not worth a copy at 200 ns an access, worth it at
+  // the firmware's 100 us.
+  constexpr pid_t kPid = 79;
+  constexpr uint64_t kBase = 0x7f0000000000;
+  constexpr uint64_t kLength = 64 * tt::kBasePageSize;
+  constexpr uint64_t kSecond = 1'000'000'000;
+  auto moves = [&](const tt::topology::Topology& t) {
+    tt::fakes::FakePageMover mover;
+    mover.map(kPid, kBase, kLength, 1);
+    tensortier::v1::PolicyConfig c;
+    c.set_chunk_pages(16);
+    tt::service::HeatPlannerPolicy policy(c, t, mover, tt::sys::Fs("/nonexistent-procfs"));
+    tt::RegionInfo region;
+    region.id = 1;
+    region.tgid = kPid;
+    region.start = kBase;
+    region.length = kLength;
+    EXPECT_TRUE(policy.addRegion(region).ok());
+    tt::EvidenceBatch evidence;
+    for (uint64_t a = kBase; a < kBase + kLength; a += tt::kBasePageSize)
+      evidence.records.push_back({kPid, a, 1, tt::AccessKind::Load, tt::ServedBy::Unknown, 0});
+    policy.observe(evidence, 0, kSecond);
+    const auto plan = policy.plan(kSecond, kSecond, 1e9, {});
+    EXPECT_EQ(policy.view().slowPenaltyNs, t.node(1)->access ? 100000.0 : 200.0);
+    return plan.moves.size();
+  };
+  EXPECT_EQ(moves(tt::fakes::twoNodeTopology()), 0U);
+  EXPECT_GT(moves(topology), 0U);
+}
+
 // A process on socket 1 (its stat says CPU 1) has its hot pages on socket 1's slow node: the
 // daemon's policy sends them to socket 1's DRAM, and, for a process on CPU 0, to socket 0's.
 TEST(HeatPlannerPolicy, PromotesToTheFastNodeOfTheCpuTheProcessRunsOn) {
