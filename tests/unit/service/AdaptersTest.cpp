@@ -36,17 +36,23 @@ TEST(AccessesPerPagePass, CacheLineUnitsOnlyWhenPmuSamplingIsActive) {
   EXPECT_EQ(tt::service::accessesPerPagePass({}), 1.0);
 }
 
-// With kernel tiering left on, the kernel's own moves of tracked pages are counted per reason, and
-// the sources' buffers of them are emptied every epoch (they were never taken before: a leak).
-TEST(SourceSetEvidence, CountsTheKernelsMovesOnceAndEmptiesTheSourcesBuffers) {
+// A source set of one fake fault trace (`fake`) tracking `tgids`.
+std::unique_ptr<tt::sources::SourceSet> faultTraceTracking(std::initializer_list<pid_t> tgids,
+                                                           tt::fakes::FakeSource*& fake) {
   auto trace = std::make_unique<tt::fakes::FakeSource>("fault-trace", true);
-  auto* fake = trace.get();
+  fake = trace.get();
   std::vector<std::unique_ptr<tt::sources::Source>> v;
   v.push_back(std::move(trace));
   auto set = std::make_unique<tt::sources::SourceSet>(std::move(v));
-  ASSERT_TRUE(set->addProcess(7).ok());
-  ASSERT_TRUE(set->addProcess(8).ok());
-  tt::service::SourceSetEvidence evidence(std::move(set));
+  for (pid_t tgid : tgids) EXPECT_TRUE(set->addProcess(tgid).ok());
+  return set;
+}
+
+// With kernel tiering left on, the kernel's own moves of tracked pages are counted per reason, and
+// the sources' buffers of them are emptied every epoch (they were never taken before: a leak).
+TEST(SourceSetEvidence, CountsTheKernelsMovesOnceAndEmptiesTheSourcesBuffers) {
+  tt::fakes::FakeSource* fake = nullptr;
+  tt::service::SourceSetEvidence evidence(faultTraceTracking({7, 8}, fake));
   using Why = tt::sources::KernelMove::Why;
   fake->moves = {{7, 0, 5, Why::Promotion}, {7, 0, 2, Why::Demotion}, {8, 0, 1, Why::Syscall}, {7, 0, 4, Why::Other}};
   tt::EvidenceBatch out;
@@ -65,13 +71,8 @@ TEST(SourceSetEvidence, CountsTheKernelsMovesOnceAndEmptiesTheSourcesBuffers) {
 // residency answers for them are refreshed; moves for a move_pages(2) call and batches without
 // addresses do not.
 TEST(SourceSetEvidence, PassesTheRangesTheKernelMovedByItself) {
-  auto trace = std::make_unique<tt::fakes::FakeSource>("fault-trace", true);
-  auto* fake = trace.get();
-  std::vector<std::unique_ptr<tt::sources::Source>> v;
-  v.push_back(std::move(trace));
-  auto set = std::make_unique<tt::sources::SourceSet>(std::move(v));
-  ASSERT_TRUE(set->addProcess(7).ok());
-  tt::service::SourceSetEvidence evidence(std::move(set));
+  tt::fakes::FakeSource* fake = nullptr;
+  tt::service::SourceSetEvidence evidence(faultTraceTracking({7}, fake));
   using Why = tt::sources::KernelMove::Why;
   constexpr uint64_t kPage = tt::kBasePageSize;
   const uint64_t base = 0x7f0000000000;
@@ -176,6 +177,34 @@ TEST(HomeNode, TheSocketTheProcessIsBoundToElseWhereItsMainThreadRan) {
   std::filesystem::remove_all(procfs);
 }
 
+// The daemon's policy over one region of `pid` (64 pages, mapped on `node`) with evidence of
+// `weight` accesses on each page: its first plan (blocks of 16 pages), and the slow-access
+// penalty it planned with.
+tt::MigrationPlan planOneRegion(const tt::topology::Topology& topology, const tt::sys::Fs& procfs, pid_t pid, int node,
+                                uint32_t weight, double* penaltyNs = nullptr) {
+  constexpr uint64_t kBase = 0x7f0000000000;
+  constexpr uint64_t kLength = 64 * tt::kBasePageSize;
+  constexpr uint64_t kSecond = 1'000'000'000;
+  tt::fakes::FakePageMover mover;
+  mover.map(pid, kBase, kLength, node);
+  tensortier::v1::PolicyConfig config;
+  config.set_chunk_pages(16);
+  tt::service::HeatPlannerPolicy policy(config, topology, mover, procfs);
+  tt::RegionInfo region;
+  region.id = 1;
+  region.tgid = pid;
+  region.start = kBase;
+  region.length = kLength;
+  EXPECT_TRUE(policy.addRegion(region).ok());
+  tt::EvidenceBatch evidence;
+  for (uint64_t a = kBase; a < kBase + kLength; a += tt::kBasePageSize)
+    evidence.records.push_back({pid, a, weight, tt::AccessKind::Load, tt::ServedBy::Unknown, 0});
+  policy.observe(evidence, 0, kSecond);
+  tt::MigrationPlan plan = policy.plan(kSecond, kSecond, 1e9, {});
+  if (penaltyNs != nullptr) *penaltyNs = policy.view().slowPenaltyNs;
+  return plan;
+}
+
 // The penalty the planner charges a slow access: the config's when it sets one, else the
 // firmware's read latencies (HMAT), else the key's default; the daemon plans with it and shows it.
 TEST(HeatPlannerPolicy, ChargesASlowAccessWhatTheFirmwareSaysUnlessConfigured) {
@@ -194,28 +223,10 @@ TEST(HeatPlannerPolicy, ChargesASlowAccessWhatTheFirmwareSaysUnlessConfigured) {
 
   // The same lukewarm region, one access a page: not worth a copy at 200 ns an access, worth it at
   // the firmware's 100 us.
-  constexpr pid_t kPid = 79;
-  constexpr uint64_t kBase = 0x7f0000000000;
-  constexpr uint64_t kLength = 64 * tt::kBasePageSize;
-  constexpr uint64_t kSecond = 1'000'000'000;
-  auto moves = [&](const tt::topology::Topology& t) {
-    tt::fakes::FakePageMover mover;
-    mover.map(kPid, kBase, kLength, 1);
-    tensortier::v1::PolicyConfig c;
-    c.set_chunk_pages(16);
-    tt::service::HeatPlannerPolicy policy(c, t, mover, tt::sys::Fs("/nonexistent-procfs"));
-    tt::RegionInfo region;
-    region.id = 1;
-    region.tgid = kPid;
-    region.start = kBase;
-    region.length = kLength;
-    EXPECT_TRUE(policy.addRegion(region).ok());
-    tt::EvidenceBatch evidence;
-    for (uint64_t a = kBase; a < kBase + kLength; a += tt::kBasePageSize)
-      evidence.records.push_back({kPid, a, 1, tt::AccessKind::Load, tt::ServedBy::Unknown, 0});
-    policy.observe(evidence, 0, kSecond);
-    const auto plan = policy.plan(kSecond, kSecond, 1e9, {});
-    EXPECT_EQ(policy.view().slowPenaltyNs, t.node(1)->access ? 100000.0 : 200.0);
+  auto moves = [](const tt::topology::Topology& t) {
+    double penalty = 0;
+    const auto plan = planOneRegion(t, tt::sys::Fs("/nonexistent-procfs"), 79, 1, 1, &penalty);
+    EXPECT_EQ(penalty, t.node(1)->access ? 100000.0 : 200.0);
     return plan.moves.size();
   };
   EXPECT_EQ(moves(tt::fakes::twoNodeTopology()), 0U);
@@ -226,30 +237,12 @@ TEST(HeatPlannerPolicy, ChargesASlowAccessWhatTheFirmwareSaysUnlessConfigured) {
 // daemon's policy sends them to socket 1's DRAM, and, for a process on CPU 0, to socket 0's.
 TEST(HeatPlannerPolicy, PromotesToTheFastNodeOfTheCpuTheProcessRunsOn) {
   constexpr pid_t kPid = 77;
-  constexpr uint64_t kBase = 0x7f0000000000;
-  constexpr uint64_t kLength = 64 * tt::kBasePageSize;
-  constexpr uint64_t kSecond = 1'000'000'000;
   const auto procfs = std::filesystem::path(::testing::TempDir()) / "tt-procfs-home-node";
   std::filesystem::create_directories(procfs / std::to_string(kPid));
   const auto topology = tt::fakes::twoSocketTopology(64ULL << 20);
   for (int cpu : {1, 0}) {
     std::ofstream(procfs / std::to_string(kPid) / "stat") << statLine(kPid, "trainer", cpu);
-    tt::fakes::FakePageMover mover;
-    mover.map(kPid, kBase, kLength, 3);  // socket 1's slow node
-    tensortier::v1::PolicyConfig config;
-    config.set_chunk_pages(16);
-    tt::service::HeatPlannerPolicy policy(config, topology, mover, tt::sys::Fs(procfs.string()));
-    tt::RegionInfo region;
-    region.id = 1;
-    region.tgid = kPid;
-    region.start = kBase;
-    region.length = kLength;
-    ASSERT_TRUE(policy.addRegion(region).ok());
-    tt::EvidenceBatch evidence;
-    for (uint64_t a = kBase; a < kBase + kLength; a += tt::kBasePageSize)
-      evidence.records.push_back({kPid, a, 1000, tt::AccessKind::Load, tt::ServedBy::Unknown, 0});
-    policy.observe(evidence, 0, kSecond);
-    const tt::MigrationPlan plan = policy.plan(kSecond, kSecond, 1e9, {});
+    const tt::MigrationPlan plan = planOneRegion(topology, tt::sys::Fs(procfs.string()), kPid, 3, 1000);  // socket 1's slow node
     ASSERT_FALSE(plan.moves.empty()) << "cpu " << cpu;
     for (const auto& m : plan.moves) EXPECT_EQ(m.targetNode, cpu) << "cpu " << cpu;
   }
