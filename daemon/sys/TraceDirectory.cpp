@@ -44,6 +44,56 @@ Result<int> openDirectory(const std::string& directory) {
   return fd;
 }
 
+std::string modeText(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
+}
+
+// Every directory above `directory`: owned by root or the daemon's user, and writable by no one
+// else unless sticky (/tmp): whoever can write to a parent can rename the trace directory away
+// and put their own in its place after the checks.
+Result<void> checkParents(const std::string& directory) {
+  for (size_t slash = directory.rfind('/'); slash != std::string::npos && slash > 0; slash = directory.rfind('/', slash - 1)) {
+    const std::string parent = directory.substr(0, slash);
+    struct stat st {};
+    if (::stat(parent.c_str(), &st) != 0) return errnoError("trace directory parent " + parent);
+    if (st.st_uid != 0 && st.st_uid != ::geteuid()) {
+      return systemError(EPERM, "trace directory parent " + parent + " is owned by uid " + std::to_string(st.st_uid) +
+                                    ": refusing to record below it (service.trace_directory)");
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0) {
+      return systemError(EPERM, "trace directory parent " + parent + " has mode " + modeText(st.st_mode) +
+                                    ": writable by its group or by everyone, refusing to record below it");
+    }
+  }
+  return {};
+}
+
+// A trace directory that was there already, made by an admin or an earlier start. Recordings of
+// other users' processes go there, so only the daemon's own user may change what is in it:
+// another owner, or write access for the group or for everyone, would let them replace or remove
+// recordings under the daemon's feet; refused, as sshd refuses a home directory others can write
+// to. Checked on a descriptor of the directory itself (a symlink is followed: its target counts),
+// then its parents.
+Result<void> checkExisting(const std::string& directory) {
+  const int raw = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (raw < 0) return errnoError("open trace directory " + directory);
+  Fd fd(raw);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return errnoError("stat trace directory " + directory);
+  if (st.st_uid != ::geteuid()) {
+    return systemError(EPERM, "trace directory " + directory + " is owned by uid " + std::to_string(st.st_uid) +
+                                  ", not by the daemon's uid " + std::to_string(::geteuid()) +
+                                  ": refusing to record there (chown it, or point service.trace_directory elsewhere)");
+  }
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return systemError(EPERM, "trace directory " + directory + " has mode " + modeText(st.st_mode) +
+                                  ": writable by its group or by everyone, refusing to record there (chmod 0750 it)");
+  }
+  return checkParents(directory);
+}
+
 }  // namespace
 
 Result<void> LinuxTraceDirectory::ensureDirectory(const std::string& path, std::optional<gid_t> group) {
@@ -51,26 +101,7 @@ Result<void> LinuxTraceDirectory::ensureDirectory(const std::string& path, std::
   std::string directory = path;
   while (directory.size() > 1 && directory.back() == '/') directory.pop_back();
   if (directory.empty()) return systemError(EINVAL, "empty trace directory path");
-  struct stat st {};
-  if (::stat(directory.c_str(), &st) == 0) {
-    if (!S_ISDIR(st.st_mode)) return systemError(ENOTDIR, "trace directory " + directory);
-    // There already, made by an admin or an earlier start: recordings of other users' processes
-    // go there, so only the daemon's own user may change what is in it. Another owner, or write
-    // access for the group or for everyone, would let them replace or remove recordings under the
-    // daemon's feet; refused, as sshd refuses a home directory others can write to.
-    if (st.st_uid != ::geteuid()) {
-      return systemError(EPERM, "trace directory " + directory + " is owned by uid " + std::to_string(st.st_uid) +
-                                    ", not by the daemon's uid " + std::to_string(::geteuid()) +
-                                    ": refusing to record there (chown it, or point service.trace_directory elsewhere)");
-    }
-    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-      char mode[8];
-      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-      return systemError(EPERM, "trace directory " + directory + " has mode " + mode +
-                                    ": writable by its group or by everyone, refusing to record there (chmod 0750 it)");
-    }
-    return {};
-  }
+  if (::access(directory.c_str(), F_OK) == 0) return checkExisting(directory);
   // Missing parents first, as mkdir -p would but with mode exactly 0755 whatever the umask: the
   // admins must be able to pass through them. Only the last level holds recordings.
   for (size_t slash = directory.find('/', 1); slash != std::string::npos; slash = directory.find('/', slash + 1)) {
@@ -86,7 +117,11 @@ Result<void> LinuxTraceDirectory::ensureDirectory(const std::string& path, std::
   }
   if (::mkdir(directory.c_str(), 0750) != 0) {
     if (errno != EEXIST) return errnoError("create trace directory " + directory);
-    return {};  // created concurrently by someone else: not ours to change
+    return checkExisting(directory);  // made by someone else in between: theirs, so checked
+  }
+  if (auto parents = checkParents(directory); !parents) {
+    ::rmdir(directory.c_str());
+    return parents.error();
   }
   // Ours, just made: set group and mode on a descriptor of it, never by path again (O_NOFOLLOW:
   // if it was swapped for a symlink in between, refuse). fchmod because mkdir's mode is narrowed

@@ -23,10 +23,12 @@ class TraceDirectory {
 
   // Creates `directory` if it is missing (missing parents with mode 0755) with mode 0750 and, when
   // `group` is set, that group, so the admins can list and read the recordings and nobody else
-  // can. An existing directory is left as the operator made it, but it must be owned by this
-  // process's effective uid and writable by no one else (EPERM otherwise: others could replace
-  // or remove recordings). A new directory that cannot be given its group is removed again (a
-  // later call retries) and the call fails.
+  // can. An existing directory (or one another process makes in between) is left as the operator
+  // made it, but it must be owned by this process's effective uid and writable by no one else,
+  // and every directory above it owned by root or this uid and writable by no one else unless
+  // sticky (EPERM otherwise: others could replace or remove recordings). A new directory that
+  // cannot be given its group, or whose parents fail that check, is removed again (a later call
+  // retries) and the call fails.
   [[nodiscard]] virtual Result<void> ensureDirectory(const std::string& directory, std::optional<gid_t> group) = 0;
 
   // Creates `name` in `directory` for writing and returns its descriptor (the caller closes it):

@@ -546,6 +546,24 @@ TEST_F(RecorderTest, RefusesAnExistingDirectoryOthersCanWriteTo) {
   auto started = rec.start(1, "a", nullptr, 0, 0);
   ASSERT_TRUE(started.ok()) << started.error().message();
   EXPECT_EQ(fs::path(started->path).parent_path(), fs::path(traces));
+
+  // A parent anyone can write to (and not sticky, as /tmp is): the directory could be renamed away
+  // and replaced after the checks, so neither an existing one nor a new one is used below it.
+  const std::string open = dir_ + "/open";
+  ASSERT_EQ(::mkdir(open.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(open.c_str(), 0777), 0);
+  RecorderLimits below = limits();
+  below.directory = open + "/traces";
+  Recorder fresh(below);
+  auto refusedNew = fresh.start(2, "b", nullptr, 0, 0);
+  ASSERT_FALSE(refusedNew.ok());
+  EXPECT_NE(refusedNew.error().message().find("parent " + open), std::string::npos) << refusedNew.error().message();
+  EXPECT_FALSE(fs::exists(below.directory)) << "the new directory is removed again";
+  ASSERT_EQ(::mkdir(below.directory.c_str(), 0750), 0);
+  EXPECT_FALSE(fresh.start(2, "b", nullptr, 0, 0).ok()) << "an existing one below it too";
+  ASSERT_EQ(::chmod(open.c_str(), 01777), 0);  // sticky: others cannot rename what is ours
+  auto sticky = fresh.start(2, "b", nullptr, 0, 0);
+  EXPECT_TRUE(sticky.ok()) << sticky.error().message();
 }
 
 TEST_F(RecorderTest, GivesTheDirectoryAndEachFileTheConfiguredGroup) {
