@@ -95,16 +95,38 @@ MovePagesPlacement::MovePagesPlacement(sys::PageMover& mover, const topology::To
 void MovePagesPlacement::beginPlan() {
   ++plan_;
   queriedPages_ = 0;
+  kernelMarkedPages_ = 0;
 }
 
-void MovePagesPlacement::markMoved(pid_t tgid, uint64_t start, uint64_t length, uint64_t plans) {
+template <typename F>
+void MovePagesPlacement::forEachOverlapping(pid_t tgid, uint64_t start, uint64_t length, F&& f) {
   auto it = blocks_.lower_bound({tgid, start, 0});
   if (it != blocks_.begin()) {
     auto prev = std::prev(it);  // a block starting before the range may reach into it
     if (std::get<0>(prev->first) == tgid && std::get<1>(prev->first) + std::get<2>(prev->first) > start) it = prev;
   }
   for (; it != blocks_.end() && std::get<0>(it->first) == tgid && std::get<1>(it->first) < start + length; ++it)
-    it->second.movedUntil = std::max(it->second.movedUntil, plan_ + plans);
+    if (!f(std::get<2>(it->first), it->second)) return;
+}
+
+void MovePagesPlacement::markMoved(pid_t tgid, uint64_t start, uint64_t length, uint64_t plans) {
+  forEachOverlapping(tgid, start, length, [&](uint64_t, Block& b) {
+    b.movedUntil = std::max(b.movedUntil, plan_ + plans);
+    return true;
+  });
+}
+
+bool MovePagesPlacement::markMovedByKernel(pid_t tgid, uint64_t start, uint64_t length) {
+  bool within = true;
+  forEachOverlapping(tgid, start, length, [&](uint64_t blockLength, Block& b) {
+    if (b.movedUntil > plan_) return true;  // asked at the next plan anyway
+    const uint64_t pages = blockLength / kBasePageSize;
+    if (kernelMarkedPages_ + pages > budgetPages_) return within = false;
+    kernelMarkedPages_ += pages;
+    b.movedUntil = plan_ + 1;
+    return true;
+  });
+  return within;
 }
 
 void MovePagesPlacement::endPlan(const MigrationPlan& plan) {
@@ -166,6 +188,11 @@ SlowAccessPenalty slowAccessPenaltyOf(const tensortier::v1::PolicyConfig& config
       nodes += (nodes.empty() ? "" : ", ") + std::string("node ") + std::to_string(n.id) + " " +
                std::to_string(n.access->readLatencyNs) + " ns";
     }
+    // Firmware tables are often wrong: held to the bounds the config key has.
+    constexpr uint64_t kMaxNs = 100000;
+    if (*ns > kMaxNs)
+      return {static_cast<double>(kMaxNs), "the firmware's read latencies (HMAT), " + std::to_string(*ns) +
+                                               " ns held to the key's maximum: " + nodes};
     return {static_cast<double>(*ns), "the firmware's read latencies (HMAT): " + nodes};
   }
   return {config.slow_access_penalty_ns(), "default: the firmware gives no read latencies (HMAT)"};
@@ -173,7 +200,8 @@ SlowAccessPenalty slowAccessPenaltyOf(const tensortier::v1::PolicyConfig& config
 
 void HeatPlannerPolicy::observe(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs) {
   heat_.ingest(evidence, sinceNs, nowNs, 1.0);
-  for (const auto& m : evidence.movedByKernel) placement_.markMoved(m.tgid, m.start, m.length, 1);
+  for (const auto& m : evidence.movedByKernel)
+    if (!placement_.markMovedByKernel(m.tgid, m.start, m.length)) break;  // the rest at their refresh turn
 }
 
 MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,

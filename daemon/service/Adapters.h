@@ -78,6 +78,11 @@ class MovePagesPlacement final : public policy::PlacementQuery {
   // each of the next `plans` plans: kDirtyPlans for a move the engine may still be making, 1 for
   // one the kernel has made (its own migrations, seen by the fault trace).
   void markMoved(pid_t tgid, uint64_t start, uint64_t length, uint64_t plans);
+  // markMoved(..., 1) for a range the kernel moved, while the blocks so marked for the next plan
+  // stay within the query budget (a kernel promoting pages all over a process would otherwise
+  // have the next plan ask for all of them); false once a block did not fit. The others are seen
+  // at their refresh turn.
+  bool markMovedByKernel(pid_t tgid, uint64_t start, uint64_t length);
   policy::Residency residency(pid_t tgid, uint64_t start, uint64_t length) const override;
   // Pages asked of the kernel in the last plan, and the plans between two refreshes of a block.
   [[nodiscard]] uint64_t pagesQueried() const { return queriedPages_; }
@@ -93,7 +98,11 @@ class MovePagesPlacement final : public policy::PlacementQuery {
   mutable ipc::PlacementReader reader_;
   const topology::Topology& topology_;
   mutable std::map<std::tuple<pid_t, uint64_t, uint64_t>, Block> blocks_;  // (tgid, start, length)
+  template <typename F>
+  void forEachOverlapping(pid_t tgid, uint64_t start, uint64_t length, F&& f);
+
   mutable uint64_t queriedPages_ = 0;
+  uint64_t kernelMarkedPages_ = 0;  // by markMovedByKernel since the last beginPlan
   uint64_t plan_ = 0;
   uint64_t refresh_ = 1;
   uint64_t budgetPages_ = 262144;
@@ -124,7 +133,8 @@ struct SlowAccessPenalty {
 
 class HeatPlannerPolicy final : public PlacementPolicy {
  public:
-  // `procfs`: where each process's home node is read from (the CPU its main thread last ran on).
+  // `procfs`: where each process's home node is read from (homeNodeOf: its allowed CPUs, else the
+  // CPU its main thread last ran on).
   HeatPlannerPolicy(const tensortier::v1::PolicyConfig& config, const topology::Topology& topology,
                     sys::PageMover& mover, sys::Fs procfs);
   Result<void> addRegion(const RegionInfo& region) override { return heat_.addRegion(region); }

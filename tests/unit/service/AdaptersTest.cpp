@@ -218,6 +218,11 @@ TEST(HeatPlannerPolicy, ChargesASlowAccessWhatTheFirmwareSaysUnlessConfigured) {
   auto hmat = tt::service::slowAccessPenaltyOf(config, topology);
   EXPECT_EQ(hmat.ns, 100000.0);
   EXPECT_NE(hmat.source.find("node 1 100080 ns"), std::string::npos) << hmat.source;
+  auto bogus = topology;  // a firmware table off by a factor of 1000
+  bogus.nodes[1].access->readLatencyNs = 305000;
+  auto held = tt::service::slowAccessPenaltyOf(config, bogus);
+  EXPECT_EQ(held.ns, 100000.0) << "held to the config key's maximum";
+  EXPECT_NE(held.source.find("304920 ns held"), std::string::npos) << held.source;
   config.set_slow_access_penalty_ns(300);
   EXPECT_EQ(tt::service::slowAccessPenaltyOf(config, topology).ns, 300.0) << "the config wins";
 
@@ -300,18 +305,24 @@ TEST(MovePagesPlacement, KeepsAnswersBetweenPlansAndAsksAgainForWhatMovedOrIsDue
   mover.map(kPid, kBase + 7 * kBlock, kBlock, 0);  // the engine copies it
   EXPECT_EQ(plan()[7].fastPages, 16U);
 
-  // The kernel moves a page of block 9 and the fault trace saw it: asked again at the next plan,
-  // though with a budget of one page a plan its refresh turn comes once in 256 plans.
-  placement.setQueryBudget(1);
+  // The kernel moves a page of block 9 and one of block 11, and the fault trace saw both. With a
+  // budget of 16 pages a plan (a block's refresh turn comes once in 16 plans) only block 9 fits:
+  // it is asked at the next plan, block 11 keeps its cached answer until its turn.
+  placement.setQueryBudget(16);
   for (uint64_t p = 0; p < tt::service::MovePagesPlacement::kDirtyPlans; ++p) (void)plan();  // block 7 settled
-  ASSERT_EQ(placement.refreshPlans(), 256U);
-  const uint64_t movedPage = kBase + 9 * kBlock + 4 * tt::kBasePageSize;
-  mover.map(kPid, movedPage, tt::kBasePageSize, 0);
-  placement.markMoved(kPid, movedPage, tt::kBasePageSize, 1);
-  EXPECT_EQ(plan()[9].fastPages, 1U) << "a move the kernel made waited for the block's refresh turn";
-  EXPECT_EQ(placement.pagesQueried(), 16U) << "only the marked block is asked (or a block due)";
-  (void)plan();
-  EXPECT_LE(placement.pagesQueried(), 16U) << "marked for one plan, not for good";
+  ASSERT_EQ(placement.refreshPlans(), 16U);
+  const uint64_t movedPage9 = kBase + 9 * kBlock + 4 * tt::kBasePageSize;
+  const uint64_t movedPage11 = kBase + 11 * kBlock;
+  mover.map(kPid, movedPage9, tt::kBasePageSize, 0);
+  mover.map(kPid, movedPage11, tt::kBasePageSize, 0);
+  EXPECT_TRUE(placement.markMovedByKernel(kPid, movedPage9, tt::kBasePageSize));
+  EXPECT_FALSE(placement.markMovedByKernel(kPid, movedPage11, tt::kBasePageSize)) << "over the budget";
+  auto next = plan();
+  EXPECT_EQ(next[9].fastPages, 1U) << "a move the kernel made waited for the block's refresh turn";
+  EXPECT_EQ(next[11].fastPages, 0U) << "a block over the budget was asked anyway";
+  // Marked for one plan, not for good: block 9 answers from the cache again.
+  mover.map(kPid, kBase + 9 * kBlock, kBlock, 0);
+  EXPECT_EQ(plan()[9].fastPages, 1U);
   placement.setQueryBudget(64);
   (void)plan();
 
