@@ -169,9 +169,14 @@ static __always_inline void emit_page_move(__u64 addr, __u64 order) {
 
 // Loaded only where the kernel has it (the owning class checks the BTF first). The event's detail
 // is log2 of the base pages the restored entry maps. The tracepoint fires once per PTE with the
-// order of the whole folio: a large folio mapped by PTEs (a THP split in the page table, or an
-// mTHP) gives one event per base page, each of order 9 or so; only a huge entry (hugetlb) maps
-// 2^order pages.
+// compound order of that PTE's page: a large folio mapped by PTEs (a THP split in the page table,
+// or an mTHP) gives one event per base page, the head page's with the folio's order and the tail
+// pages' with 0, so counting 2^order counted the folio about twice. Only a huge entry (hugetlb)
+// maps 2^order pages.
+//
+// The kernel restores a migration entry this way also when the move fails and the old page is
+// mapped back (an undo, not a move), so a failed migration of a tracked page is reported as one;
+// mm_migrate_pages' per-reason totals count it as failed.
 SEC("tracepoint/migrate/remove_migration_pte")
 int tt_remove_migration_pte(struct trace_event_raw_migration_pte* ctx) {
   emit_page_move(ctx->addr, (ctx->pte & X86_PAGE_PSE) ? (__u64)ctx->order : 0);

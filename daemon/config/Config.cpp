@@ -238,7 +238,12 @@ Result<void> validateConfig(const DaemonConfig& config) {
 }
 
 std::string effectiveConfigText(const DaemonConfig& config) {
-  // Materialise defaults by setting every unset singular field to its default value.
+  // Materialise defaults by setting every unset singular field to its default value, except the
+  // keys whose absence means something other than their default: printed, the default would pin
+  // a figure the daemon takes from the machine (a config saved from this output would hide it).
+  static const std::set<std::string> kUnsetMeansMeasured = {
+      "tensortier.v1.PolicyConfig.slow_access_penalty_ns",  // else the firmware's HMAT latencies
+  };
   DaemonConfig full = config;
   std::vector<pb::Message*> stack{&full};
   while (!stack.empty()) {
@@ -257,7 +262,7 @@ std::string effectiveConfigText(const DaemonConfig& config) {
         stack.push_back(r.MutableMessage(m, &f));
         continue;
       }
-      if (r.HasField(*m, &f)) continue;
+      if (r.HasField(*m, &f) || kUnsetMeansMeasured.contains(f.full_name())) continue;
       switch (f.cpp_type()) {
         case pb::FieldDescriptor::CPPTYPE_INT32: r.SetInt32(m, &f, f.default_value_int32()); break;
         case pb::FieldDescriptor::CPPTYPE_INT64: r.SetInt64(m, &f, f.default_value_int64()); break;

@@ -56,7 +56,8 @@ uint64_t appendFaultBlocks(const std::vector<sys::bpf::ChunkCounts>& blocks, Fau
 // than once in one migration when it splits a huge page on the way: the split remaps every base
 // page where it is (a remove_migration_pte event without a move), then each moves. Measured in
 // the VM (6.12, a promoted huge page mapped by PTEs): two events per promoted page. A page really
-// promoted twice between two collects is counted once.
+// promoted twice between two collects is counted once; a split and its move that fall on both
+// sides of a collect are counted twice.
 void dropRepeatedMoves(std::vector<KernelMove>& moves);
 
 class FaultTraceSource final : public Source {

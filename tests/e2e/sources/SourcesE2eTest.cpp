@@ -260,7 +260,8 @@ TEST(SourcesE2e, CooperateModeSeesHintFaultsAndKernelPromotions) {
 
 // The huge-page view of the kernel's moves. A transparent huge page mapped by one PMD is restored
 // by remove_migration_pmd, which remove_migration_pte never reports; a huge page mapped by PTEs
-// gives one remove_migration_pte event per base page, each carrying the huge page's order. Either
+// gives one remove_migration_pte event per base page, the head page's carrying the huge page's
+// order, and, where the kernel splits it on the way, another per page for the split. Either
 // way every promoted base page must be counted once: the per-page view's pages must cover the
 // buffer and never exceed the pages the machine promoted.
 void kernelPromotesHugePages(bool mappedByPtes) {

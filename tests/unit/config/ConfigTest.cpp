@@ -110,6 +110,11 @@ TEST(Config, EffectiveConfigFillsDefaultsAndRoundTrips) {
   const std::string text = tt::config::effectiveConfigText(*config);
   EXPECT_NE(text.find("level: DEBUG"), std::string::npos) << text;
   EXPECT_NE(text.find("sysfs_root: \"/sys\""), std::string::npos) << text;
+  // Unset, the slow-access penalty comes from the firmware: the default is not pinned.
+  EXPECT_EQ(text.find("slow_access_penalty_ns"), std::string::npos) << text;
+  auto pinned = parseConfig("policy { slow_access_penalty_ns: 300 }", "x");
+  ASSERT_TRUE(pinned);
+  EXPECT_NE(tt::config::effectiveConfigText(*pinned).find("slow_access_penalty_ns: 300"), std::string::npos);
   auto again = parseConfig(text, "effective");
   ASSERT_TRUE(again) << again.error().message();
   EXPECT_TRUE(validateConfig(*again).ok());
