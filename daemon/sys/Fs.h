@@ -20,6 +20,17 @@ class Fs {
   [[nodiscard]] std::string resolve(std::string_view relative) const;
 
   [[nodiscard]] Result<std::string> readFile(std::string_view relative) const;
+  // readFile, then `parse` (std::string_view -> Result<T>) on the text; a parse error names the
+  // file it came from.
+  template <typename Parse>
+  [[nodiscard]] auto readParsed(std::string_view relative, Parse&& parse) const
+      -> decltype(parse(std::string_view{})) {
+    auto text = readFile(relative);
+    if (!text) return text.error();
+    auto parsed = parse(std::string_view(*text));
+    if (!parsed) return withContext(parsed.error(), resolve(relative));
+    return parsed;
+  }
   // First line without the trailing newline: most sysfs attributes are one value.
   [[nodiscard]] Result<std::string> readLine(std::string_view relative) const;
   // Entry names, sorted, without "." and "..".

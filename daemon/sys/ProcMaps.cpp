@@ -81,12 +81,7 @@ Result<std::vector<Vma>> parseSmaps(std::string_view text) {
 }
 
 Result<std::vector<Vma>> readSmaps(const Fs& procfs, pid_t pid) {
-  const std::string path = std::to_string(pid) + "/smaps";
-  auto text = procfs.readFile(path);
-  if (!text) return text.error();
-  auto vmas = parseSmaps(*text);
-  if (!vmas) return withContext(vmas.error(), procfs.resolve(path));
-  return vmas;
+  return procfs.readParsed(std::to_string(pid) + "/smaps", parseSmaps);
 }
 
 }  // namespace tt::sys

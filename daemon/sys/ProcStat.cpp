@@ -26,12 +26,7 @@ Result<int> parseStatProcessor(std::string_view stat) {
 }
 
 Result<int> readLastCpu(const Fs& procfs, pid_t pid) {
-  const std::string path = std::to_string(pid) + "/stat";
-  auto text = procfs.readLine(path);
-  if (!text) return text.error();
-  auto cpu = parseStatProcessor(*text);
-  if (!cpu) return withContext(cpu.error(), procfs.resolve(path));
-  return cpu;
+  return procfs.readParsed(std::to_string(pid) + "/stat", parseStatProcessor);
 }
 
 Result<std::vector<int>> parseStatusAllowedCpus(std::string_view status) {
@@ -50,12 +45,7 @@ Result<std::vector<int>> parseStatusAllowedCpus(std::string_view status) {
 }
 
 Result<std::vector<int>> readAllowedCpus(const Fs& procfs, pid_t pid) {
-  const std::string path = std::to_string(pid) + "/status";
-  auto text = procfs.readFile(path);
-  if (!text) return text.error();
-  auto cpus = parseStatusAllowedCpus(*text);
-  if (!cpus) return withContext(cpus.error(), procfs.resolve(path));
-  return cpus;
+  return procfs.readParsed(std::to_string(pid) + "/status", parseStatusAllowedCpus);
 }
 
 }  // namespace tt::sys
