@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <numbers>
 #include <string_view>
 
 #include "core/Log.h"
@@ -108,6 +109,15 @@ double HeatModel::decayFactor(uint64_t fromNs, uint64_t toNs, uint64_t halfLifeN
 uint64_t HeatModel::halfLifeOf(pid_t tgid) const {
   auto it = processes_.find(tgid);
   return it == processes_.end() ? halfLifeNs_ : it->second.halfLifeNs;
+}
+
+double HeatModel::steadyGapNs(const Process& proc) const {
+  return kSteadyGapSteps * std::max(stepNsOf(proc), static_cast<double>(planIntervalNs_));
+}
+
+double HeatModel::stepNsOf(const Process& proc) {
+  if (proc.clock.known()) return static_cast<double>(proc.clock.periodNs);
+  return static_cast<double>(proc.halfLifeNs) / std::numbers::ln2;
 }
 
 HeatModel::Process& HeatModel::process(pid_t tgid) {
@@ -233,6 +243,17 @@ void HeatModel::addAccess(Unit& unit, Process& proc, uint64_t nowNs, double acce
   unit.lastAccessNs = std::max(unit.lastAccessNs, nowNs);
   unit.accessed = true;
   unit.epochAccesses += accesses;
+  if (accesses > 0) {
+    // Evidence read over a span (a source read once per epoch) may stand for a use anywhere in it,
+    // so the gap is measured from the span's start.
+    const uint64_t seenFrom = spanSinceNs_ < nowNs ? spanSinceNs_ : nowNs;
+    if (unit.runAccesses <= 0 || static_cast<double>(seenFrom) > static_cast<double>(unit.runLastNs) + steadyGapNs(proc)) {
+      unit.runStartNs = nowNs;
+      unit.runAccesses = 0;
+    }
+    unit.runAccesses += accesses;
+    unit.runLastNs = std::max(unit.runLastNs, nowNs);
+  }
   if (spanSinceNs_ < nowNs) {
     if (unit.spanAccesses == 0 && accesses > 0) spanUnits_.push_back(&unit);
     unit.spanAccesses += accesses;
@@ -783,6 +804,8 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
 
   struct Raw {
     Unit* unit;
+    double stepNs;    // the unit's process's step (stepNsOf)
+    double gapNs;     // and the gap that ends a run of steady use (steadyGapNs)
     double density;
     double heat;      // decayed accesses of the unit with the prior blended in
     double reuse;
@@ -851,7 +874,7 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
     for (auto& [start, u] : map) {
       const Blend& bl = blends[unitIndex++];
       const std::vector<double>& schedule = bl.schedule;
-      Raw raw{&u, bl.heat / static_cast<double>(u.pages()), bl.heat, 0, UINT64_MAX, 0, -1};
+      Raw raw{&u, stepNsOf(proc), steadyGapNs(proc), bl.heat / static_cast<double>(u.pages()), bl.heat, 0, UINT64_MAX, 0, -1};
       raw.perStep = raw.density;
       if (scheduled && bl.scheduleValid) {
         raw.perStep = 0;
@@ -933,6 +956,13 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
     h.expectedAccessesPerPage = raw.burst >= 0 ? raw.burst : score * maxReuse;
     h.nextUseInNs = raw.nextUse;
     h.accessesPerPagePerStep = raw.perStep;
+    if (u.runAccesses > 0 && nowNs >= u.runStartNs &&
+        static_cast<double>(nowNs) <= static_cast<double>(u.runLastNs) + raw.gapNs) {
+      h.steadySteps = static_cast<double>(nowNs - u.runStartNs) / raw.stepNs;
+      // Averaged over at least a step: a run younger than one has shown no level yet.
+      const double runSteps = std::max(1.0, h.steadySteps);
+      h.steadyAccessesPerPagePerStep = std::min(raw.perStep, u.runAccesses / static_cast<double>(u.pages()) / runSteps);
+    }
     h.blockWeights = blockWeightsOf(u, nowNs);
     if (!h.blockWeights.empty()) h.blockWeightBytes = chunkBytes_;
     u.predicted = h.features;

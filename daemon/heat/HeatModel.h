@@ -85,6 +85,15 @@ struct UnitHeat {
   double accessesPerPagePerStep = 0;
   // Time until the schedule predicts the next access, ns; 0 = in use now; UINT64_MAX = unknown.
   uint64_t nextUseInNs = UINT64_MAX;
+  // How long the unit has been in use without a break, in steps (the unit of accessesPerPagePerStep:
+  // the step period, or 1.44 half-lives without a step clock): the time since its current run of
+  // evidence began, a run ending after a gap without evidence (kSteadyGapSteps). 0 without
+  // evidence (the kind prior alone is no run). A pattern is expected to last about as long as it
+  // has lasted, so the planner amortizes a move over this many steps (max_amortization_steps).
+  double steadySteps = 0;
+  // Accesses per page per step averaged over that run: the level the unit has held for steadySteps
+  // (a burst that just began, or a unit that has just cooled, is held at the lower of the two).
+  double steadyAccessesPerPagePerStep = 0;
   // How the unit's accesses spread over its blocks of blockWeightBytes (the heat model's
   // chunk_pages; block i starts i x blockWeightBytes after `start`: the planner's blocks when both
   // use the same chunk_pages), from the per-page heat: block i's page heat per page over the unit's.
@@ -121,6 +130,11 @@ struct HeatSnapshot {
 // Phase names per process whose offsets in the step the model learns (forward, backward, optimizer
 // and a few more; names beyond these are not re-anchored on).
 inline constexpr size_t kMaxPhasesPerStep = 16;
+
+// Steps without evidence that end a unit's run of steady use (UnitHeat::steadySteps), or planning
+// intervals when those are longer. Sampled evidence misses a lightly used unit for a step or two;
+// a unit idle for longer has changed.
+inline constexpr double kSteadyGapSteps = 4;
 
 // The pseudo-observations that pull a block's weight towards its unit's average (blockWeights).
 inline constexpr double kBlockWeightPriorObservations = 8;
@@ -193,6 +207,11 @@ class HeatModel {
     bool scheduleValid = false;
     double spanAccesses = 0;       // this batch's accesses, to spread over its span (ingest)
     FeatureVector predicted{};     // features at the last epoch close
+    // The current run of steady use (UnitHeat::steadySteps): its first and last evidence, and the
+    // accesses it has seen (not decayed); runAccesses 0 = no run.
+    uint64_t runStartNs = 0;
+    uint64_t runLastNs = 0;
+    double runAccesses = 0;
     bool hasPrediction = false;
     // The kind prior, kept apart from the evidence: its own decayed heat and step schedule, in
     // "one access per page per millisecond of an active phase". computeSnapshot blends it in with
@@ -251,6 +270,12 @@ class HeatModel {
   void addPrior(Unit& unit, Process& proc, uint64_t nowNs, double accesses);
   void decayUnit(Unit& unit, uint64_t nowNs);
   [[nodiscard]] uint64_t halfLifeOf(pid_t tgid) const;
+  // The length of a process's step in ns: its period when known, else 1.44 half-lives (the span
+  // the decayed heat of a steady rate integrates; see UnitHeat::accessesPerPagePerStep).
+  [[nodiscard]] static double stepNsOf(const Process& proc);
+  // The time without evidence that ends a unit's run of steady use: kSteadyGapSteps steps, or as
+  // many planning intervals when those are longer (evidence arrives once per epoch).
+  [[nodiscard]] double steadyGapNs(const Process& proc) const;
   void rollSteps(Process& proc, pid_t tgid, uint64_t nowNs);
   void foldStep(pid_t tgid);
   void applyKindPrior(pid_t tgid, Process& proc, uint64_t nowNs);

@@ -451,6 +451,67 @@ TEST(HeatModel, EvidenceGatheredOverASpanIsSpreadOverItsBuckets) {
   EXPECT_EQ(s->nextUseInNs, 0U);
 }
 
+// Tenure (UnitHeat::steadySteps): a unit's run of use is timed from its first evidence, in steps,
+// at the level it held over the run, and ends when more than kSteadyGapSteps steps pass without
+// evidence. A region given only a prior by its kind and the phase marks has no run.
+TEST(HeatModel, SteadyUseIsTimedFromItsFirstEvidenceAndEndsAfterAGap) {
+  const uint64_t period = 100 * kMs, t0 = 1000 * kMs;
+  HeatModel model(baseConfig());
+  ASSERT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
+  ASSERT_TRUE(model.addRegion(region(2, kRegionB, kPagesPerRegion, RegionKind::Weight)).ok());
+  uint64_t step = 0;
+  // One step: marks (with a forward phase, which gives the weights region B its prior) and, when
+  // `touched`, ten accesses per page of A over the step, read at its end.
+  auto runStep = [&](bool touched) {
+    const uint64_t begin = t0 + step * period;
+    model.onMark(mark(MarkType::StepBegin, step, begin));
+    model.onMark(mark(MarkType::PhaseBegin, step, begin, "forward"));
+    if (touched) model.ingest(regionBatch(kRegionA, 10), begin, begin + period, 1.0);
+    model.advanceEpoch(begin + period);
+    ++step;
+  };
+  // A missing unit reads as all zeros, which the first checks of each would catch.
+  auto at = [&](uint64_t start) {
+    const UnitHeat* u = unitAt(model.snapshot(), start);
+    return u != nullptr ? *u : UnitHeat{};
+  };
+  auto a = [&] { return at(kRegionA); };
+  auto b = [&] { return at(kRegionB); };
+
+  for (int k = 0; k < 30; ++k) runStep(true);
+  ASSERT_EQ(model.clockOf(kTgid).periodNs, period);
+  // First evidence at the end of step 0, now the end of step 29.
+  EXPECT_NEAR(a().steadySteps, 29.0, 1e-6);
+  EXPECT_NEAR(a().accessesPerPagePerStep, 10.0, 0.5);
+  EXPECT_NEAR(a().steadyAccessesPerPagePerStep, 10.0, 0.5);
+  EXPECT_GT(b().accessesPerPagePerStep, 0.0) << "the prior should give B a schedule";
+  EXPECT_EQ(b().steadySteps, 0.0);
+  EXPECT_EQ(b().steadyAccessesPerPagePerStep, 0.0);
+
+  // Four idle steps are a gap the run survives (sampling misses a lightly used unit); a fifth ends it.
+  for (int k = 0; k < 4; ++k) runStep(false);
+  EXPECT_NEAR(a().steadySteps, 33.0, 1e-6);
+  EXPECT_LE(a().steadyAccessesPerPagePerStep, a().accessesPerPagePerStep) << "held at the lower of the two";
+  runStep(false);
+  EXPECT_EQ(a().steadySteps, 0.0);
+  EXPECT_EQ(a().steadyAccessesPerPagePerStep, 0.0);
+
+  // Used again: a new run, timed from its own first evidence.
+  for (int k = 0; k < 3; ++k) runStep(true);
+  EXPECT_NEAR(a().steadySteps, 2.0, 1e-6);
+
+  // Then read once every ten steps over the whole span (a source read once per epoch, the epoch
+  // longer than the gap): the evidence may stand for a use anywhere in its span, so the run goes on.
+  for (int k = 0; k < 3; ++k) {
+    const uint64_t begin = t0 + step * period;
+    for (uint64_t j = 0; j < 10; ++j) model.onMark(mark(MarkType::StepBegin, step + j, begin + j * period));
+    step += 10;
+    model.ingest(regionBatch(kRegionA, 10), begin, t0 + step * period, 1.0);
+    model.advanceEpoch(t0 + step * period);
+  }
+  EXPECT_NEAR(a().steadySteps, 32.0, 1e-6);
+}
+
 // The daemon plans once per epoch: what a phase needs before the next plan must be fetched in this
 // one, so the look-ahead reaches past it.
 TEST(HeatModel, LookaheadReachesPastTheNextPlan) {
