@@ -91,6 +91,10 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
   const double trafficNsPerPage = config_.move_floor_page_passes() * accessesPerPass * penaltyNs;
   const double moveNsPerPage = std::max(copyNsPerPage * config_.migration_cost_weight(), trafficNsPerPage);
   const double margin = config_.hysteresis_margin();
+  const double amortization = config_.amortization_steps();
+  const double maxAmortization = std::max(amortization, config_.max_amortization_steps());
+  // Never more than a swap costs: a promotion and the demotion that makes room for it.
+  const double tenureCapPerPage = 2 * moveNsPerPage;
   const double minBenefit = config_.min_benefit_ns_per_page();
   const uint64_t blockBytes = uint64_t{std::max<uint32_t>(1, config_.chunk_pages())} * kBasePageSize;
 
@@ -127,7 +131,11 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
     const uint32_t group = groupFor(unit.tgid);
     const Nodes nodes = nodesOf[unit.tgid];
     const double unitSoonPerPage = unit.expectedAccessesPerPage * penaltyNs;
-    const double unitLongRunPerPage = config_.amortization_steps() * unit.accessesPerPagePerStep * penaltyNs;
+    const double unitLongRunPerPage = amortization * unit.accessesPerPagePerStep * penaltyNs;
+    // Tenure (see the header): the steps the unit has been steady beyond amortization_steps, at
+    // the level it held over them, capped at what a swap costs.
+    const double extraSteps = std::clamp(unit.steadySteps, amortization, maxAmortization) - amortization;
+    const double unitTenurePerPage = extraSteps * unit.steadyAccessesPerPagePerStep * penaltyNs;
     // The heat model's blocks are the planner's when both use the same chunk_pages. A reload
     // changes the planner's at once and the heat model's only at the next start: until then every
     // block is worth the unit's average.
@@ -137,6 +145,7 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
       const double weight = weighted ? static_cast<double>(unit.blockWeights[off / blockBytes]) : 1.0;
       const double soonPerPage = unitSoonPerPage * weight;
       const double longRunPerPage = unitLongRunPerPage * weight;
+      const double tenurePerPage = std::min(unitTenurePerPage * weight, tenureCapPerPage);
       PlanBlock b;
       b.tgid = unit.tgid;
       b.start = unit.start + off;
@@ -166,7 +175,7 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
       item.sizeBytes = present * kBasePageSize;
       item.group = group;
       // The margin applies to the short-term value: that is what fluctuates from plan to plan.
-      item.value = (soonPerPage * (1.0 + margin * fastShare) + longRunPerPage) * static_cast<double>(present) -
+      item.value = (soonPerPage * (1.0 + margin * fastShare) + longRunPerPage + tenurePerPage) * static_cast<double>(present) -
                    slow * (moveNsPerPage + minBenefit) + fast * moveNsPerPage;
       inst.fastUsedBytes += b.residency.fastPages * kBasePageSize;
       inst.blocks.push_back(b);

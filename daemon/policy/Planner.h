@@ -5,6 +5,15 @@
 // accesses per page per step) x the block's weight within the unit (UnitHeat::blockWeights: its
 // page heat per page over the unit's; 1 without per-page evidence) x the slow tier's extra cost per
 // access x the block's present pages.
+// Tenure: a move must pay for itself within `amortization_steps`, which keeps a short-lived burst
+// from churning the fast tier, but a block used steadily for minutes would then never displace one
+// idle for minutes when its accesses over those few steps are worth less than the two moves of the
+// swap. A pattern is expected to last about as long as it has lasted (UnitHeat::steadySteps), so a
+// block also gets the value of the steps its unit has been steady beyond `amortization_steps` (up
+// to `max_amortization_steps`), at the level the unit held over them, capped at the cost of two
+// moves. The cap is what a swap needs, and it keeps the tenure from ranking steady blocks against
+// each other: two blocks steady long enough get the same tenure, and phase-to-phase swaps between
+// them are decided by their short-term and per-step values as before.
 // Promoting costs each slow page one move plus `min_benefit_ns_per_page`, and keeping a fast block
 // saves the move of demoting it. Resident blocks get `hysteresis_margin` extra short-term (horizon)
 // value, the part that fluctuates from plan to plan; against the long-run part, swaps are held back
