@@ -248,7 +248,7 @@ void HeatModel::addAccess(Unit& unit, Process& proc, uint64_t nowNs, double acce
     // so the gap is measured from the span's start.
     const uint64_t seenFrom = spanSinceNs_ < nowNs ? spanSinceNs_ : nowNs;
     if (unit.runAccesses <= 0 || static_cast<double>(seenFrom) > static_cast<double>(unit.runLastNs) + steadyGapNs(proc)) {
-      unit.runStartNs = nowNs;
+      unit.runStartNs = seenFrom;
       unit.runAccesses = 0;
     }
     unit.runAccesses += accesses;
@@ -339,6 +339,7 @@ void HeatModel::ingest(const EvidenceBatch& batch, uint64_t nowNs, double scale)
 void HeatModel::ingest(const EvidenceBatch& batch, uint64_t sinceNs, uint64_t nowNs, double scale) {
   startAt(nowNs);
   if (sinceNs < nowNs) spanSinceNs_ = sinceNs;  // else stamped at nowNs, as one instant
+  evidenceSpanNs_ = nowNs > sinceNs ? nowNs - sinceNs : 0;
   ingestRecords(batch.records, nowNs, scale);
   for (const EvidenceBlock& block : batch.blocks) ingestBlock(block, nowNs, scale);
   spreadSpan(nowNs);
@@ -804,8 +805,8 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
 
   struct Raw {
     Unit* unit;
-    double stepNs;    // the unit's process's step (stepNsOf)
-    double gapNs;     // and the gap that ends a run of steady use (steadyGapNs)
+    double stepNs;    // the step perStep is per: the period with a schedule, else 1.44 half-lives
+    double gapNs;     // the gap that ends a run of steady use (steadyGapNs)
     double density;
     double heat;      // decayed accesses of the unit with the prior blended in
     double reuse;
@@ -874,9 +875,11 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
     for (auto& [start, u] : map) {
       const Blend& bl = blends[unitIndex++];
       const std::vector<double>& schedule = bl.schedule;
-      Raw raw{&u, stepNsOf(proc), steadyGapNs(proc), bl.heat / static_cast<double>(u.pages()), bl.heat, 0, UINT64_MAX, 0, -1};
+      Raw raw{&u, static_cast<double>(proc.halfLifeNs) / std::numbers::ln2, steadyGapNs(proc),
+              bl.heat / static_cast<double>(u.pages()), bl.heat, 0, UINT64_MAX, 0, -1};
       raw.perStep = raw.density;
       if (scheduled && bl.scheduleValid) {
+        raw.stepNs = static_cast<double>(clock.periodNs);
         raw.perStep = 0;
         double peak = 0;
         for (double v : schedule) {
@@ -958,10 +961,13 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
     h.accessesPerPagePerStep = raw.perStep;
     if (u.runAccesses > 0 && nowNs >= u.runStartNs &&
         static_cast<double>(nowNs) <= static_cast<double>(u.runLastNs) + raw.gapNs) {
-      h.steadySteps = static_cast<double>(nowNs - u.runStartNs) / raw.stepNs;
-      // Averaged over at least a step: a run younger than one has shown no level yet.
-      const double runSteps = std::max(1.0, h.steadySteps);
-      h.steadyAccessesPerPagePerStep = std::min(raw.perStep, u.runAccesses / static_cast<double>(u.pages()) / runSteps);
+      const auto runNs = static_cast<double>(nowNs - u.runStartNs);
+      h.steadySteps = runNs / raw.stepNs;
+      // The run's accesses per observed step, as the schedule learns them (foldStep): a source read
+      // once per epoch over many steps gives one step's worth per read, not a share of it per
+      // step. Averaged over at least one: a run younger than a step has shown no level yet.
+      const double observed = std::max(1.0, runNs / std::max(raw.stepNs, static_cast<double>(evidenceSpanNs_)));
+      h.steadyAccessesPerPagePerStep = std::min(raw.perStep, u.runAccesses / static_cast<double>(u.pages()) / observed);
     }
     h.blockWeights = blockWeightsOf(u, nowNs);
     if (!h.blockWeights.empty()) h.blockWeightBytes = chunkBytes_;

@@ -86,13 +86,15 @@ struct UnitHeat {
   // Time until the schedule predicts the next access, ns; 0 = in use now; UINT64_MAX = unknown.
   uint64_t nextUseInNs = UINT64_MAX;
   // How long the unit has been in use without a break, in steps (the unit of accessesPerPagePerStep:
-  // the step period, or 1.44 half-lives without a step clock): the time since its current run of
-  // evidence began, a run ending after a gap without evidence (kSteadyGapSteps). 0 without
+  // the step period, or 1.44 half-lives without a learned schedule): the time since its current
+  // run of evidence began, a run ending after a gap without evidence (kSteadyGapSteps). 0 without
   // evidence (the kind prior alone is no run). A pattern is expected to last about as long as it
-  // has lasted, so the planner amortizes a move over this many steps (max_amortization_steps).
+  // has lasted, so the planner also values the steps beyond amortization_steps the unit has been
+  // steady (tenure, capped at two moves; max_amortization_steps).
   double steadySteps = 0;
-  // Accesses per page per step averaged over that run: the level the unit has held for steadySteps
-  // (a burst that just began, or a unit that has just cooled, is held at the lower of the two).
+  // Accesses per page per observed step averaged over that run, at most accessesPerPagePerStep:
+  // the level the unit has held for steadySteps (a burst that just began, or a unit that has just
+  // cooled, is held at the lower of the two).
   double steadyAccessesPerPagePerStep = 0;
   // How the unit's accesses spread over its blocks of blockWeightBytes (the heat model's
   // chunk_pages; block i starts i x blockWeightBytes after `start`: the planner's blocks when both
@@ -329,6 +331,9 @@ class HeatModel {
   // The span of the batch being ingested: spanSinceNs_ < its nowNs when its accesses are to be
   // spread (ingest with sinceNs), and the units that got some.
   uint64_t spanSinceNs_ = UINT64_MAX;
+  // The span of the last batch ingested with one (0: stamped at an instant); what one observation
+  // of a source read once per epoch covers.
+  uint64_t evidenceSpanNs_ = 0;
   std::vector<Unit*> spanUnits_;
   uint64_t lastEpochNs_ = 0;
   bool started_ = false;
