@@ -267,10 +267,13 @@ Totals Registry::totals() const {
   return t;
 }
 
-void Registry::publishHeat(std::span<const std::pair<uint64_t, double>> heat) {
+void Registry::publishHeat(std::span<const RegionHeat> heat) {
   std::lock_guard lock(mutex_);
-  for (const auto& [id, h] : heat)
-    if (auto it = regions_.find(id); it != regions_.end()) it->second.heat = h;
+  for (const RegionHeat& h : heat)
+    if (auto it = regions_.find(h.regionId); it != regions_.end()) {
+      it->second.heat = h.heat;
+      it->second.steadySteps = h.steadySteps;
+    }
 }
 
 std::vector<RegistryEvent> Registry::drainEvents() {

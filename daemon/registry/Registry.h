@@ -68,7 +68,16 @@ struct ProcessSummary {
 
 struct RegionRecord {
   RegionInfo info;
-  double heat = 0;  // last value the epoch loop published (0 until a heat model is wired)
+  // Last values the epoch loop published (0 until a heat model is wired).
+  double heat = 0;
+  double steadySteps = 0;  // steps the region has been in use without a break (heat::UnitHeat)
+};
+
+// What the epoch loop publishes per region after each plan.
+struct RegionHeat {
+  uint64_t regionId = 0;
+  double heat = 0;
+  double steadySteps = 0;
 };
 
 struct RegistryEvent {
@@ -128,7 +137,7 @@ class Registry {
   [[nodiscard]] Totals totals() const;
 
   // Heat per region from the heat model (epoch thread); unknown ids are ignored.
-  void publishHeat(std::span<const std::pair<uint64_t, double>> heat);
+  void publishHeat(std::span<const RegionHeat> heat);
 
   // Everything that changed since the last drain, in order.
   [[nodiscard]] std::vector<RegistryEvent> drainEvents();

@@ -232,10 +232,10 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
   return plan;
 }
 
-std::vector<std::pair<uint64_t, double>> HeatPlannerPolicy::regionHeat() const {
-  std::vector<std::pair<uint64_t, double>> out;
+std::vector<registry::RegionHeat> HeatPlannerPolicy::regionHeat() const {
+  std::vector<registry::RegionHeat> out;
   for (const auto& u : heat_.snapshot().units)
-    if (u.regionId != 0) out.emplace_back(u.regionId, u.heat);
+    if (u.regionId != 0) out.push_back({u.regionId, u.heat, u.steadySteps});
   return out;
 }
 

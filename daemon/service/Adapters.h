@@ -145,7 +145,7 @@ class HeatPlannerPolicy final : public PlacementPolicy {
   void onMark(const IterationMark& mark) override { heat_.onMark(mark); }
   MigrationPlan plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,
                      std::span<const ManualPin> pins) override;
-  std::vector<std::pair<uint64_t, double>> regionHeat() const override;
+  std::vector<registry::RegionHeat> regionHeat() const override;
   PolicyView view() const override;
   std::vector<PageHeatView> hottestPages(size_t limit, pid_t tgid, uint64_t nowNs) const override;
   Result<void> applyConfig(const tensortier::v1::PolicyConfig& config) override;

@@ -166,6 +166,7 @@ bool AdminService::fillRegion(const registry::RegionRecord& r, pb::RegionEntry& 
   e.set_address(r.info.start);
   e.set_length(r.info.length);
   e.set_heat(r.heat);
+  e.set_steady_steps(r.steadySteps);
   for (const auto& p : pins) {
     if (p.tgid != r.info.tgid || p.regionId != r.info.id) continue;
     e.set_pinned(true);

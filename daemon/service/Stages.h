@@ -20,6 +20,7 @@
 
 #include "core/Result.h"
 #include "core/Types.h"
+#include "registry/Registry.h"
 #include "sources/Source.h"
 #include "tensortier/v1/config.pb.h"
 
@@ -127,7 +128,7 @@ class PlacementPolicy {
   [[nodiscard]] virtual MigrationPlan plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,
                                            std::span<const ManualPin> pins) = 0;
   // Heat per registered region as of the last plan.
-  [[nodiscard]] virtual std::vector<std::pair<uint64_t, double>> regionHeat() const = 0;
+  [[nodiscard]] virtual std::vector<registry::RegionHeat> regionHeat() const = 0;
   [[nodiscard]] virtual PolicyView view() const = 0;
   // The `limit` hottest pages by per-page heat decayed to `nowNs`, hottest first; of process
   // `tgid` only unless 0. Empty for a policy without per-page heat.

@@ -1,5 +1,6 @@
 #include "ctl/RegionsView.h"
 
+#include <cmath>
 #include <iomanip>
 #include <sstream>
 
@@ -32,6 +33,14 @@ std::string heatText(double heat) {
   return s.str();
 }
 
+// Whole steps of steady use (the planner's tenure); "-" when not in use.
+std::string steadyText(double steps) {
+  if (!(steps > 0)) return "-";
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(0) << std::floor(steps);
+  return s.str();
+}
+
 }  // namespace
 
 std::string hex(uint64_t v) {
@@ -47,14 +56,15 @@ json regionJson(const pb::RegionEntry& r) {
           {"kind", r.kind()},       {"address", r.address()},       {"length", r.length()},
           {"bytes_per_node", nodes}, {"unmapped_bytes", r.unmapped_bytes()}, {"heat", r.heat()},
           {"pinned", r.pinned()},   {"pinned_node", r.pinned() ? json(r.pinned_node()) : json(nullptr)},
-          {"pin_expires_in_ms", r.pin_expires_in_ms()}};
+          {"pin_expires_in_ms", r.pin_expires_in_ms()}, {"steady_steps", r.steady_steps()}};
 }
 
 std::string regionsTable(const google::protobuf::RepeatedPtrField<pb::RegionEntry>& regions) {
-  Table t({"PID", "ID", "NAME", "KIND", "ADDRESS", "SIZE", "HEAT", "PLACEMENT", "PIN"});
+  Table t({"PID", "ID", "NAME", "KIND", "ADDRESS", "SIZE", "HEAT", "STEADY", "PLACEMENT", "PIN"});
   for (const auto& r : regions)
     t.add({std::to_string(r.pid()), std::to_string(r.region_id()), r.name().empty() ? "-" : r.name(), r.kind(),
-           hex(r.address()), bytes(r.length()), heatText(r.heat()), placementText(r), pinText(r)});
+           hex(r.address()), bytes(r.length()), heatText(r.heat()), steadyText(r.steady_steps()), placementText(r),
+           pinText(r)});
   return t.str();
 }
 

@@ -78,8 +78,10 @@ class FakePolicy final : public service::PlacementPolicy {
     nextPlan = {};
     return p;
   }
-  std::vector<std::pair<uint64_t, double>> regionHeat() const override {
-    return {heat.begin(), heat.end()};
+  std::vector<registry::RegionHeat> regionHeat() const override {
+    std::vector<registry::RegionHeat> out;
+    for (const auto& [id, h] : heat) out.push_back({id, h, 0});
+    return out;
   }
   service::PolicyView view() const override {
     service::PolicyView v = learned;

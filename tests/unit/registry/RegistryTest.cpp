@@ -224,12 +224,13 @@ TEST_F(RegistryTest, HeatIsPublishedPerRegionAndListingsAreOrdered) {
   auto a2 = registry.registerRegion(alice, req(kBase + 8 * kPage, kPage));
   auto a1 = registry.registerRegion(alice, req(kBase, kPage));
   ASSERT_TRUE(b.ok() && a1.ok() && a2.ok());
-  const std::pair<uint64_t, double> heat[] = {{a1->id, 2.5}, {12345, 9.0}};
+  const tt::registry::RegionHeat heat[] = {{a1->id, 2.5, 7.0}, {12345, 9.0, 1.0}};
   registry.publishHeat(heat);
   auto all = registry.allRegions();
   ASSERT_EQ(all.size(), 3u);
   EXPECT_EQ(all[0].info.id, a1->id);
   EXPECT_DOUBLE_EQ(all[0].heat, 2.5);
+  EXPECT_DOUBLE_EQ(all[0].steadySteps, 7.0);
   EXPECT_EQ(all[1].info.id, a2->id);
   EXPECT_EQ(all[2].info.id, b->id);
   EXPECT_EQ(registry.allRegions(20).size(), 1u);

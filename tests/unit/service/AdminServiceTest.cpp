@@ -367,13 +367,14 @@ TEST_F(AdminServiceTest, TopOrdersByHeat) {
   r.address = kBase + 64 * kPage;
   r.length = kPage;
   const uint64_t other = registry.registerRegion({10, 1000, 1000}, r)->id;
-  const std::pair<uint64_t, double> heat[] = {{regionId, 1.0}, {other, 5.0}};
+  const tt::registry::RegionHeat heat[] = {{regionId, 1.0, 0.0}, {other, 5.0, 12.5}};
   registry.publishHeat(heat);
   pb::ClientMessage t;
   t.mutable_top()->set_count(1);
   auto reply = ask(1000, t);
   ASSERT_EQ(reply.top().hottest_size(), 1);
   EXPECT_EQ(reply.top().hottest(0).region_id(), other);
+  EXPECT_DOUBLE_EQ(reply.top().hottest(0).steady_steps(), 12.5);
   ASSERT_EQ(reply.top().coldest_size(), 1);
   EXPECT_EQ(reply.top().coldest(0).region_id(), regionId);
 }
