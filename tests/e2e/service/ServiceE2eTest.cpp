@@ -298,6 +298,17 @@ TEST(ServiceE2e, DaemonFindsTheHotRegionAndKeepsItInDramUnderTheBudget) {
   }
   std::printf("measured migration bandwidth the policy plans with: %.1f MB/s\n", bandwidth / 1e6);
   const std::string regions = ctl(daemon, "regions");
+  // Tenure is what lets the hot region in: the CLI shows it steady past amortization_steps (4).
+  double hotSteadySteps = -1;
+  std::string regionsJson = ctl(daemon, "--json regions");
+  try {
+    const auto parsed = nlohmann::json::parse(regionsJson);  // a named value: the loop refers into it
+    for (const auto& r : parsed.at("regions"))
+      if (r.at("address").get<uint64_t>() == hot) hotSteadySteps = r.at("steady_steps").get<double>();
+  } catch (const std::exception& e) {
+    regionsJson += std::string("\n(") + e.what() + ")";
+  }
+  std::printf("hot region steady for %.0f steps\n", hotSteadySteps);
   std::printf("%s", ctl(daemon, "processes").c_str());  // last_step: the marks reached the daemon
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
@@ -311,6 +322,7 @@ TEST(ServiceE2e, DaemonFindsTheHotRegionAndKeepsItInDramUnderTheBudget) {
   EXPECT_LE(maxFast, kBudgetBytes) << "registered bytes on node 0 exceeded the fast-tier budget\n--- daemon log (tail) ---\n"
                                    << logTail(daemon, 30000);
   EXPECT_GT(bandwidth, 0.0) << "no measured migration bandwidth in status: " << statusJson;
+  EXPECT_GT(hotSteadySteps, 4.0) << regions << regionsJson;
   ASSERT_TRUE(code.has_value()) << "tensortierd did not exit after SIGTERM";
   EXPECT_EQ(*code, 0);
 }
