@@ -83,18 +83,32 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
   const double bandwidth = context.migrationBytesPerSec > 0
                                ? context.migrationBytesPerSec
                                : static_cast<double>(config_.initial_migration_bandwidth());
-  const double penaltyNs = context.slowPenaltyNs > 0 ? context.slowPenaltyNs : config_.slow_access_penalty_ns();
+  const double defaultPenaltyNs = context.slowPenaltyNs > 0 ? context.slowPenaltyNs : config_.slow_access_penalty_ns();
   const double copyNsPerPage = static_cast<double>(kBasePageSize) / (bandwidth / 1e9);
-  // A move costs the larger of the copy time the application waits for and the traffic the copy
-  // puts on the tiers (see the header): a faster engine shortens the first, never the second.
   const double accessesPerPass = context.accessesPerPagePass > 0 ? context.accessesPerPagePass : 1.0;
-  const double trafficNsPerPage = config_.move_floor_page_passes() * accessesPerPass * penaltyNs;
-  const double moveNsPerPage = std::max(copyNsPerPage * config_.migration_cost_weight(), trafficNsPerPage);
+  // What a slow access and a page move cost for a process whose slow node is `slowNode`: that
+  // node's own penalty when the context has one (PlanContext::slowPenaltyByNode), else the default.
+  struct Costs {
+    double penaltyNs = 0;
+    double moveNsPerPage = 0;
+    double tenureCapPerPage = 0;
+  };
+  auto costsFor = [&](int slowNode) {
+    Costs c;
+    c.penaltyNs = defaultPenaltyNs;
+    for (const NodePenalty& n : context.slowPenaltyByNode)
+      if (n.node == slowNode && n.ns > 0) c.penaltyNs = n.ns;
+    // A move costs the larger of the copy time the application waits for and the traffic the
+    // copy puts on the tiers (see the header): a faster engine shortens the first, never the second.
+    const double trafficNsPerPage = config_.move_floor_page_passes() * accessesPerPass * c.penaltyNs;
+    c.moveNsPerPage = std::max(copyNsPerPage * config_.migration_cost_weight(), trafficNsPerPage);
+    // Never more than a swap costs: a promotion and the demotion that makes room for it.
+    c.tenureCapPerPage = 2 * c.moveNsPerPage;
+    return c;
+  };
   const double margin = config_.hysteresis_margin();
   const double amortization = config_.amortization_steps();
   const double maxAmortization = std::max(amortization, config_.max_amortization_steps());
-  // Never more than a swap costs: a promotion and the demotion that makes room for it.
-  const double tenureCapPerPage = 2 * moveNsPerPage;
   const double minBenefit = config_.min_benefit_ns_per_page();
   const uint64_t blockBytes = uint64_t{std::max<uint32_t>(1, config_.chunk_pages())} * kBasePageSize;
 
@@ -103,6 +117,7 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
   struct Nodes {
     int fast = -1;
     int slow = -1;
+    Costs costs;
   };
   std::map<pid_t, Nodes> nodesOf;
   auto groupFor = [&](pid_t tgid) {
@@ -121,6 +136,7 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
         n.fast = topology.nearestInTier(home, topology::Tier::Fast).value_or(-1);
         n.slow = topology.nearestInTier(home, topology::Tier::Slow).value_or(-1);
       }
+      n.costs = costsFor(n.slow);
       nodesOf[tgid] = n;
       inst.problem.groupQuotaBytes.push_back(quota);
     }
@@ -130,6 +146,8 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
   for (const heat::UnitHeat& unit : heat.units) {
     const uint32_t group = groupFor(unit.tgid);
     const Nodes nodes = nodesOf[unit.tgid];
+    const double penaltyNs = nodes.costs.penaltyNs;
+    const double moveNsPerPage = nodes.costs.moveNsPerPage;
     const double unitSoonPerPage = unit.expectedAccessesPerPage * penaltyNs;
     const double unitLongRunPerPage = amortization * unit.accessesPerPagePerStep * penaltyNs;
     // Tenure (see the header): the steps the unit has been steady beyond amortization_steps, at
@@ -145,7 +163,7 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
       const double weight = weighted ? static_cast<double>(unit.blockWeights[off / blockBytes]) : 1.0;
       const double soonPerPage = unitSoonPerPage * weight;
       const double longRunPerPage = unitLongRunPerPage * weight;
-      const double tenurePerPage = std::min(unitTenurePerPage * weight, tenureCapPerPage);
+      const double tenurePerPage = std::min(unitTenurePerPage * weight, nodes.costs.tenureCapPerPage);
       PlanBlock b;
       b.tgid = unit.tgid;
       b.start = unit.start + off;

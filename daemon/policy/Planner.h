@@ -44,7 +44,9 @@
 // Demotions carry higher priority than promotions, so the engine frees room first.
 //
 // Target nodes: a process's fast node is the fast node nearest its home node (the node it runs
-// on; the first fast node when unknown), its slow node the slow node nearest its home node.
+// on; the first fast node when unknown), its slow node the slow node nearest its home node. The
+// slow-access penalty is that slow node's own when PlanContext::slowPenaltyByNode lists it: pages
+// that would otherwise live on a slower device are worth more in the fast tier.
 //
 // Several fast nodes (a two-socket machine): the selection's budget is global, but each fast node
 // holds only its own share: its capacity x (1 - reserve), or its part of a caller-given capacity or
@@ -109,6 +111,12 @@ struct PinnedRange {
   uint64_t length = 0;
 };
 
+// A slow node's own extra cost per access (its firmware read latency over the fast tier's).
+struct NodePenalty {
+  int node = -1;
+  double ns = 0;
+};
+
 struct PlanContext {
   std::vector<ProcessPlacement> processes;  // optional per-process details
   uint64_t fastCapacityBytes = 0;           // 0 = total memory of the topology's fast nodes
@@ -117,6 +125,9 @@ struct PlanContext {
   uint64_t fastBudgetBytes = 0;
   double migrationBytesPerSec = 0;          // measured by the engine; 0 = the config's initial value
   double slowPenaltyNs = 0;                 // extra cost of a slow access, ns; 0 = the config's
+  // Per slow node, where they differ (a CXL node beside an Optane node): a process whose slow node
+  // is listed is charged that node's penalty, for its accesses and its moves' traffic alike.
+  std::vector<NodePenalty> slowPenaltyByNode;
   uint64_t intervalNs = 0;                  // time until the next plan; 0 = the config's plan_interval_ms
   // Accesses, in the unit the hotness evidence counts, that one pass over a 4 KiB page makes: 64
   // when each access stands for a cache line (PMU samples weighted by their period), 1 when the

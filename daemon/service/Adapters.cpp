@@ -180,7 +180,7 @@ HeatPlannerPolicy::HeatPlannerPolicy(const tensortier::v1::PolicyConfig& config,
 }
 
 SlowAccessPenalty slowAccessPenaltyOf(const tensortier::v1::PolicyConfig& config, const topology::Topology& topology) {
-  if (config.has_slow_access_penalty_ns()) return {config.slow_access_penalty_ns(), "policy.slow_access_penalty_ns"};
+  if (config.has_slow_access_penalty_ns()) return {config.slow_access_penalty_ns(), "policy.slow_access_penalty_ns", {}};
   if (auto ns = topology.slowReadPenaltyNs()) {
     std::string nodes;
     for (const auto& n : topology.nodes) {
@@ -190,12 +190,20 @@ SlowAccessPenalty slowAccessPenaltyOf(const tensortier::v1::PolicyConfig& config
     }
     // Firmware tables are often wrong: held to the bounds the config key has.
     constexpr uint64_t kMaxNs = 100000;
+    std::vector<policy::NodePenalty> byNode;
+    for (int slow : topology.nodesInTier(topology::Tier::Slow))
+      if (auto own = topology.slowReadPenaltyNs(slow))
+        byNode.push_back({slow, static_cast<double>(std::min<uint64_t>(*own, kMaxNs))});
+    // The figure shown is the tier's mean; with slow nodes that differ, each is charged its own.
+    if (std::any_of(byNode.begin(), byNode.end(), [&](const policy::NodePenalty& n) { return n.ns != byNode.front().ns; }))
+      nodes += "; the mean shown, each slow node charged its own";
     if (*ns > kMaxNs)
-      return {static_cast<double>(kMaxNs), "the firmware's read latencies (HMAT), " + std::to_string(*ns) +
-                                               " ns held to the key's maximum: " + nodes};
-    return {static_cast<double>(*ns), "the firmware's read latencies (HMAT): " + nodes};
+      return {static_cast<double>(kMaxNs),
+              "the firmware's read latencies (HMAT), " + std::to_string(*ns) + " ns held to the key's maximum: " + nodes,
+              std::move(byNode)};
+    return {static_cast<double>(*ns), "the firmware's read latencies (HMAT): " + nodes, std::move(byNode)};
   }
-  return {config.slow_access_penalty_ns(), "default: the firmware gives no read latencies (HMAT)"};
+  return {config.slow_access_penalty_ns(), "default: the firmware gives no read latencies (HMAT)", {}};
 }
 
 void HeatPlannerPolicy::observe(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs) {
@@ -214,6 +222,7 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
   context.intervalNs = intervalNs;
   context.accessesPerPagePass = accessesPerPagePass_;
   context.slowPenaltyNs = penalty_.ns;
+  context.slowPenaltyByNode = penalty_.byNode;
   for (const auto& p : pins) context.pins.push_back({p.tgid, p.start, p.length});
   placement_.setQueryBudget(config_.residency_query_pages_per_epoch());
   // Each process's home node (homeNodeOf): its promotions go to the fast node nearest it first.

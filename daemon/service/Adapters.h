@@ -122,12 +122,15 @@ class MovePagesPlacement final : public policy::PlacementQuery {
 
 // The extra cost of a slow-tier access the planner charges, and where it comes from.
 struct SlowAccessPenalty {
-  double ns = 0;
+  double ns = 0;  // the slow tier's (the mean over its nodes with firmware figures)
   std::string source;
+  // Each slow node's own, from the firmware (empty otherwise): the planner charges a process its
+  // slow node's, so a CXL node and an Optane node in one machine are weighed by what each costs.
+  std::vector<policy::NodePenalty> byNode;
 };
-// policy.slow_access_penalty_ns when the config sets it; else the firmware's figure, the slow
-// tier's extra read latency by ACPI HMAT / CXL CDAT (Topology::slowReadPenaltyNs), so the planner
-// weighs a CXL node and an Optane node by what each costs; else the key's default (200 ns).
+// policy.slow_access_penalty_ns when the config sets it (for every node); else the firmware's
+// figures, the slow nodes' extra read latency by ACPI HMAT / CXL CDAT (Topology::slowReadPenaltyNs),
+// each held to the key's bounds; else the key's default (200 ns).
 [[nodiscard]] SlowAccessPenalty slowAccessPenaltyOf(const tensortier::v1::PolicyConfig& config,
                                                     const topology::Topology& topology);
 

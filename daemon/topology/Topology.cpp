@@ -158,22 +158,39 @@ Result<Topology> discover(const sys::Fs& sysfs, const tensortier::v1::TopologyCo
   return topo;
 }
 
-std::optional<uint64_t> Topology::slowReadPenaltyNs() const {
+namespace {
+
+// The lowest read latency of the fast nodes that have one.
+std::optional<uint64_t> fastestRead(const std::vector<NumaNode>& nodes) {
   std::optional<uint64_t> fastest;
+  for (const auto& n : nodes)
+    if (n.tier == Tier::Fast && n.access && n.access->readLatencyNs != 0)
+      fastest = std::min(fastest.value_or(UINT64_MAX), n.access->readLatencyNs);
+  return fastest;
+}
+
+}  // namespace
+
+std::optional<uint64_t> Topology::slowReadPenaltyNs() const {
+  const std::optional<uint64_t> fastest = fastestRead(nodes);
   uint64_t slowSum = 0, slowCount = 0;
   for (const auto& n : nodes) {
-    if (!n.access || n.access->readLatencyNs == 0) continue;
-    if (n.tier == Tier::Fast) {
-      fastest = std::min(fastest.value_or(UINT64_MAX), n.access->readLatencyNs);
-    } else {
-      slowSum += n.access->readLatencyNs;
-      ++slowCount;
-    }
+    if (n.tier == Tier::Fast || !n.access || n.access->readLatencyNs == 0) continue;
+    slowSum += n.access->readLatencyNs;
+    ++slowCount;
   }
   if (!fastest || slowCount == 0) return std::nullopt;
   const uint64_t slow = slowSum / slowCount;
   if (slow <= *fastest) return std::nullopt;
   return slow - *fastest;
+}
+
+std::optional<uint64_t> Topology::slowReadPenaltyNs(int slowNode) const {
+  const NumaNode* n = node(slowNode);
+  const std::optional<uint64_t> fastest = fastestRead(nodes);
+  if (n == nullptr || n->tier == Tier::Fast || !n->access || n->access->readLatencyNs == 0 || !fastest) return std::nullopt;
+  if (n->access->readLatencyNs <= *fastest) return std::nullopt;
+  return n->access->readLatencyNs - *fastest;
 }
 
 const NumaNode* Topology::node(int id) const {

@@ -67,6 +67,9 @@ struct Topology {
   // figures: the mean read latency of the slow nodes that have one minus the lowest of the fast
   // nodes'. nullopt unless both tiers have figures and the slow one is slower.
   [[nodiscard]] std::optional<uint64_t> slowReadPenaltyNs() const;
+  // The same for one slow node: its read latency minus the lowest of the fast nodes'. nullopt
+  // unless it and a fast node have figures and it is the slower.
+  [[nodiscard]] std::optional<uint64_t> slowReadPenaltyNs(int slowNode) const;
 };
 
 // Discovers the topology from sysfs (`sysfs` rooted at /sys, or a fixture tree in tests).

@@ -710,3 +710,36 @@ TEST(Planner, TenureDoesNotRankBlocksSteadyForLongAgainstEachOther) {
   off.set_max_amortization_steps(off.amortization_steps());
   EXPECT_FALSE(candidateTakesTheRoom(off, resident, candidate));
 }
+
+TEST(Planner, ChargesEachProcessItsSlowNodesOwnPenalty) {
+  // One fast node and two slow ones (a CXL node and an Optane node, say); a process beside each
+  // slow node with the same evidence, and room for one block. Charged each slow node's own penalty,
+  // the block that would otherwise stay on the slower node takes the room, whichever node that is.
+  auto topo = tt::fakes::twoNodeTopology();
+  topo.nodes[0].distances = {10, 20, 20};
+  topo.nodes[1].distances = {20, 10, 30};
+  tt::topology::NumaNode other = topo.nodes[1];
+  other.id = 2;
+  other.distances = {20, 30, 10};
+  topo.nodes.push_back(other);
+  constexpr pid_t kNearOne = 41, kNearTwo = 42;
+  constexpr uint64_t kStart = 0x1000000;
+  auto fastProcess = [&](double nodeOneNs, double nodeTwoNs) {
+    Planner planner(plannerConfig());
+    FakePlacement placement;
+    HeatSnapshot snap;
+    snap.units = {unit(kNearOne, kStart, kChunk, 10.0), unit(kNearTwo, kStart, kChunk, 10.0)};
+    placement.map(kNearOne, kStart, kChunk, 1);
+    placement.map(kNearTwo, kStart, kChunk, 2);
+    PlanContext ctx;
+    ctx.fastCapacityBytes = kChunk;
+    ctx.processes = {{kNearOne, 1, 0}, {kNearTwo, 2, 0}};
+    ctx.slowPenaltyByNode = {{1, nodeOneNs}, {2, nodeTwoNs}};
+    for (int round = 0; round < 3; ++round) placement.apply(planner.plan(snap, placement, topo, ctx));
+    EXPECT_LE(placement.fastBytes(), kChunk);
+    const bool one = isFastUnit(placement, kNearOne, kStart), two = isFastUnit(placement, kNearTwo, kStart);
+    return one == two ? pid_t{0} : one ? kNearOne : kNearTwo;
+  };
+  EXPECT_EQ(fastProcess(100, 400), kNearTwo);
+  EXPECT_EQ(fastProcess(400, 100), kNearOne);
+}

@@ -223,8 +223,29 @@ TEST(HeatPlannerPolicy, ChargesASlowAccessWhatTheFirmwareSaysUnlessConfigured) {
   auto held = tt::service::slowAccessPenaltyOf(config, bogus);
   EXPECT_EQ(held.ns, 100000.0) << "held to the config key's maximum";
   EXPECT_NE(held.source.find("304920 ns held"), std::string::npos) << held.source;
+  ASSERT_EQ(hmat.byNode.size(), 1U);
+  EXPECT_EQ(hmat.byNode[0].node, 1);
+  EXPECT_EQ(hmat.byNode[0].ns, 100000.0);
+  EXPECT_EQ(hmat.source.find("each slow node"), std::string::npos) << "one slow node: " << hmat.source;
+
+  // Two slow nodes that differ (CXL at 250 ns beside Optane at 305): the status shows their mean,
+  // and the planner gets each node's own.
+  auto mixed = tt::fakes::twoSocketTopology();
+  for (auto& n : mixed.nodes) n.access = tt::topology::AccessPerformance{80, 80, 20480, 20480};
+  mixed.nodes[2].access->readLatencyNs = 250;
+  mixed.nodes[3].access->readLatencyNs = 305;
+  auto perNode = tt::service::slowAccessPenaltyOf(config, mixed);
+  EXPECT_EQ(perNode.ns, 197.0);  // (250 + 305) / 2 - 80, rounded down
+  ASSERT_EQ(perNode.byNode.size(), 2U);
+  EXPECT_EQ(perNode.byNode[0].node, 2);
+  EXPECT_EQ(perNode.byNode[0].ns, 170.0);
+  EXPECT_EQ(perNode.byNode[1].node, 3);
+  EXPECT_EQ(perNode.byNode[1].ns, 225.0);
+  EXPECT_NE(perNode.source.find("each slow node charged its own"), std::string::npos) << perNode.source;
+
   config.set_slow_access_penalty_ns(300);
   EXPECT_EQ(tt::service::slowAccessPenaltyOf(config, topology).ns, 300.0) << "the config wins";
+  EXPECT_TRUE(tt::service::slowAccessPenaltyOf(config, mixed).byNode.empty()) << "for every node";
 
   // The same lukewarm region, one access a page: not worth a copy at 200 ns an access, worth it at
   // the firmware's 100 us.

@@ -61,6 +61,9 @@ TEST(Topology, ReadsTheFirmwaresAccessFiguresAndTheSlowTiersExtraLatency) {
   EXPECT_EQ(topo->node(1)->access->readLatencyNs, 250U);
   EXPECT_EQ(topo->node(1)->access->writeLatencyNs, 260U);
   EXPECT_EQ(topo->slowReadPenaltyNs(), std::optional<uint64_t>(165));
+  EXPECT_EQ(topo->slowReadPenaltyNs(1), std::optional<uint64_t>(165)) << "the slow node's own";
+  EXPECT_EQ(topo->slowReadPenaltyNs(0), std::nullopt) << "a fast node has none";
+  EXPECT_EQ(topo->slowReadPenaltyNs(7), std::nullopt) << "no such node";
   const auto json = nlohmann::json::parse(tt::topology::formatJson(*topo));
   EXPECT_EQ(json["nodes"][1]["access"]["read_latency_ns"], 250);
 
