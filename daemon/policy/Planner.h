@@ -3,7 +3,7 @@
 // Each heat unit is cut into blocks of at most `chunk_pages` pages. A block's value of being fast
 // is (the accesses per page the heat model expects over its horizon + `amortization_steps` x its
 // accesses per page per step) x the block's weight within the unit (UnitHeat::blockWeights: its
-// page heat per page over the unit's; 1 without per-page evidence) x the slow tier's extra cost per
+// page heat per page over the unit's; 1 without per-page evidence) x the slow node's extra cost per
 // access x the block's present pages.
 // Tenure: a move must pay for itself within `amortization_steps`, which keeps a short-lived burst
 // from churning the fast tier, but a block used steadily for minutes would then never displace one
@@ -27,7 +27,7 @@
 // waits for; and the memory traffic of the copy, which competes with the application's own accesses
 // even when the copy runs beside it: the copy reads every line of the page on one tier and writes it
 // on the other. That traffic is valued in the currency of the value side, as
-// `move_floor_page_passes` passes over the page at the slow-tier penalty per access (the default 2:
+// `move_floor_page_passes` passes over the page at the slow node's penalty per access (the default 2:
 // the read and the write, one pass each), with PlanContext::accessesPerPagePass saying how many
 // accesses one pass makes in the unit the hotness evidence counts. Without the floor a faster
 // engine makes moves look nearly free while each still streams the page through both tiers; with
@@ -46,7 +46,10 @@
 // Target nodes: a process's fast node is the fast node nearest its home node (the node it runs
 // on; the first fast node when unknown), its slow node the slow node nearest its home node. The
 // slow-access penalty is that slow node's own when PlanContext::slowPenaltyByNode lists it: pages
-// that would otherwise live on a slower device are worth more in the fast tier.
+// whose demotion target is a slower device are worth more in the fast tier. It is the demotion
+// target's figure for all of the process's pages, also for slow pages that something else (first
+// touch, the kernel's tiering) put on another slow node: Residency does not say which slow node
+// holds them.
 //
 // Several fast nodes (a two-socket machine): the selection's budget is global, but each fast node
 // holds only its own share: its capacity x (1 - reserve), or its part of a caller-given capacity or

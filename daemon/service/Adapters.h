@@ -130,7 +130,8 @@ struct SlowAccessPenalty {
 };
 // policy.slow_access_penalty_ns when the config sets it (for every node); else the firmware's
 // figures, the slow nodes' extra read latency by ACPI HMAT / CXL CDAT (Topology::slowReadPenaltyNs),
-// each held to the key's bounds; else the key's default (200 ns).
+// each held to the key's bounds; else the key's default (200 ns). Per-node figures are used only
+// where the tier's mean is (a slow tier no slower than DRAM on average gets the default).
 [[nodiscard]] SlowAccessPenalty slowAccessPenaltyOf(const tensortier::v1::PolicyConfig& config,
                                                     const topology::Topology& topology);
 

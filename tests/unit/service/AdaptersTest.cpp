@@ -223,6 +223,8 @@ TEST(HeatPlannerPolicy, ChargesASlowAccessWhatTheFirmwareSaysUnlessConfigured) {
   auto held = tt::service::slowAccessPenaltyOf(config, bogus);
   EXPECT_EQ(held.ns, 100000.0) << "held to the config key's maximum";
   EXPECT_NE(held.source.find("304920 ns held"), std::string::npos) << held.source;
+  ASSERT_EQ(held.byNode.size(), 1U);
+  EXPECT_EQ(held.byNode[0].ns, 100000.0) << "each node's figure held too";
   ASSERT_EQ(hmat.byNode.size(), 1U);
   EXPECT_EQ(hmat.byNode[0].node, 1);
   EXPECT_EQ(hmat.byNode[0].ns, 100000.0);
@@ -257,6 +259,26 @@ TEST(HeatPlannerPolicy, ChargesASlowAccessWhatTheFirmwareSaysUnlessConfigured) {
   };
   EXPECT_EQ(moves(tt::fakes::twoNodeTopology()), 0U);
   EXPECT_GT(moves(topology), 0U);
+}
+
+// Two sockets whose slow nodes differ (node 2 170 ns over DRAM, node 3 50 us): the same lukewarm
+// region, one access a page, is worth a copy only for the process whose demotion target is the
+// slow one. Charged the tier's mean (25 us) both would move.
+TEST(HeatPlannerPolicy, ChargesAProcessItsSlowNodesOwnFirmwarePenalty) {
+  constexpr pid_t kPid = 78;
+  const auto procfs = std::filesystem::path(::testing::TempDir()) / "tt-procfs-node-penalty";
+  std::filesystem::create_directories(procfs / std::to_string(kPid));
+  auto topology = tt::fakes::twoSocketTopology(64ULL << 20);
+  for (auto& n : topology.nodes) n.access = tt::topology::AccessPerformance{80, 80, 20480, 20480};
+  topology.nodes[2].access->readLatencyNs = 250;
+  topology.nodes[3].access->readLatencyNs = 50080;
+  for (int cpu : {0, 1}) {
+    std::ofstream(procfs / std::to_string(kPid) / "stat") << statLine(kPid, "trainer", cpu);
+    const int slowNode = cpu == 0 ? 2 : 3;  // the socket's own slow node
+    const tt::MigrationPlan plan = planOneRegion(topology, tt::sys::Fs(procfs.string()), kPid, slowNode, 1);
+    EXPECT_EQ(plan.moves.empty(), cpu == 0) << "cpu " << cpu;
+  }
+  std::filesystem::remove_all(procfs);
 }
 
 // A process on socket 1 (its stat says CPU 1) has its hot pages on socket 1's slow node: the
