@@ -115,9 +115,12 @@ double HeatModel::steadyGapNs(const Process& proc) const {
   return kSteadyGapSteps * std::max(stepNsOf(proc), static_cast<double>(planIntervalNs_));
 }
 
-double HeatModel::stepNsOf(const Process& proc) {
-  if (proc.clock.known()) return static_cast<double>(proc.clock.periodNs);
+double HeatModel::heatSpanNs(const Process& proc) {
   return static_cast<double>(proc.halfLifeNs) / std::numbers::ln2;
+}
+
+double HeatModel::stepNsOf(const Process& proc) {
+  return proc.clock.known() ? static_cast<double>(proc.clock.periodNs) : heatSpanNs(proc);
 }
 
 HeatModel::Process& HeatModel::process(pid_t tgid) {
@@ -875,7 +878,7 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
     for (auto& [start, u] : map) {
       const Blend& bl = blends[unitIndex++];
       const std::vector<double>& schedule = bl.schedule;
-      Raw raw{&u, static_cast<double>(proc.halfLifeNs) / std::numbers::ln2, steadyGapNs(proc),
+      Raw raw{&u, heatSpanNs(proc), steadyGapNs(proc),
               bl.heat / static_cast<double>(u.pages()), bl.heat, 0, UINT64_MAX, 0, -1};
       raw.perStep = raw.density;
       if (scheduled && bl.scheduleValid) {

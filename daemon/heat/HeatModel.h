@@ -272,8 +272,10 @@ class HeatModel {
   void addPrior(Unit& unit, Process& proc, uint64_t nowNs, double accesses);
   void decayUnit(Unit& unit, uint64_t nowNs);
   [[nodiscard]] uint64_t halfLifeOf(pid_t tgid) const;
-  // The length of a process's step in ns: its period when known, else 1.44 half-lives (the span
-  // the decayed heat of a steady rate integrates; see UnitHeat::accessesPerPagePerStep).
+  // 1.44 half-lives of a process's heat: the span the decayed heat of a steady rate integrates,
+  // the step of a unit without a learned schedule (UnitHeat::accessesPerPagePerStep).
+  [[nodiscard]] static double heatSpanNs(const Process& proc);
+  // The length of a process's step in ns: its period when known, else heatSpanNs.
   [[nodiscard]] static double stepNsOf(const Process& proc);
   // The time without evidence that ends a unit's run of steady use: kSteadyGapSteps steps, or as
   // many planning intervals when those are longer (evidence arrives once per epoch).
