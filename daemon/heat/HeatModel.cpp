@@ -87,18 +87,179 @@ const char* featureName(size_t feature) {
   }
 }
 
-HeatModel::HeatModel(const tensortier::v1::PolicyConfig& config) : config_(config) {
-  sampleParams_.binNs = uint64_t{config.period_bin_ms()} * 1'000'000;
-  sampleParams_.historyBins = config.period_history_bins();
-  sampleParams_.minPeriodNs = uint64_t{config.period_min_ms()} * 1'000'000;
-  sampleParams_.maxPeriodNs = uint64_t{config.period_max_ms()} * 1'000'000;
-  sampleParams_.minConfidence = config.period_min_confidence();
-  halfLifeNs_ = std::max<uint64_t>(1, uint64_t{config.heat_half_life_ms()} * 1'000'000);
-  chunkBytes_ = uint64_t{std::max<uint32_t>(1, config.chunk_pages())} * kBasePageSize;
-  buckets_ = std::max<uint32_t>(1, config.schedule_buckets());
-  bandwidthBytesPerNs_ = static_cast<double>(config.initial_migration_bandwidth()) / 1e9;
+namespace {
+
+SamplePeriodParams samplePeriodParamsOf(const tensortier::v1::PolicyConfig& config) {
+  SamplePeriodParams p;
+  p.binNs = uint64_t{config.period_bin_ms()} * 1'000'000;
+  p.historyBins = config.period_history_bins();
+  p.minPeriodNs = uint64_t{config.period_min_ms()} * 1'000'000;
+  p.maxPeriodNs = uint64_t{config.period_max_ms()} * 1'000'000;
+  p.minConfidence = config.period_min_confidence();
+  return p;
+}
+
+uint64_t halfLifeNsOf(const tensortier::v1::PolicyConfig& config) {
+  return std::max<uint64_t>(1, uint64_t{config.heat_half_life_ms()} * 1'000'000);
+}
+
+uint64_t chunkBytesOf(const tensortier::v1::PolicyConfig& config) {
+  return uint64_t{std::max<uint32_t>(1, config.chunk_pages())} * kBasePageSize;
+}
+
+uint32_t bucketsOf(const tensortier::v1::PolicyConfig& config) { return std::max<uint32_t>(1, config.schedule_buckets()); }
+
+// A schedule of accesses per bucket, resampled to `to` buckets of the same step: each new bucket
+// gets the accesses of the old buckets in proportion to the time they share, so the accesses of
+// the whole step are kept. Empty stays empty (a unit without a prior schedule).
+void resampleSchedule(std::vector<double>& v, uint32_t to) {
+  if (v.empty() || v.size() == to) return;
+  const size_t from = v.size();
+  std::vector<double> out(to, 0);
+  // Bucket i of `from` covers [i * to, (i + 1) * to) of a step of from * to units; bucket j of `to`
+  // covers [j * from, (j + 1) * from).
+  for (size_t i = 0; i < from; ++i) {
+    const uint64_t lo = i * to, hi = (i + 1) * to;
+    for (size_t j = lo / from; j < to && j * from < hi; ++j) {
+      const uint64_t overlap = std::min<uint64_t>(hi, (j + 1) * from) - std::max<uint64_t>(lo, j * from);
+      out[j] += v[i] * static_cast<double>(overlap) / static_cast<double>(to);
+    }
+  }
+  v = std::move(out);
+}
+
+}  // namespace
+
+std::vector<std::string> heatModelChangeNotes(const tensortier::v1::PolicyConfig& before,
+                                              const tensortier::v1::PolicyConfig& after) {
+  std::vector<std::string> notes;
+  for (const std::string& key : heatModelKeysChanged(before, after)) {
+    std::string note = "policy." + key + ": live from the next epoch";
+    if (key == "schedule_buckets") note += " (step schedules resampled, not relearned)";
+    else if (key == "chunk_pages") note += " (chunks of unregistered pages regrouped, their heat kept)";
+    else if (key == "period_bin_ms" || key == "period_history_bins")
+      note += " (the sample-stream period history restarts; learned periods stay until re-estimated)";
+    else if (key == "initial_migration_bandwidth")
+      note += " (until the engine has measured the bandwidth; no effect after)";
+    notes.push_back(std::move(note));
+  }
+  return notes;
+}
+
+HeatModel::HeatModel(const tensortier::v1::PolicyConfig& config)
+    : config_(config),
+      sampleParams_(samplePeriodParamsOf(config)),
+      halfLifeNs_(halfLifeNsOf(config)),
+      chunkBytes_(chunkBytesOf(config)),
+      buckets_(bucketsOf(config)),
+      bandwidthBytesPerNs_(static_cast<double>(config.initial_migration_bandwidth()) / 1e9) {
   weights_.fill(1.0 / kFeatureCount);
   snapshot_.weights = weights_;
+}
+
+void HeatModel::reconfigure(const tensortier::v1::PolicyConfig& config) {
+  // Keys read where they are used (max_tracked_pages, the learning rates and floor, the step hint,
+  // heat_half_life_steps, lookahead_step_fraction) take effect through config_ alone.
+  config_ = config;
+  halfLifeNs_ = halfLifeNsOf(config);  // each process's half-life is recomputed at the next epoch
+  if (!bandwidthMeasured_) bandwidthBytesPerNs_ = static_cast<double>(config.initial_migration_bandwidth()) / 1e9;
+  sampleParams_ = samplePeriodParamsOf(config);
+  for (auto& [tgid, proc] : processes_) proc.samples.setParams(sampleParams_);
+  if (const uint32_t buckets = bucketsOf(config); buckets != buckets_) resampleSchedules(buckets);
+  if (const uint64_t chunkBytes = chunkBytesOf(config); chunkBytes != chunkBytes_) {
+    chunkBytes_ = chunkBytes;
+    for (auto& [tgid, map] : units_) regroupChunks(tgid, map);
+  }
+}
+
+void HeatModel::resampleSchedules(uint32_t buckets) {
+  buckets_ = buckets;
+  for (auto& [tgid, map] : units_)
+    for (auto& [start, u] : map)
+      for (auto* v : {&u.schedule, &u.stepAccum, &u.priorSchedule, &u.priorStepAccum}) resampleSchedule(*v, buckets);
+}
+
+void HeatModel::regroupChunks(pid_t tgid, UnitMap& map) {
+  std::vector<Unit> old;
+  uint64_t t = 0;  // the newest time any of them was decayed to: all are brought to it
+  for (auto it = map.begin(); it != map.end();) {
+    if (it->second.regionId != 0) {
+      ++it;
+      continue;
+    }
+    t = std::max({t, it->second.heatNs, it->second.priorHeatNs});
+    old.push_back(std::move(it->second));
+    it = map.erase(it);
+  }
+  if (old.empty()) return;
+  // `map` now holds the process's regions only: each new chunk is its aligned chunk cut back to the
+  // regions on either side, as unitFor makes it.
+  UnitMap fresh;
+  for (Unit& u : old) {
+    decayUnit(u, t);
+    const uint64_t end = u.start + u.length;
+    // A piece's share of the unit's figures is its share of the unit's page heat: a 2 MiB chunk
+    // cut into 64 KiB ones gives its heat to the pieces its hot pages are in. Without page heat
+    // (forgotten over max_tracked_pages, or decayed to nothing), its share of the pages.
+    const double unitPageHeat = pageHeatIn(tgid, u.start, end, t);
+    for (uint64_t at = u.start; at < end;) {
+      const uint64_t aligned = at - at % chunkBytes_;
+      const uint64_t pieceEnd = std::min(end, aligned + chunkBytes_);
+      uint64_t lo = aligned, hi = aligned + chunkBytes_;
+      auto next = map.upper_bound(at);
+      if (next != map.end()) hi = std::min(hi, next->second.start);
+      if (next != map.begin()) lo = std::max(lo, std::prev(next)->second.start + std::prev(next)->second.length);
+      // Totals split by the piece's share; per-page figures are turned into totals here (times
+      // the old unit's pages and the share) and divided by the new unit's pages below.
+      const double share = unitPageHeat > 0 ? pageHeatIn(tgid, at, pieceEnd, t) / unitPageHeat
+                                            : static_cast<double>(pieceEnd - at) / static_cast<double>(u.length);
+      if (!(share > 0)) {  // no evidence there: no unit until some comes (as unitFor makes them)
+        at = pieceEnd;
+        continue;
+      }
+      auto [it, added] = fresh.try_emplace(lo);
+      Unit& n = it->second;
+      if (added) {
+        n.tgid = tgid;
+        n.start = lo;
+        n.length = hi - lo;
+        n.heatNs = n.priorHeatNs = t;
+        n.schedule.assign(buckets_, 0);
+        n.stepAccum.assign(buckets_, 0);
+      }
+      const double pages = static_cast<double>(u.pages()) * share;
+      n.heat += u.heat * share;
+      n.observations += u.observations * share;
+      n.epochAccesses += u.epochAccesses * share;
+      n.priorHeat += u.priorHeat * share;
+      n.lastAccessNs = std::max(n.lastAccessNs, u.lastAccessNs);
+      n.accessed = n.accessed || u.accessed;
+      n.scheduleValid = n.scheduleValid || u.scheduleValid;
+      n.priorScheduleValid = n.priorScheduleValid || u.priorScheduleValid;
+      auto addPerPage = [pages, this](std::vector<double>& to, const std::vector<double>& from) {
+        if (from.empty()) return;
+        if (to.empty()) to.assign(buckets_, 0);
+        for (uint32_t b = 0; b < buckets_; ++b) to[b] += from[b] * pages;
+      };
+      addPerPage(n.schedule, u.schedule);
+      addPerPage(n.stepAccum, u.stepAccum);
+      addPerPage(n.priorSchedule, u.priorSchedule);
+      addPerPage(n.priorStepAccum, u.priorStepAccum);
+      if (u.runAccesses > 0) {
+        // The run is as old as its oldest part: the pages were in steady use that long.
+        n.runStartNs = n.runAccesses > 0 ? std::min(n.runStartNs, u.runStartNs) : u.runStartNs;
+        n.runLastNs = std::max(n.runLastNs, u.runLastNs);
+        n.runAccesses += u.runAccesses * share;
+      }
+      at = pieceEnd;
+    }
+  }
+  for (auto& [start, n] : fresh) {
+    const double pages = static_cast<double>(n.pages());
+    for (auto* v : {&n.schedule, &n.stepAccum, &n.priorSchedule, &n.priorStepAccum})
+      for (double& x : *v) x /= pages;
+    map.emplace(start, std::move(n));
+  }
 }
 
 double HeatModel::decayFactor(uint64_t fromNs, uint64_t toNs, uint64_t halfLifeNs) {
@@ -574,7 +735,10 @@ void HeatModel::onMark(const IterationMark& mark) {
 }
 
 void HeatModel::setMigrationBandwidth(double bytesPerSecond) {
-  if (bytesPerSecond > 0 && std::isfinite(bytesPerSecond)) bandwidthBytesPerNs_ = bytesPerSecond / 1e9;
+  if (bytesPerSecond > 0 && std::isfinite(bytesPerSecond)) {
+    bandwidthBytesPerNs_ = bytesPerSecond / 1e9;
+    bandwidthMeasured_ = true;
+  }
 }
 
 void HeatModel::foldStep(pid_t tgid) {
@@ -1020,6 +1184,19 @@ std::vector<float> HeatModel::blockWeightsOf(const Unit& unit, uint64_t nowNs) c
                                     (expected + kBlockWeightPriorObservations));
   }
   return weights;
+}
+
+double HeatModel::pageHeatIn(pid_t tgid, uint64_t start, uint64_t end, uint64_t nowNs) const {
+  double sum = 0;
+  const uint64_t halfLife = halfLifeOf(tgid);
+  for (uint64_t base = start - start % kBlockBytes; base < end; base += kBlockBytes) {
+    auto it = pageChunks_.find(chunkKey(tgid, base));
+    if (it == pageChunks_.end()) continue;
+    const uint64_t from = std::max(base, start), to = std::min(base + kBlockBytes, end);
+    sum += rangeHeat(it->second, static_cast<uint32_t>((from - base) / kBasePageSize),
+                     static_cast<uint32_t>((to - base) / kBasePageSize), nowNs, halfLife);
+  }
+  return sum;
 }
 
 double HeatModel::rangeHeat(const PageChunk& chunk, uint32_t first, uint32_t last, uint64_t nowNs, uint64_t halfLifeNs) {

@@ -62,10 +62,15 @@ enum Feature : size_t { kFrequency = 0, kRecency = 1, kSize = 2, kReuse = 3 };
 inline constexpr size_t kFeatureCount = 4;
 [[nodiscard]] const char* featureName(size_t feature);
 
-// The keys of PolicyConfig the heat model reads (at construction: a reload changes them only at the
-// next start) whose values differ between `before` and `after`, in field order. The planner reads
-// the others, and chunk_pages and initial_migration_bandwidth too, at every plan.
+// The keys of PolicyConfig the heat model reads whose values differ between `before` and `after`,
+// in field order. The planner reads the others, and chunk_pages and initial_migration_bandwidth
+// too, at every plan.
 [[nodiscard]] std::vector<std::string> heatModelKeysChanged(const tensortier::v1::PolicyConfig& before,
+                                                            const tensortier::v1::PolicyConfig& after);
+// What a live change from `before` to `after` does to the heat model (HeatModel::reconfigure), one
+// line per changed heat-model key, for the log and `tensortierctl tune`'s reply: every key applies
+// from the next epoch; the lines of the keys that reshape learned state say what becomes of it.
+[[nodiscard]] std::vector<std::string> heatModelChangeNotes(const tensortier::v1::PolicyConfig& before,
                                                             const tensortier::v1::PolicyConfig& after);
 using FeatureVector = std::array<double, kFeatureCount>;
 
@@ -150,6 +155,16 @@ struct PageHeat {
 class HeatModel {
  public:
   explicit HeatModel(const tensortier::v1::PolicyConfig& config);
+
+  // A live config change (SIGHUP, `tensortierctl tune`). The learned state is worth more than a
+  // fresh start, so it is carried over into the new parameters rather than dropped: step schedules
+  // are resampled to a new schedule_buckets, and chunks of unregistered pages are regrouped into
+  // chunks of a new chunk_pages with their heat, schedules and runs of steady use (page heat is
+  // kept per 2 MiB whatever chunk_pages is). A new half-life applies from the next decay;
+  // learned periods stay until the next estimate. Only the sample-stream period history restarts,
+  // and only when its bin width or length changes. initial_migration_bandwidth applies only until
+  // setMigrationBandwidth has given a measured figure.
+  void reconfigure(const tensortier::v1::PolicyConfig& config);
 
   // Regions: page-aligned, non-empty, not overlapping another region of the same process.
   [[nodiscard]] Result<void> addRegion(const RegionInfo& region);
@@ -281,6 +296,10 @@ class HeatModel {
   // many planning intervals when those are longer (evidence arrives once per epoch).
   [[nodiscard]] double steadyGapNs(const Process& proc) const;
   void rollSteps(Process& proc, pid_t tgid, uint64_t nowNs);
+  // reconfigure's parts: the schedules of every unit resampled to `buckets`, and the chunk units of
+  // unregistered pages regrouped by chunkBytes_.
+  void resampleSchedules(uint32_t buckets);
+  void regroupChunks(pid_t tgid, UnitMap& map);
   void foldStep(pid_t tgid);
   void applyKindPrior(pid_t tgid, Process& proc, uint64_t nowNs);
   void updateClock(pid_t tgid, Process& proc, uint64_t nowNs);
@@ -288,6 +307,8 @@ class HeatModel {
   void learnWeights();
   void computeSnapshot(uint64_t nowNs);
   [[nodiscard]] std::vector<float> blockWeightsOf(const Unit& unit, uint64_t nowNs) const;
+  // The page heat of [start, end) of a process at `nowNs` (its per-page chunks' sum).
+  [[nodiscard]] double pageHeatIn(pid_t tgid, uint64_t start, uint64_t end, uint64_t nowNs) const;
   [[nodiscard]] static double decayFactor(uint64_t fromNs, uint64_t toNs, uint64_t halfLifeNs);
 
   tensortier::v1::PolicyConfig config_;
@@ -296,6 +317,7 @@ class HeatModel {
   uint64_t chunkBytes_;
   uint32_t buckets_;
   double bandwidthBytesPerNs_;
+  bool bandwidthMeasured_ = false;  // setMigrationBandwidth has given a figure
   uint64_t planIntervalNs_ = 0;
   FeatureVector weights_;
   std::map<pid_t, UnitMap> units_;

@@ -90,6 +90,15 @@ SamplePeriodDetector::SamplePeriodDetector(const SamplePeriodParams& params)
   if (params_.binNs == 0) params_.binNs = 1;
 }
 
+bool SamplePeriodDetector::setParams(const SamplePeriodParams& params) {
+  SamplePeriodParams next = params;
+  if (next.binNs == 0) next.binNs = 1;
+  const bool keep = next.binNs == params_.binNs && next.historyBins == params_.historyBins;
+  if (!keep) *this = SamplePeriodDetector(next);
+  params_ = next;
+  return keep;
+}
+
 size_t SamplePeriodDetector::dimOf(uint64_t unitKey) {
   // Mix the key so that neighbouring units spread over dimensions.
   uint64_t h = unitKey * 0x9E3779B97F4A7C15ULL;

@@ -66,6 +66,10 @@ class SamplePeriodDetector {
  public:
   static constexpr size_t kDims = 16;
   explicit SamplePeriodDetector(const SamplePeriodParams& params);
+  // New parameters for a running detector (a live config change). The history is kept when its
+  // layout (bin width, number of bins) stays; otherwise it restarts empty. Returns whether it was
+  // kept.
+  bool setParams(const SamplePeriodParams& params);
 
   void add(uint64_t timeNs, uint64_t unitKey, double weight);
   // Weights per signature dimension (dimOf a unit's key).

@@ -975,9 +975,9 @@ TEST(HeatModel, DecayedPagesStopCountingAsTrackedAndCountOnceWhenTouchedAgain) {
 
 namespace {
 
-// A live reload replaces the planner at once; the heat model keeps its learned state and reads its
-// keys only at start. The warning names exactly the keys that wait for a restart.
-TEST(HeatModelKeys, OnlyTheHeatModelsOwnKeysWaitForARestart) {
+// A live reload replaces the planner; the heat model takes its own keys over its learned state.
+// The notes (log, `tensortierctl tune`) name exactly the heat model's keys that changed.
+TEST(HeatModelKeys, OnlyTheHeatModelsOwnKeysGetANote) {
   tensortier::v1::PolicyConfig before, after;
   after.set_hysteresis_margin(before.hysteresis_margin() + 0.5);  // planner only
   after.set_amortization_steps(before.amortization_steps() + 1);
@@ -991,6 +991,181 @@ TEST(HeatModelKeys, OnlyTheHeatModelsOwnKeysWaitForARestart) {
   tensortier::v1::PolicyConfig spelled;
   spelled.set_heat_half_life_ms(before.heat_half_life_ms());
   EXPECT_TRUE(tt::heat::heatModelKeysChanged(before, spelled).empty());
+  EXPECT_TRUE(tt::heat::heatModelChangeNotes(before, spelled).empty());
+  const auto notes = tt::heat::heatModelChangeNotes(before, after);
+  ASSERT_EQ(notes.size(), 2U);
+  EXPECT_EQ(notes[0], "policy.heat_half_life_ms: live from the next epoch");
+  EXPECT_EQ(notes[1], "policy.chunk_pages: live from the next epoch (chunks of unregistered pages regrouped, their heat kept)");
+}
+
+// Sum over the snapshot's chunk units (no region) of their heat, and of their count.
+std::pair<double, size_t> chunkHeat(const HeatSnapshot& s) {
+  double heat = 0;
+  size_t n = 0;
+  for (const auto& u : s.units)
+    if (u.regionId == 0) {
+      heat += u.heat;
+      ++n;
+    }
+  return {heat, n};
+}
+
+// Regions A and B, A used in the first half of each of `steps` steps from t0 and B in the second,
+// ten accesses per page per step each, read over each half.
+void learnHalves(HeatModel& model, uint64_t t0, uint64_t period, uint64_t steps) {
+  ASSERT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
+  ASSERT_TRUE(model.addRegion(region(2, kRegionB, kPagesPerRegion)).ok());
+  for (uint64_t s = 0; s < steps; ++s) {
+    const uint64_t begin = t0 + s * period;
+    model.onMark(mark(MarkType::StepBegin, s, begin));
+    model.ingest(regionBatch(kRegionA, 10), begin, begin + period / 2, 1.0);
+    model.ingest(regionBatch(kRegionB, 10), begin + period / 2, begin + period, 1.0);
+    model.advanceEpoch(begin + period);
+  }
+}
+
+// A new schedule_buckets resamples the learned schedules instead of dropping them: each step's
+// accesses are kept, and so is when in the step they come.
+TEST(HeatModelReconfigure, ScheduleBucketsResampleTheLearnedSchedules) {
+  auto config = baseConfig();  // 8 buckets
+  config.set_heat_half_life_ms(100000);
+  const uint64_t period = 800 * kMs, t0 = 1000 * kMs;
+  constexpr uint64_t kSteps = 30;
+  for (const uint32_t buckets : {16U, 3U}) {
+    SCOPED_TRACE(buckets);
+    HeatModel model(config);
+    learnHalves(model, t0, period, kSteps);
+    auto next = config;
+    next.set_schedule_buckets(buckets);
+    model.reconfigure(next);
+    // Nothing learned since: what the planner sees comes from the resampled schedules alone.
+    model.onMark(mark(MarkType::StepBegin, kSteps, t0 + kSteps * period));
+    model.advanceEpoch(t0 + kSteps * period + 100 * kMs);
+    const UnitHeat* a = unitAt(model.snapshot(), kRegionA);
+    const UnitHeat* b = unitAt(model.snapshot(), kRegionB);
+    ASSERT_TRUE(a && b);
+    EXPECT_NEAR(a->accessesPerPagePerStep, 10.0, 0.5);
+    EXPECT_NEAR(b->accessesPerPagePerStep, 10.0, 0.5);
+    EXPECT_EQ(a->nextUseInNs, 0U);
+    if (buckets == 16) {
+      // B's half starts at bucket 8 of 16, 400 ms into the step: 300 ms from now.
+      EXPECT_NEAR(static_cast<double>(b->nextUseInNs), 300.0 * kMs, 1.0 * kMs);
+    } else {
+      // Three buckets of 267 ms: A fills the first and half the second, B the rest of the second
+      // and the third. B shares A's bucket 1, so it is needed 167 ms from now, not 300.
+      EXPECT_NEAR(static_cast<double>(b->nextUseInNs), 800.0 / 3 * kMs - 100 * kMs, 1.0 * kMs);
+    }
+  }
+}
+
+// A new chunk_pages regroups the chunks of unregistered pages: their heat is carried over into the
+// new chunks (shared out by page heat, so the hot pages' new chunks get it), cut at regions as
+// before, and their runs of steady use go on.
+TEST(HeatModelReconfigure, ChunkPagesRegroupTheChunksOfUnregisteredPages) {
+  auto config = baseConfig();
+  config.set_chunk_pages(16);
+  HeatModel model(config);
+  const uint64_t chunk = 16 * kPage;
+  // A region in the middle of chunk 6.
+  ASSERT_TRUE(model.addRegion(region(7, 6 * chunk + 4 * kPage, 8)).ok());
+  const uint64_t t0 = 1000 * kMs;
+  for (uint64_t e = 0; e < 10; ++e) {
+    const uint64_t now = t0 + e * 100 * kMs;
+    std::vector<AccessEvidence> batch{sample(5 * chunk + 3 * kPage, 40), sample(5 * chunk + 9 * kPage, 10),
+                                      sample(6 * chunk + 1 * kPage, 5), sample(6 * chunk + 14 * kPage, 5),
+                                      sample(9 * chunk, 20)};
+    model.ingest(batch, now);
+    model.advanceEpoch(now);
+  }
+  const auto [heat16, n16] = chunkHeat(model.snapshot());
+  ASSERT_EQ(n16, 4U);  // chunk 5, chunk 6 either side of the region, chunk 9
+  const UnitHeat* before9 = unitAt(model.snapshot(), 9 * chunk);
+  ASSERT_TRUE(before9);
+  const double steady = before9->steadySteps;
+  ASSERT_GT(steady, 0.0);
+  const uint64_t last = t0 + 900 * kMs;
+  auto regroup = [&](uint32_t pages) {
+    auto next = config;
+    next.set_chunk_pages(pages);
+    model.reconfigure(next);
+    model.advanceEpoch(last);
+    return chunkHeat(model.snapshot());
+  };
+
+  // Four times larger: chunks 4-7 become one, cut by the region into two; chunks 8-11 one.
+  const auto [heat64, n64] = regroup(64);
+  EXPECT_NEAR(heat64, heat16, 1e-9 * heat16);
+  ASSERT_EQ(n64, 3U);
+  const UnitHeat* low = unitAt(model.snapshot(), 4 * chunk);
+  const UnitHeat* high = unitAt(model.snapshot(), 6 * chunk + 12 * kPage);
+  const UnitHeat* far = unitAt(model.snapshot(), 8 * chunk);
+  ASSERT_TRUE(low && high && far);
+  EXPECT_EQ(low->length, 2 * chunk + 4 * kPage);
+  EXPECT_EQ(high->length, 2 * chunk - 12 * kPage);
+  EXPECT_EQ(far->length, 4 * chunk);
+  // Chunk 5 and the part of chunk 6 below the region: 55 of the 60 accesses an epoch either side of
+  // the region.
+  EXPECT_NEAR(low->heat / (low->heat + high->heat), 55.0 / 60.0, 1e-3);
+  EXPECT_NEAR(far->steadySteps, steady, 1e-9);
+
+  // Four pages: the heat of each old chunk goes to the new chunks its hot pages are in, not
+  // evenly over its pages.
+  const auto [heat4, n4] = regroup(4);
+  EXPECT_NEAR(heat4, heat16, 1e-6 * heat16);
+  EXPECT_EQ(n4, 5U);  // one per sampled page
+  const UnitHeat* hot = unitAt(model.snapshot(), 5 * chunk);
+  ASSERT_TRUE(hot);
+  EXPECT_EQ(hot->length, 4 * kPage);
+  EXPECT_NEAR(hot->heat / heat4, 40.0 / 80.0, 1e-3);
+  // Evidence after the change lands in the new chunks.
+  std::vector<AccessEvidence> more{sample(5 * chunk + 3 * kPage, 40)};
+  model.ingest(more, last + 100 * kMs);
+  model.advanceEpoch(last + 100 * kMs);
+  EXPECT_EQ(chunkHeat(model.snapshot()).second, 5U);
+}
+
+// A new half-life applies from the next epoch, to unit and page heat alike.
+TEST(HeatModelReconfigure, HalfLifeAppliesFromTheNextEpoch) {
+  HeatModel model(baseConfig());  // 1000 ms
+  const uint64_t t0 = 5000 * kMs;
+  std::vector<AccessEvidence> batch{sample(0x1000, 100)};
+  model.ingest(batch, t0);
+  model.advanceEpoch(t0);
+  auto shorter = baseConfig();
+  shorter.set_heat_half_life_ms(250);
+  model.reconfigure(shorter);
+  model.advanceEpoch(t0 + 500 * kMs);
+  ASSERT_EQ(model.snapshot().units.size(), 1U);
+  EXPECT_NEAR(model.snapshot().units[0].heat, 25.0, 1e-6);
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x1000, t0 + 1000 * kMs), 100.0 / 16, 0.01);
+}
+
+// initial_migration_bandwidth sizes the look-ahead only until the engine has measured one.
+TEST(HeatModelReconfigure, InitialBandwidthAppliesUntilOneIsMeasured) {
+  auto config = baseConfig();  // 8 buckets
+  config.set_heat_half_life_ms(100000);
+  config.set_initial_migration_bandwidth(uint64_t{10} << 30);
+  const uint64_t period = 800 * kMs, t0 = 1000 * kMs;
+  HeatModel model(config);
+  learnHalves(model, t0, period, 30);
+  // 310 ms into the next step, B is needed from 400 ms on: the horizon reaches its bucket once
+  // B's move fits before it, at once at 10 GiB/s, 3 buckets later at 1 MiB/s (256 KiB: 250 ms).
+  const uint64_t t = t0 + 30 * period + 310 * kMs;
+  model.onMark(mark(MarkType::StepBegin, 30, t0 + 30 * period));
+  model.advanceEpoch(t);
+  const uint64_t fast = model.snapshot().horizonNs;
+  EXPECT_EQ(fast, 100 * kMs);
+  auto slow = config;
+  slow.set_initial_migration_bandwidth(1 << 20);
+  model.reconfigure(slow);
+  model.advanceEpoch(t + 1);
+  EXPECT_EQ(model.snapshot().horizonNs, 400 * kMs);
+  model.setMigrationBandwidth(10.0 * (1 << 30));
+  model.advanceEpoch(t + 2);
+  EXPECT_EQ(model.snapshot().horizonNs, fast);
+  model.reconfigure(slow);  // measured: the initial figure no longer applies
+  model.advanceEpoch(t + 3);
+  EXPECT_EQ(model.snapshot().horizonNs, fast);
 }
 
 }  // namespace

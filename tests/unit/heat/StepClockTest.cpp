@@ -91,6 +91,37 @@ TEST(SamplePeriod, CleanPeriodicStream) {
   EXPECT_GT(est->confidence, 0.8);
 }
 
+// A live config change: thresholds apply to the history gathered so far; a new bin width or
+// history length cannot reuse the bins, so the history restarts.
+TEST(SamplePeriod, NewParametersKeepTheHistoryUnlessItsLayoutChanges) {
+  SamplePeriodParams p = detectorParams();
+  SamplePeriodDetector det(p);
+  feedPeriodic(det, 137 * kMs, 3000 * kMs, 0, 1);
+  const size_t filled = det.filledBins();
+  ASSERT_GT(filled, 0U);
+  ASSERT_TRUE(det.estimate());
+  SamplePeriodParams stricter = p;
+  stricter.minConfidence = 1.01;  // no lag reaches it
+  stricter.maxPeriodNs = p.maxPeriodNs / 2;
+  EXPECT_TRUE(det.setParams(stricter));
+  EXPECT_EQ(det.filledBins(), filled);
+  EXPECT_FALSE(det.estimate());
+  EXPECT_TRUE(det.setParams(p));
+  auto est = det.estimate();
+  ASSERT_TRUE(est);
+  EXPECT_NEAR(est->periodNs, 137.0 * kMs, 0.01 * 137 * kMs);
+
+  SamplePeriodParams wider = p;
+  wider.binNs = 2 * p.binNs;
+  EXPECT_FALSE(det.setParams(wider));
+  EXPECT_EQ(det.filledBins(), 0U);
+  EXPECT_FALSE(det.estimate());
+  feedPeriodic(det, 137 * kMs, 3000 * kMs, 0, 1);
+  est = det.estimate();
+  ASSERT_TRUE(est);
+  EXPECT_NEAR(est->periodNs, 137.0 * kMs, 0.02 * 137 * kMs);
+}
+
 TEST(SamplePeriod, NoisyPeriodicStream) {
   SamplePeriodParams p = detectorParams();
   SamplePeriodDetector det(p);
