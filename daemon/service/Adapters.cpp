@@ -271,9 +271,10 @@ std::vector<PageHeatView> HeatPlannerPolicy::hottestPages(size_t limit, pid_t tg
 
 Result<void> HeatPlannerPolicy::applyConfig(const tensortier::v1::PolicyConfig& config) {
   // The planner is stateless between plans (the loop numbers generations): replace it. The heat
-  // model's learned state is worth more than a live change of its parameters.
+  // model's learned state is worth more than a fresh start: it takes the new parameters over it.
   planner_ = std::make_unique<policy::Planner>(config);
-  const std::vector<std::string> restartOnly = heat::heatModelKeysChanged(config_, config);
+  const std::vector<std::string> heatNotes = heat::heatModelChangeNotes(config_, config);
+  heat_.reconfigure(config);
   config_ = config;
   const SlowAccessPenalty penalty = slowAccessPenaltyOf(config, topology_);
   if (penalty.ns != penalty_.ns || penalty.source != penalty_.source) {
@@ -281,11 +282,7 @@ Result<void> HeatPlannerPolicy::applyConfig(const tensortier::v1::PolicyConfig& 
                  << ")";
   }
   penalty_ = penalty;
-  if (!restartOnly.empty()) {
-    std::string keys;
-    for (const auto& k : restartOnly) keys += (keys.empty() ? "" : ", ") + k;
-    TT_LOG(Warn) << "policy: planner settings applied; heat-model settings take effect at the next restart: " << keys;
-  }
+  for (const auto& note : heatNotes) TT_LOG(Info) << "heat model: " << note;
   return {};
 }
 

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "core/Log.h"
+#include "heat/HeatModel.h"
 #include "ipc/Placement.h"
 #include "ipc/Protocol.h"
 #include "ipc/Server.h"
@@ -361,6 +362,9 @@ std::string Daemon::applyLive(const config::DaemonConfig& next) {
     });
   }
   // The policy lives on the epoch thread: its new config is applied there, before the next epoch.
+  // The planner's keys need no note (it is rebuilt for every change); the heat model's say what
+  // becomes of its learned state.
+  for (const auto& heatNote : heat::heatModelChangeNotes(config_.policy(), next.policy())) note(heatNote);
   auto policy = next.policy();
   epochLoop_->runBeforeNextEpoch([this, policy] {
     if (auto r = policy_->applyConfig(policy); !r) {

@@ -390,6 +390,21 @@ TEST_F(ServiceTest, TensortierctlJsonStatusAndTuneAsRoot) {
   auto bad = ctlJson("tune --epoch-ms 1", 1);
   EXPECT_EQ(bad["error"]["code"], "BAD_REQUEST");
   EXPECT_EQ(ctlJson("status")["epoch_ms"], 300);
+  // Heat-model keys are live too: the reply says so, and says what becomes of learned schedules;
+  // the epoch thread applies them before its next epoch.
+  auto heat = ctlJson("tune --policy heat_half_life_ms=2000 --policy schedule_buckets=16");
+  const std::string heatText = heat["effective_config"].get<std::string>();
+  EXPECT_NE(heatText.find("policy.heat_half_life_ms: live from the next epoch"), std::string::npos) << heatText;
+  EXPECT_NE(heatText.find("policy.schedule_buckets: live from the next epoch (step schedules resampled"),
+            std::string::npos)
+      << heatText;
+  EXPECT_EQ(heatText.find("restart"), std::string::npos) << heatText;
+  bool applied = false;
+  for (int i = 0; i < 50 && !applied; ++i) {
+    applied = daemon.log().find("heat model: policy.schedule_buckets: live") != std::string::npos;
+    if (!applied) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(applied) << daemon.log();
   auto top = ctlJson("top --count 3");
   EXPECT_TRUE(top["hottest"].is_array());
   auto check = tt::test::runCommand(std::string(TT_TENSORTIERCTL) + " --json check-config --config " + daemon.configPath());

@@ -177,6 +177,24 @@ TEST(HomeNode, TheSocketTheProcessIsBoundToElseWhereItsMainThreadRan) {
   std::filesystem::remove_all(procfs);
 }
 
+// Region 1 of `pid`.
+tt::RegionInfo regionOf(pid_t pid, uint64_t start, uint64_t length) {
+  tt::RegionInfo region;
+  region.id = 1;
+  region.tgid = pid;
+  region.start = start;
+  region.length = length;
+  return region;
+}
+
+// `weight` accesses on each page of [start, start + length).
+tt::EvidenceBatch evenEvidence(pid_t pid, uint64_t start, uint64_t length, uint32_t weight) {
+  tt::EvidenceBatch evidence;
+  for (uint64_t a = start; a < start + length; a += tt::kBasePageSize)
+    evidence.records.push_back({pid, a, weight, tt::AccessKind::Load, tt::ServedBy::Unknown, 0});
+  return evidence;
+}
+
 // The daemon's policy over one region of `pid` (64 pages, mapped on `node`) with evidence of
 // `weight` accesses on each page: its first plan (blocks of 16 pages), and the slow-access
 // penalty it planned with.
@@ -190,16 +208,8 @@ tt::MigrationPlan planOneRegion(const tt::topology::Topology& topology, const tt
   tensortier::v1::PolicyConfig config;
   config.set_chunk_pages(16);
   tt::service::HeatPlannerPolicy policy(config, topology, mover, procfs);
-  tt::RegionInfo region;
-  region.id = 1;
-  region.tgid = pid;
-  region.start = kBase;
-  region.length = kLength;
-  EXPECT_TRUE(policy.addRegion(region).ok());
-  tt::EvidenceBatch evidence;
-  for (uint64_t a = kBase; a < kBase + kLength; a += tt::kBasePageSize)
-    evidence.records.push_back({pid, a, weight, tt::AccessKind::Load, tt::ServedBy::Unknown, 0});
-  policy.observe(evidence, 0, kSecond);
+  EXPECT_TRUE(policy.addRegion(regionOf(pid, kBase, kLength)).ok());
+  policy.observe(evenEvidence(pid, kBase, kLength, weight), 0, kSecond);
   tt::MigrationPlan plan = policy.plan(kSecond, kSecond, 1e9, {});
   if (penaltyNs != nullptr) *penaltyNs = policy.view().slowPenaltyNs;
   return plan;
@@ -295,6 +305,33 @@ TEST(HeatPlannerPolicy, PromotesToTheFastNodeOfTheCpuTheProcessRunsOn) {
     for (const auto& m : plan.moves) EXPECT_EQ(m.targetNode, cpu) << "cpu " << cpu;
   }
   std::filesystem::remove_all(procfs);
+}
+
+// A live config change reaches the heat model: its half-life applies from the next plan, over the
+// heat it had learned (with the key waiting for a restart, a page would decay by 1000 ms's
+// half-life: to 0.71 of its heat in 500 ms instead of 0.25). Page heat, which has no kind prior
+// blended in.
+TEST(HeatPlannerPolicy, AppliesHeatModelKeysLiveOverTheLearnedHeat) {
+  constexpr pid_t kPid = 80;
+  constexpr uint64_t kBase = 0x7f0000000000, kLength = 64 * tt::kBasePageSize, kSecond = 1'000'000'000;
+  tt::fakes::FakePageMover mover;
+  mover.map(kPid, kBase, kLength, 0);
+  const auto topology = tt::fakes::twoNodeTopology();
+  tensortier::v1::PolicyConfig config;
+  config.set_heat_half_life_ms(1000);
+  tt::service::HeatPlannerPolicy policy(config, topology, mover, tt::sys::Fs("/nonexistent-procfs"));
+  ASSERT_TRUE(policy.addRegion(regionOf(kPid, kBase, kLength)).ok());
+  policy.observe(evenEvidence(kPid, kBase, kLength, 10), kSecond - 1, kSecond);
+  (void)policy.plan(kSecond, kSecond, 1e9, {});
+  auto hottest = [&](uint64_t nowNs) {
+    const auto pages = policy.hottestPages(1, kPid, nowNs);
+    return pages.empty() ? 0.0 : pages[0].heat;
+  };
+  EXPECT_NEAR(hottest(kSecond), 10.0, 1e-3);
+  config.set_heat_half_life_ms(250);
+  ASSERT_TRUE(policy.applyConfig(config).ok());
+  (void)policy.plan(kSecond + kSecond / 2, kSecond, 1e9, {});
+  EXPECT_NEAR(hottest(kSecond + kSecond / 2), 2.5, 1e-3);
 }
 
 }  // namespace
