@@ -154,9 +154,8 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
     // the level it held over them, capped at what a swap costs.
     const double extraSteps = std::clamp(unit.steadySteps, amortization, maxAmortization) - amortization;
     const double unitTenurePerPage = extraSteps * unit.steadyAccessesPerPagePerStep * penaltyNs;
-    // The heat model's blocks are the planner's when both use the same chunk_pages. A reload
-    // changes the planner's at once and the heat model's only at the next start: until then every
-    // block is worth the unit's average.
+    // The heat model's blocks are the planner's when both use the same chunk_pages (a reload
+    // changes both before the next plan). Otherwise every block is worth the unit's average.
     const bool weighted = unit.blockWeightBytes == blockBytes &&
                           unit.blockWeights.size() == (unit.length + blockBytes - 1) / blockBytes;
     for (uint64_t off = 0; off < unit.length; off += blockBytes) {
