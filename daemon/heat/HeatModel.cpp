@@ -158,10 +158,23 @@ HeatModel::HeatModel(const tensortier::v1::PolicyConfig& config)
 }
 
 void HeatModel::reconfigure(const tensortier::v1::PolicyConfig& config) {
-  // Keys read where they are used (max_tracked_pages, the learning rates and floor, the step hint,
-  // heat_half_life_steps, lookahead_step_fraction) take effect through config_ alone.
+  // Heat decays lazily, by the half-life in force when it is next touched: everything is first
+  // brought to the model's time under the half-life it gathered with, so that a new one applies
+  // from now on, not back to each page's last access.
+  const uint64_t now = lastEpochNs_;
+  for (auto& [tgid, map] : units_)
+    for (auto& [start, u] : map) decayUnit(u, now);
+  for (auto& [key, chunk] : pageChunks_) decayChunk(chunk, now, halfLifeOf(tgidOfKey(key)));
+  // A clock that came from the hint is the hint's no longer when it is cleared: unknown until the
+  // marks or the sample stream give one (a new non-zero hint replaces it at the next epoch).
+  if (config.step_period_hint_ms() == 0 && config_.step_period_hint_ms() != 0)
+    for (auto& [tgid, proc] : processes_)
+      if (proc.clock.source == PeriodSource::Hint) proc.clock = StepClock{};
+  // The other keys read where they are used (max_tracked_pages, the learning rates and floor,
+  // lookahead_step_fraction) take effect through config_ alone.
   config_ = config;
-  halfLifeNs_ = halfLifeNsOf(config);  // each process's half-life is recomputed at the next epoch
+  halfLifeNs_ = halfLifeNsOf(config);
+  for (auto& [tgid, proc] : processes_) proc.halfLifeNs = halfLifeFor(proc);
   if (!bandwidthMeasured_) bandwidthBytesPerNs_ = static_cast<double>(config.initial_migration_bandwidth()) / 1e9;
   sampleParams_ = samplePeriodParamsOf(config);
   for (auto& [tgid, proc] : processes_) proc.samples.setParams(sampleParams_);
@@ -181,27 +194,31 @@ void HeatModel::resampleSchedules(uint32_t buckets) {
 
 void HeatModel::regroupChunks(pid_t tgid, UnitMap& map) {
   std::vector<Unit> old;
-  uint64_t t = 0;  // the newest time any of them was decayed to: all are brought to it
+  uint64_t t = lastEpochNs_;  // reconfigure brought everything here (later times: brought to them)
   for (auto it = map.begin(); it != map.end();) {
     if (it->second.regionId != 0) {
       ++it;
       continue;
     }
-    t = std::max({t, it->second.heatNs, it->second.priorHeatNs});
+    t = std::max({t, it->second.heatNs, it->second.priorHeatNs});  // none later after reconfigure's decay
     old.push_back(std::move(it->second));
     it = map.erase(it);
   }
   if (old.empty()) return;
   // `map` now holds the process's regions only: each new chunk is its aligned chunk cut back to the
   // regions on either side, as unitFor makes it.
+  const double gapNs = steadyGapNs(process(tgid));
   UnitMap fresh;
   for (Unit& u : old) {
     decayUnit(u, t);
     const uint64_t end = u.start + u.length;
     // A piece's share of the unit's figures is its share of the unit's page heat: a 2 MiB chunk
     // cut into 64 KiB ones gives its heat to the pieces its hot pages are in. Without page heat
-    // (forgotten over max_tracked_pages, or decayed to nothing), its share of the pages.
+    // (forgotten over max_tracked_pages, or decayed to nothing) nothing says which pages were in
+    // use, and a unit per piece could be millions: the first piece takes it all.
     const double unitPageHeat = pageHeatIn(tgid, u.start, end, t);
+    // Only a run still going is carried over: one that ended long ago would date the new unit's.
+    const bool liveRun = u.runAccesses > 0 && static_cast<double>(t) <= static_cast<double>(u.runLastNs) + gapNs;
     for (uint64_t at = u.start; at < end;) {
       const uint64_t aligned = at - at % chunkBytes_;
       const uint64_t pieceEnd = std::min(end, aligned + chunkBytes_);
@@ -211,8 +228,7 @@ void HeatModel::regroupChunks(pid_t tgid, UnitMap& map) {
       if (next != map.begin()) lo = std::max(lo, std::prev(next)->second.start + std::prev(next)->second.length);
       // Totals split by the piece's share; per-page figures are turned into totals here (times
       // the old unit's pages and the share) and divided by the new unit's pages below.
-      const double share = unitPageHeat > 0 ? pageHeatIn(tgid, at, pieceEnd, t) / unitPageHeat
-                                            : static_cast<double>(pieceEnd - at) / static_cast<double>(u.length);
+      const double share = unitPageHeat > 0 ? pageHeatIn(tgid, at, pieceEnd, t) / unitPageHeat : (at == u.start ? 1.0 : 0.0);
       if (!(share > 0)) {  // no evidence there: no unit until some comes (as unitFor makes them)
         at = pieceEnd;
         continue;
@@ -245,7 +261,7 @@ void HeatModel::regroupChunks(pid_t tgid, UnitMap& map) {
       addPerPage(n.stepAccum, u.stepAccum);
       addPerPage(n.priorSchedule, u.priorSchedule);
       addPerPage(n.priorStepAccum, u.priorStepAccum);
-      if (u.runAccesses > 0) {
+      if (liveRun) {
         // The run is as old as its oldest part: the pages were in steady use that long.
         n.runStartNs = n.runAccesses > 0 ? std::min(n.runStartNs, u.runStartNs) : u.runStartNs;
         n.runLastNs = std::max(n.runLastNs, u.runLastNs);
@@ -265,6 +281,13 @@ void HeatModel::regroupChunks(pid_t tgid, UnitMap& map) {
 double HeatModel::decayFactor(uint64_t fromNs, uint64_t toNs, uint64_t halfLifeNs) {
   if (toNs <= fromNs) return 1;
   return std::exp(-kLn2 * static_cast<double>(toNs - fromNs) / static_cast<double>(std::max<uint64_t>(1, halfLifeNs)));
+}
+
+uint64_t HeatModel::halfLifeFor(const Process& proc) const {
+  if (proc.clock.known() && config_.heat_half_life_steps() > 0)
+    return std::clamp<uint64_t>(static_cast<uint64_t>(config_.heat_half_life_steps() * static_cast<double>(proc.clock.periodNs)),
+                                1, halfLifeNs_);
+  return halfLifeNs_;
 }
 
 uint64_t HeatModel::halfLifeOf(pid_t tgid) const {
@@ -519,6 +542,11 @@ void HeatModel::startAt(uint64_t nowNs) {
 
 HeatModel::PageChunk& HeatModel::pageChunk(pid_t tgid, uint64_t page, uint64_t nowNs, uint64_t halfLifeNs) {
   PageChunk& c = pageChunks_[chunkKey(tgid, page)];
+  decayChunk(c, nowNs, halfLifeNs);
+  return c;
+}
+
+void HeatModel::decayChunk(PageChunk& c, uint64_t nowNs, uint64_t halfLifeNs) {
   if (nowNs > c.lastNs) {
     if (c.pages != 0) {
       c.stepsPerAccess /= decayFactor(c.lastNs, nowNs, halfLifeNs);
@@ -535,7 +563,6 @@ HeatModel::PageChunk& HeatModel::pageChunk(pid_t tgid, uint64_t page, uint64_t n
     }
     c.lastNs = nowNs;
   }
-  return c;
 }
 
 inline void HeatModel::addPageAccess(PageChunk& chunk, uint64_t page, double accesses) {
@@ -893,10 +920,7 @@ void HeatModel::advanceEpoch(uint64_t nowNs) {
     applyKindPrior(tgid, proc, nowNs);
     if (proc.lastPriorNs == 0) proc.lastPriorNs = nowNs;
     updateClock(tgid, proc, nowNs);
-    proc.halfLifeNs = halfLifeNs_;
-    if (proc.clock.known() && config_.heat_half_life_steps() > 0)
-      proc.halfLifeNs = std::clamp<uint64_t>(
-          static_cast<uint64_t>(config_.heat_half_life_steps() * static_cast<double>(proc.clock.periodNs)), 1, halfLifeNs_);
+    proc.halfLifeNs = halfLifeFor(proc);
     rollSteps(proc, tgid, nowNs);
     if (proc.evidenceThisEpoch) ++proc.evidenceEpochs;
     proc.evidenceThisEpoch = false;

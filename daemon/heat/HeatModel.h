@@ -160,10 +160,11 @@ class HeatModel {
   // fresh start, so it is carried over into the new parameters rather than dropped: step schedules
   // are resampled to a new schedule_buckets, and chunks of unregistered pages are regrouped into
   // chunks of a new chunk_pages with their heat, schedules and runs of steady use (page heat is
-  // kept per 2 MiB whatever chunk_pages is). A new half-life applies from the next decay;
-  // learned periods stay until the next estimate. Only the sample-stream period history restarts,
-  // and only when its bin width or length changes. initial_migration_bandwidth applies only until
-  // setMigrationBandwidth has given a measured figure.
+  // kept per 2 MiB whatever chunk_pages is). A new half-life applies from the model's time on
+  // (the last advanceEpoch); learned periods stay until the next estimate, except one that came
+  // from a step hint now cleared. Only the sample-stream period history restarts, and only when
+  // its bin width or length changes. initial_migration_bandwidth applies only until
+  // setMigrationBandwidth has given a measured figure. Call it between epochs.
   void reconfigure(const tensortier::v1::PolicyConfig& config);
 
   // Regions: page-aligned, non-empty, not overlapping another region of the same process.
@@ -287,6 +288,8 @@ class HeatModel {
   void addPrior(Unit& unit, Process& proc, uint64_t nowNs, double accesses);
   void decayUnit(Unit& unit, uint64_t nowNs);
   [[nodiscard]] uint64_t halfLifeOf(pid_t tgid) const;
+  // The half-life of a process's heat: heat_half_life_ms, or fewer steps of its known period.
+  [[nodiscard]] uint64_t halfLifeFor(const Process& proc) const;
   // 1.44 half-lives of a process's heat: the span the decayed heat of a steady rate integrates,
   // the step of a unit without a learned schedule (UnitHeat::accessesPerPagePerStep).
   [[nodiscard]] static double heatSpanNs(const Process& proc);
@@ -345,6 +348,7 @@ class HeatModel {
   };
   // The chunk of `page`, decayed to nowNs (created empty if new).
   PageChunk& pageChunk(pid_t tgid, uint64_t page, uint64_t nowNs, uint64_t halfLifeNs);
+  static void decayChunk(PageChunk& chunk, uint64_t nowNs, uint64_t halfLifeNs);
   static void addPageAccess(PageChunk& chunk, uint64_t page, double accesses);
   [[gnu::noinline]] static void addPageAccessSlow(PageChunk& chunk, uint32_t index, double accesses);
   // Heat of the chunk's pages [first, last) at `nowNs`: their mantissas times the chunk's scale,

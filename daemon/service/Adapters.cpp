@@ -273,7 +273,7 @@ Result<void> HeatPlannerPolicy::applyConfig(const tensortier::v1::PolicyConfig& 
   // The planner is stateless between plans (the loop numbers generations): replace it. The heat
   // model's learned state is worth more than a fresh start: it takes the new parameters over it.
   planner_ = std::make_unique<policy::Planner>(config);
-  const std::vector<std::string> heatNotes = heat::heatModelChangeNotes(config_, config);
+  const std::vector<std::string> heatKeys = heat::heatModelKeysChanged(config_, config);
   heat_.reconfigure(config);
   config_ = config;
   const SlowAccessPenalty penalty = slowAccessPenaltyOf(config, topology_);
@@ -282,7 +282,12 @@ Result<void> HeatPlannerPolicy::applyConfig(const tensortier::v1::PolicyConfig& 
                  << ")";
   }
   penalty_ = penalty;
-  for (const auto& note : heatNotes) TT_LOG(Info) << "heat model: " << note;
+  // What each key does was logged with the reload or tune that changed it; this says it is done.
+  if (!heatKeys.empty()) {
+    std::string keys;
+    for (const auto& k : heatKeys) keys += (keys.empty() ? "policy." : ", policy.") + k;
+    TT_LOG(Info) << "heat model: applied " << keys;
+  }
   return {};
 }
 

@@ -401,7 +401,8 @@ TEST_F(ServiceTest, TensortierctlJsonStatusAndTuneAsRoot) {
   EXPECT_EQ(heatText.find("restart"), std::string::npos) << heatText;
   bool applied = false;
   for (int i = 0; i < 50 && !applied; ++i) {
-    applied = daemon.log().find("heat model: policy.schedule_buckets: live") != std::string::npos;
+    applied = daemon.log().find("heat model: applied policy.heat_half_life_ms, policy.schedule_buckets") !=
+              std::string::npos;
     if (!applied) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_TRUE(applied) << daemon.log();

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <numbers>
 #include <random>
 #include <span>
 #include <tuple>
@@ -362,6 +363,15 @@ TEST(HeatModel, ConfiguredHintIsUsedWithoutMarks) {
   model.advanceEpoch(20 * kMs);
   EXPECT_EQ(model.clockOf(kTgid).source, tt::heat::PeriodSource::Hint);
   EXPECT_EQ(model.clockOf(kTgid).periodNs, 250 * kMs);
+  // Live: a new hint replaces it; a cleared one leaves no period (nothing else gives one here).
+  config.set_step_period_hint_ms(400);
+  model.reconfigure(config);
+  model.advanceEpoch(30 * kMs);
+  EXPECT_EQ(model.clockOf(kTgid).periodNs, 400 * kMs);
+  config.set_step_period_hint_ms(0);
+  model.reconfigure(config);
+  model.advanceEpoch(40 * kMs);
+  EXPECT_FALSE(model.clockOf(kTgid).known());
 }
 
 TEST(HeatModel, LookaheadRaisesTheNextPhaseBeforeItStarts) {
@@ -1047,6 +1057,8 @@ TEST(HeatModelReconfigure, ScheduleBucketsResampleTheLearnedSchedules) {
     EXPECT_NEAR(a->accessesPerPagePerStep, 10.0, 0.5);
     EXPECT_NEAR(b->accessesPerPagePerStep, 10.0, 0.5);
     EXPECT_EQ(a->nextUseInNs, 0U);
+    // The look-ahead is whole buckets of the new size (the next one is enough here).
+    EXPECT_NEAR(static_cast<double>(model.snapshot().horizonNs), static_cast<double>(period) / buckets, 1.0 * kMs);
     if (buckets == 16) {
       // B's half starts at bucket 8 of 16, 400 ms into the step: 300 ms from now.
       EXPECT_NEAR(static_cast<double>(b->nextUseInNs), 300.0 * kMs, 1.0 * kMs);
@@ -1124,20 +1136,53 @@ TEST(HeatModelReconfigure, ChunkPagesRegroupTheChunksOfUnregisteredPages) {
   EXPECT_EQ(chunkHeat(model.snapshot()).second, 5U);
 }
 
-// A new half-life applies from the next epoch, to unit and page heat alike.
-TEST(HeatModelReconfigure, HalfLifeAppliesFromTheNextEpoch) {
+// A new half-life applies from the change on, to unit and page heat alike; the time before it
+// decays by the old one, though page heat decays only when next touched.
+TEST(HeatModelReconfigure, HalfLifeAppliesFromTheChangeOn) {
   HeatModel model(baseConfig());  // 1000 ms
   const uint64_t t0 = 5000 * kMs;
   std::vector<AccessEvidence> batch{sample(0x1000, 100)};
   model.ingest(batch, t0);
-  model.advanceEpoch(t0);
+  model.advanceEpoch(t0 + 1000 * kMs);  // 50 left
   auto shorter = baseConfig();
   shorter.set_heat_half_life_ms(250);
   model.reconfigure(shorter);
-  model.advanceEpoch(t0 + 500 * kMs);
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x1000, t0 + 1500 * kMs), 12.5, 0.01);
+  model.advanceEpoch(t0 + 1500 * kMs);
   ASSERT_EQ(model.snapshot().units.size(), 1U);
-  EXPECT_NEAR(model.snapshot().units[0].heat, 25.0, 1e-6);
-  EXPECT_NEAR(model.pageHeat(kTgid, 0x1000, t0 + 1000 * kMs), 100.0 / 16, 0.01);
+  EXPECT_NEAR(model.snapshot().units[0].heat, 12.5, 1e-6);
+  EXPECT_NEAR(model.pageHeat(kTgid, 0x1000, t0 + 2000 * kMs), 3.125, 0.01);
+}
+
+// Regrouping carries a run of steady use over only while it is going: a chunk used once long ago
+// does not date the run of the chunk in use beside it that it is merged with.
+TEST(HeatModelReconfigure, ChunkPagesRegroupCarriesOnlyRunsStillGoing) {
+  auto config = baseConfig();  // no step clock: a step is 1.44 s, a run ends after 5.8 s idle
+  config.set_chunk_pages(16);
+  HeatModel model(config);
+  const uint64_t chunk = 16 * kPage, t0 = 1000 * kMs;
+  std::vector<AccessEvidence> once{sample(10 * chunk, 50)};
+  model.ingest(once, t0);
+  model.advanceEpoch(t0);
+  uint64_t now = t0;
+  for (uint64_t e = 0; e <= 10; ++e) {
+    now = t0 + 7000 * kMs + e * 100 * kMs;
+    std::vector<AccessEvidence> batch{sample(9 * chunk, 5)};
+    model.ingest(batch, now);
+    model.advanceEpoch(now);
+  }
+  const UnitHeat* used = unitAt(model.snapshot(), 9 * chunk);
+  ASSERT_TRUE(used);
+  const double steady = used->steadySteps;
+  EXPECT_NEAR(steady, 1000.0 / (1000.0 / std::numbers::ln2), 1e-6);
+  EXPECT_EQ(unitAt(model.snapshot(), 10 * chunk)->steadySteps, 0.0) << "its run has ended";
+  config.set_chunk_pages(64);
+  model.reconfigure(config);
+  model.advanceEpoch(now);
+  const UnitHeat* merged = unitAt(model.snapshot(), 8 * chunk);
+  ASSERT_TRUE(merged);
+  EXPECT_EQ(merged->length, 4 * chunk);
+  EXPECT_NEAR(merged->steadySteps, steady, 1e-6);
 }
 
 // initial_migration_bandwidth sizes the look-ahead only until the engine has measured one.
@@ -1148,18 +1193,19 @@ TEST(HeatModelReconfigure, InitialBandwidthAppliesUntilOneIsMeasured) {
   const uint64_t period = 800 * kMs, t0 = 1000 * kMs;
   HeatModel model(config);
   learnHalves(model, t0, period, 30);
-  // 310 ms into the next step, B is needed from 400 ms on: the horizon reaches its bucket once
-  // B's move fits before it, at once at 10 GiB/s, 3 buckets later at 1 MiB/s (256 KiB: 250 ms).
+  // 310 ms into the next step, B is needed from 400 ms on: the horizon is the first bucket end by
+  // which B's move and the 40 ms of slack (lookahead_step_fraction 0.05) fit: at once at 10 GiB/s,
+  // 600 ms into the step at 512 KiB/s (B's 256 KiB: 500 ms + 40 ms from 310 ms is 850 ms).
   const uint64_t t = t0 + 30 * period + 310 * kMs;
   model.onMark(mark(MarkType::StepBegin, 30, t0 + 30 * period));
   model.advanceEpoch(t);
   const uint64_t fast = model.snapshot().horizonNs;
   EXPECT_EQ(fast, 100 * kMs);
   auto slow = config;
-  slow.set_initial_migration_bandwidth(1 << 20);
+  slow.set_initial_migration_bandwidth(1 << 19);
   model.reconfigure(slow);
   model.advanceEpoch(t + 1);
-  EXPECT_EQ(model.snapshot().horizonNs, 400 * kMs);
+  EXPECT_EQ(model.snapshot().horizonNs, 600 * kMs);
   model.setMigrationBandwidth(10.0 * (1 << 30));
   model.advanceEpoch(t + 2);
   EXPECT_EQ(model.snapshot().horizonNs, fast);
