@@ -15,10 +15,16 @@
 //                                attributed here
 //   thp/remove_migration_pmd     the same for a huge page mapped by one PMD (5.16+), which
 //                                remove_migration_pte skips
+//   fentry/fexit remove_migration_pte  the kernel function both tracepoints fire in (where its
+//                                BTF has it): whose page it restores (the VMA's mm owner, so
+//                                moves made in another task, kswapd's demotions, compaction,
+//                                are attributed too) and whether it maps the old page back (an
+//                                undone migration or a huge page split in place, not a move)
 #include "vmlinux.h"
 
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
 
 #include "tt_events.h"
 #include "tt_tgid_filter.h"
@@ -53,6 +59,20 @@ struct {
   __type(value, __u16);
   __uint(max_entries, 4096);
 } migrating SEC(".maps");
+
+// What the remove_migration_pte call a thread is in restores (fentry sets it, fexit deletes it;
+// the tracepoints inside the call read it): the tracked tgid that owns the page (0: untracked) and
+// whether the entry is put back to the page it had (undo).
+struct restore_info {
+  __u32 owner;
+  __u32 undo;
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __type(key, __u32);
+  __type(value, struct restore_info);
+  __uint(max_entries, 4096);
+} restoring SEC(".maps");
 
 static __always_inline void add_stat(__u32 index, __u64 n) {
   __u64* v = bpf_map_lookup_elem(&migrations, &index);
@@ -160,11 +180,22 @@ int tt_mm_migrate_pages(struct trace_event_raw_mm_migrate_pages* ctx) {
 #define TT_PMD_ORDER 9
 
 static __always_inline void emit_page_move(__u64 addr, __u64 order) {
-  __u32 tgid = current_tracked_tgid();
-  if (!tgid) return;
   __u32 tid = (__u32)bpf_get_current_pid_tgid();
   __u16* cls = bpf_map_lookup_elem(&migrating, &tid);
-  emit(tgid, TT_EV_MIGRATE_PAGE, cls ? *cls : TT_MIG_OTHER, addr, order, 0);
+  __u16 mig_class = cls ? *cls : TT_MIG_OTHER;
+  __u32 tgid = current_tracked_tgid();
+  struct restore_info* info = bpf_map_lookup_elem(&restoring, &tid);
+  if (info) {
+    if (info->undo) {
+      if (info->owner) add_stat(TT_FAULT_STAT_UNDONE, 1);
+      return;
+    }
+    // The page's owner, except for move_pages/migrate_pages: those a tracked process made itself
+    // stay reported, another process's (tensortier's own engine) are that process's to count.
+    if (mig_class != TT_MIG_SYSCALL) tgid = info->owner;
+  }
+  if (!tgid) return;
+  emit(tgid, TT_EV_MIGRATE_PAGE, mig_class, addr, order, 0);
 }
 
 // Loaded only where the kernel has it (the owning class checks the BTF first). The event's detail
@@ -175,8 +206,9 @@ static __always_inline void emit_page_move(__u64 addr, __u64 order) {
 // maps 2^order pages.
 //
 // The kernel restores a migration entry this way also when the move fails and the old page is
-// mapped back (an undo, not a move), so a failed migration of a tracked page is reported as one;
-// mm_migrate_pages' per-reason totals count it as failed.
+// mapped back (an undo, not a move), and when it splits a huge page in place. Where the fentry
+// program below is loaded, those are told apart and not reported; elsewhere a failed migration of
+// a tracked page is reported as a move (mm_migrate_pages' per-reason totals count it as failed).
 SEC("tracepoint/migrate/remove_migration_pte")
 int tt_remove_migration_pte(struct trace_event_raw_migration_pte* ctx) {
   emit_page_move(ctx->addr, (ctx->pte & X86_PAGE_PSE) ? (__u64)ctx->order : 0);
@@ -187,5 +219,32 @@ int tt_remove_migration_pte(struct trace_event_raw_migration_pte* ctx) {
 SEC("tracepoint/thp/remove_migration_pmd")
 int tt_remove_migration_pmd(struct trace_event_raw_migration_pmd* ctx) {
   emit_page_move(ctx->addr & ~((1ULL << (12 + TT_PMD_ORDER)) - 1), TT_PMD_ORDER);
+  return 0;
+}
+
+// remove_migration_pte(folio, vma, addr, arg) maps `folio` where migration entries stand: the new
+// page after a move, or the old one again (arg's folio) after a failed move or a split. It is an
+// rmap callback (its address is taken), so it is never inlined and fentry can attach to it where
+// the BTF names it; the tracepoints above fire inside it. Its last argument is a struct
+// rmap_walk_arg holding the old folio since 6.12, the old folio itself before.
+SEC("fentry/remove_migration_pte")
+int BPF_PROG(tt_restore_begin, struct folio* folio, struct vm_area_struct* vma, unsigned long addr, void* arg) {
+  struct folio* old = (struct folio*)arg;
+  if (bpf_core_type_exists(struct rmap_walk_arg)) old = BPF_CORE_READ((struct rmap_walk_arg*)arg, folio);
+  struct restore_info info = {0, folio == old};
+  // The mm's owner (CONFIG_MEMCG) is the process whose page this is, whichever task restores it.
+  __u32 owner = bpf_get_current_pid_tgid() >> 32;
+  struct mm_struct* mm = vma->vm_mm;
+  if (bpf_core_field_exists(mm->owner)) owner = BPF_CORE_READ(mm, owner, tgid);
+  if (tt_tgid_tracked(owner)) info.owner = owner;
+  __u32 tid = (__u32)bpf_get_current_pid_tgid();
+  bpf_map_update_elem(&restoring, &tid, &info, BPF_ANY);
+  return 0;
+}
+
+SEC("fexit/remove_migration_pte")
+int BPF_PROG(tt_restore_end) {
+  __u32 tid = (__u32)bpf_get_current_pid_tgid();
+  bpf_map_delete_elem(&restoring, &tid);
   return 0;
 }

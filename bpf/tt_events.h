@@ -96,7 +96,7 @@ enum tt_agg_stat {
  * write-protect faults with the kind TT_KIND_STORE. (3 was the write-protect record.) */
 enum tt_event_kind {
   TT_EV_FAULT_HINT = 2,          /* read fault on a present page (protection fault) */
-  TT_EV_MIGRATE_PAGE = 4,        /* remove_migration_pte/_pmd in a tracked task's context */
+  TT_EV_MIGRATE_PAGE = 4,        /* remove_migration_pte/_pmd of a tracked process's page */
   TT_EV_MIGRATE_BATCH = 5,       /* migrate/mm_migrate_pages in a tracked task's context */
 };
 
@@ -130,6 +130,9 @@ struct tt_event {
  * counter was already 255. */
 #define TT_FAULT_STAT_CHUNKS_FULL (TT_MIG_NR_STATS + 1)
 #define TT_FAULT_STAT_SATURATED (TT_MIG_NR_STATS + 2)
-#define TT_FAULT_NR_STATS (TT_MIG_NR_STATS + 3)
+/* Page table entries of a tracked process's pages restored to the page they already mapped: a
+ * migration that failed and was undone, or a huge page split in place. Not reported as moves. */
+#define TT_FAULT_STAT_UNDONE (TT_MIG_NR_STATS + 3)
+#define TT_FAULT_NR_STATS (TT_MIG_NR_STATS + 4)
 
 #endif

@@ -33,6 +33,47 @@ std::optional<KernelMove> kernelMoveOf(const tt_event& e, bool pageEvents) {
   return std::nullopt;
 }
 
+void mergeKernelMoves(std::vector<KernelMove>& moves) {
+  dropRepeatedMoves(moves);  // sorted by process, reason and address; repeats gone
+  std::vector<KernelMove> merged;
+  merged.reserve(moves.size());
+  for (const KernelMove& m : moves) {
+    if (!merged.empty()) {
+      KernelMove& last = merged.back();
+      const uint64_t lastEnd = last.page + last.pages * kBasePageSize;
+      if (m.page != 0 && last.page != 0 && last.tgid == m.tgid && last.why == m.why && m.page <= lastEnd) {
+        const uint64_t end = std::max(lastEnd, m.page + m.pages * kBasePageSize);
+        last.pages = (end - last.page) / kBasePageSize;
+        continue;
+      }
+    }
+    merged.push_back(m);
+  }
+  moves = std::move(merged);
+}
+
+bool appendKernelMove(std::vector<KernelMove>& moves, const KernelMove& move, size_t cap, bool& merged) {
+  if (moves.size() < cap) {
+    moves.push_back(move);
+    return true;
+  }
+  if (!merged) {  // once until the moves are taken: a storm of scattered pages does not merge
+    merged = true;
+    mergeKernelMoves(moves);
+    if (moves.size() < cap) {
+      moves.push_back(move);
+      return true;
+    }
+  }
+  if (moves.empty() || move.page == 0) return false;
+  KernelMove& last = moves.back();
+  if (last.page == 0 || last.tgid != move.tgid || last.why != move.why ||
+      last.page + last.pages * kBasePageSize != move.page)
+    return false;
+  last.pages += move.pages;
+  return true;
+}
+
 SystemMigrations toSystemMigrations(const sys::bpf::MigrationTotals& totals) {
   SystemMigrations m;
   auto pages = [&](int cls) { return SystemMigrations::Pages{totals.succeeded[cls], totals.failed[cls]}; };
@@ -111,6 +152,8 @@ void FaultTraceSource::open() {
                 (trace_->pageMigrationEvents() ? " + migrate/remove_migration_pte"
                                                : " (no remove_migration_pte on this kernel: batch counts only)") +
                 (trace_->hugePageMigrationEvents() ? " + thp/remove_migration_pmd" : "") +
+                (trace_->pageOwnerAttribution() ? " (charged to the page's owner: fentry remove_migration_pte)"
+                                                : (trace_->pageMigrationEvents() ? " (charged to the migrating task)" : "")) +
                 ", ring " + std::to_string(options_.ringBytes / 1024) + " KiB";
   if (!guard_.pauseOverBudget) {
     baseDetail_ += "; never paused (pause_over_budget: false)";
@@ -281,7 +324,7 @@ Result<void> FaultTraceSource::collect(EvidenceBatch& out) {
     switch (e.kind) {
       case TT_EV_FAULT_HINT: pending_.add(tgid, e.addr, AccessKind::Hint, 1); break;
       default:
-        if (auto move = kernelMoveOf(e, pageEvents); move && moves_.size() < kMaxPendingMoves) moves_.push_back(*move);
+        if (auto move = kernelMoveOf(e, pageEvents)) (void)appendKernelMove(moves_, *move, kMaxPendingMoves, movesMerged_);
         break;
     }
   });
@@ -328,6 +371,7 @@ void FaultTraceSource::takeKernelMoves(std::vector<KernelMove>& out) {
   dropRepeatedMoves(moves_);
   out.insert(out.end(), moves_.begin(), moves_.end());
   moves_.clear();
+  movesMerged_ = false;
 }
 
 Result<sys::bpf::MigrationTotals> FaultTraceSource::migrationTotals() const {

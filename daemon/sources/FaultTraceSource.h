@@ -57,8 +57,21 @@ uint64_t appendFaultBlocks(const std::vector<sys::bpf::ChunkCounts>& blocks, Fau
 // page where it is (a remove_migration_pte event without a move), then each moves. Measured in
 // the VM (6.12, a promoted huge page mapped by PTEs): two events per promoted page. A page really
 // promoted twice between two collects is counted once; a split and its move that fall on both
-// sides of a collect are counted twice.
+// sides of a collect are counted twice. Where the fault trace charges the page's owner
+// (FaultTrace::pageOwnerAttribution), the split's remaps are told apart in the kernel and never
+// reported, so this only matters on kernels without it.
 void dropRepeatedMoves(std::vector<KernelMove>& moves);
+
+// dropRepeatedMoves, then per-page moves of one process and reason that touch or overlap merged
+// into one range (KernelMove::pages then counts the range's pages).
+void mergeKernelMoves(std::vector<KernelMove>& moves);
+
+// Appends `move` to `moves` while they hold fewer than `cap`. At the cap, the first time (`merged`
+// false; the caller clears it when it takes the moves) the moves are merged into ranges
+// (mergeKernelMoves): reclaim demoting a buffer reports it page by page, not in address order,
+// 256 MiB in one epoch in the VM. After that a per-page move that continues the last range
+// extends it. Returns false when the move was dropped.
+bool appendKernelMove(std::vector<KernelMove>& moves, const KernelMove& move, size_t cap, bool& merged);
 
 class FaultTraceSource final : public Source {
  public:
@@ -128,9 +141,11 @@ class FaultTraceSource final : public Source {
   SourceCounters counters_;
   EvidenceAggregator pending_;
   // Kernel page moves until the next takeKernelMoves(); capped, in case nobody takes them, so a
-  // kernel promoting a tracked process's pages all day cannot grow it without bound.
+  // kernel promoting a tracked process's pages all day cannot grow it without bound
+  // (appendKernelMove).
   static constexpr size_t kMaxPendingMoves = 1 << 16;
   std::vector<KernelMove> moves_;
+  bool movesMerged_ = false;  // moves_ were merged into ranges at the cap since the last take
   std::vector<sys::bpf::ChunkCounts> blocks_;  // reused drain buffer
   FaultedPages seen_;
   // Whose drained counts and events are kept: a process untracked since the last collect (or its

@@ -53,7 +53,8 @@ struct SamplingLimits {
 
 // A page move made by the kernel itself (NUMA-balancing promotion, demotion) to a tracked process:
 // one restored mapping of a migrated page (page != 0, from remove_migration_pte or, for a huge
-// page mapped by one PMD, remove_migration_pmd; pages = the base pages it maps) or a finished batch
+// page mapped by one PMD, remove_migration_pmd; pages = the base pages it maps; or a range of
+// such pages, when a source merged its moves in a storm: fault-trace's mergeKernelMoves) or a finished batch
 // (page == 0, pages = the batch's succeeded count). A source reports each move in one of the two views, never both.
 struct KernelMove {
   pid_t tgid = 0;

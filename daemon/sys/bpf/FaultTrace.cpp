@@ -17,15 +17,35 @@
 
 namespace tt::sys::bpf {
 
-bool kernelHasBtfStruct(const std::string& name) {
+namespace {
+
+bool kernelHasBtf(const std::string& name, uint32_t kind) {
   btf* vmlinux = btf__load_vmlinux_btf();
   if (vmlinux == nullptr) return false;
-  const bool found = btf__find_by_name_kind(vmlinux, name.c_str(), BTF_KIND_STRUCT) >= 0;
+  const bool found = btf__find_by_name_kind(vmlinux, name.c_str(), kind) >= 0;
   btf__free(vmlinux);
   return found;
 }
 
+}  // namespace
+
+bool kernelHasBtfStruct(const std::string& name) { return kernelHasBtf(name, BTF_KIND_STRUCT); }
+bool kernelHasBtfFunc(const std::string& name) { return kernelHasBtf(name, BTF_KIND_FUNC); }
+
 Result<std::unique_ptr<FaultTrace>> FaultTrace::start(const Options& options) {
+  // The function those tracepoints fire in, for whose page it restores and whether it undoes a
+  // move: fentry/fexit where the BTF names it. A kernel may still refuse tracing programs (this
+  // build host's does, EPERM at load), and a program that fails to load fails the whole object:
+  // then everything is loaded again without them.
+  const bool restoreProbes = kernelHasBtfStruct("trace_event_raw_migration_pte") && kernelHasBtfFunc("remove_migration_pte");
+  auto trace = open(options, restoreProbes);
+  if (trace || !restoreProbes) return trace;
+  TT_LOG(Warn) << "fault_trace: without fentry/fexit remove_migration_pte (" << trace.error().message()
+               << "): kernel moves are charged to the task they run in";
+  return open(options, false);
+}
+
+Result<std::unique_ptr<FaultTrace>> FaultTrace::open(const Options& options, bool restoreProbes) {
   routeLibbpfLogs();
   std::unique_ptr<FaultTrace> self(new FaultTrace());
   self->skel_ = fault_trace__open();
@@ -55,6 +75,11 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::start(const Options& options) {
   // kernel moved whole would be missing from the per-page view.
   self->hugePageMigrationEvents_ = self->pageMigrationEvents_ && kernelHasBtfStruct("trace_event_raw_migration_pmd");
   if (!self->hugePageMigrationEvents_) bpf_program__set_autoload(skel->progs.tt_remove_migration_pmd, false);
+  // Attached after the rest, below: a kernel that loads them may still refuse to attach them.
+  for (bpf_program* p : {skel->progs.tt_restore_begin, skel->progs.tt_restore_end}) {
+    bpf_program__set_autoload(p, restoreProbes);
+    bpf_program__set_autoattach(p, false);
+  }
   bpf_program__set_autoattach(skel->progs.tt_page_fault_user, false);  // attached by track()
   if (int err = fault_trace__load(skel); err != 0) return systemError(-err, "load BPF fault_trace");
   if (int err = fault_trace__attach(skel); err != 0) {
@@ -67,6 +92,20 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::start(const Options& options) {
                                  "/sys/kernel/tracing; systemd mounts it as sys-kernel-tracing.mount)");
     return systemError(-err, "attach BPF fault_trace tracepoints");
   }
+  if (restoreProbes) {
+    // Without them the tracepoints charge the task they fire in, as on kernels without the BTF.
+    bpf_link* begin = bpf_program__attach(skel->progs.tt_restore_begin);
+    bpf_link* end = begin != nullptr ? bpf_program__attach(skel->progs.tt_restore_end) : nullptr;
+    if (begin != nullptr && end != nullptr) {
+      self->restoreLinks_ = {begin, end};
+      self->pageOwnerAttribution_ = true;
+    } else {
+      const int err = errno;
+      if (begin != nullptr) bpf_link__destroy(begin);
+      TT_LOG(Warn) << "fault_trace: fentry/fexit remove_migration_pte not attached (" << std::strerror(err)
+                   << "): kernel moves are charged to the task they run in";
+    }
+  }
   self->ring_ = ring_buffer__new(bpf_map__fd(skel->maps.events), &FaultTrace::onEvent, self.get(), nullptr);
   if (self->ring_ == nullptr) return errnoError("ring_buffer__new fault_trace");
   return self;
@@ -74,6 +113,8 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::start(const Options& options) {
 
 FaultTrace::~FaultTrace() {
   if (faultLink_ != nullptr) bpf_link__destroy(faultLink_);
+  for (bpf_link* l : restoreLinks_)
+    if (l != nullptr) bpf_link__destroy(l);
   if (ring_ != nullptr) ring_buffer__free(ring_);
   if (skel_ != nullptr) fault_trace__destroy(skel_);
 }
@@ -178,6 +219,8 @@ Result<MigrationTotals> FaultTrace::migrationTotals() const {
       totals.firstTouchChunksFull = sum;
     else if (i == TT_FAULT_STAT_SATURATED)
       totals.firstTouchSaturated = sum + firstTouches_.saturated();
+    else if (i == TT_FAULT_STAT_UNDONE)
+      totals.undone = sum;
     else if (i % 2 == 0)
       totals.succeeded[i / 2] = sum;
     else

@@ -34,6 +34,9 @@ struct MigrationTotals {
   uint64_t dropped = 0;  // events lost to a full ring buffer
   uint64_t firstTouchChunksFull = 0;  // first touches and write-protect faults not counted: the chunk map was full
   uint64_t firstTouchSaturated = 0;   // ... not counted: the page's counter was at 255
+  // Page table entries of tracked processes' pages mapped back to the page they had (a failed
+  // migration undone, a huge page split in place), not reported as moves (pageOwnerAttribution()).
+  uint64_t undone = 0;
 };
 
 class FaultTrace {
@@ -88,15 +91,26 @@ class FaultTrace {
   [[nodiscard]] Result<std::pair<uint64_t, uint64_t>> faultProgramRunTime() const;
   [[nodiscard]] bool pageMigrationEvents() const { return pageMigrationEvents_; }
   [[nodiscard]] bool hugePageMigrationEvents() const { return hugePageMigrationEvents_; }
+  // Whether per-page moves are charged to the process that owns the page (fentry/fexit on
+  // remove_migration_pte, the function the tracepoints fire in: where the BTF has it), so that
+  // kswapd's demotions and moves in other tasks are attributed too, and failed moves and in-place
+  // huge-page splits are told apart and left out. Otherwise they are charged to the task the
+  // tracepoint fires in. move_pages/migrate_pages moves stay charged to the task that made them
+  // (another process's, the daemon's own engine's, are not the tracked process's to report).
+  [[nodiscard]] bool pageOwnerAttribution() const { return pageOwnerAttribution_; }
 
  private:
   FaultTrace() = default;
+  // start() with or without the fentry/fexit programs on remove_migration_pte.
+  [[nodiscard]] static Result<std::unique_ptr<FaultTrace>> open(const Options& options, bool restoreProbes);
   static int onEvent(void* ctx, void* data, size_t size);
   fault_trace* skel_ = nullptr;
   ring_buffer* ring_ = nullptr;
   const EventFn* current_ = nullptr;
   bool pageMigrationEvents_ = false;
   bool hugePageMigrationEvents_ = false;
+  bool pageOwnerAttribution_ = false;
+  std::array<bpf_link*, 2> restoreLinks_{};  // fentry, fexit remove_migration_pte
   uint32_t pidMax_ = 0;
   ChunkCountMap firstTouches_{"fault_trace chunks"};
   [[nodiscard]] Result<void> updateFaultLink();  // with linkMutex_ held
@@ -108,5 +122,8 @@ class FaultTrace {
 
 // True when the running kernel's BTF has a struct named `name` (e.g. the ctx of a tracepoint).
 [[nodiscard]] bool kernelHasBtfStruct(const std::string& name);
+// True when the running kernel's BTF has a function named `name` (a kernel function fentry can
+// attach to).
+[[nodiscard]] bool kernelHasBtfFunc(const std::string& name);
 
 }  // namespace tt::sys::bpf

@@ -144,6 +144,46 @@ TEST(FaultCounts, RepeatedKernelMovesOfAPageAreCountedOnce) {
 
 // Write-protect faults (counted in kernel with the store kind) are stores of their pages, as
 // often as they faulted; they do not make a page's first touch, nor mark it touched.
+// Pending kernel moves are capped. At the cap they are merged into ranges once (reclaim demotes a
+// buffer page by page, out of address order); after that a move that continues the last range
+// extends it, any other is dropped.
+TEST(KernelMoveOf, MovesBeyondTheCapAreMergedIntoRangesOrDropped) {
+  std::vector<KernelMove> moves;
+  bool merged = false;
+  const auto demoted = [](uint64_t page, uint64_t pages = 1) {
+    return KernelMove{7, page, pages, KernelMove::Why::Demotion};
+  };
+  constexpr size_t kCap = 4;
+  // Below the cap: appended as they come, out of order, one repeated.
+  for (uint64_t page : {0x22000, 0x20000, 0x21000, 0x21000}) EXPECT_TRUE(appendKernelMove(moves, demoted(page), kCap, merged));
+  ASSERT_EQ(moves.size(), 4U);
+  EXPECT_FALSE(merged);
+  // At the cap: merged into one range of three pages, then appended.
+  EXPECT_TRUE(appendKernelMove(moves, demoted(0x40000), kCap, merged));
+  EXPECT_TRUE(merged);
+  ASSERT_EQ(moves.size(), 2U);
+  EXPECT_EQ(moves[0].page, 0x20000U);
+  EXPECT_EQ(moves[0].pages, 3U);
+  EXPECT_TRUE(appendKernelMove(moves, demoted(0x50000), kCap, merged));
+  EXPECT_TRUE(appendKernelMove(moves, demoted(0x60000), kCap, merged));
+  ASSERT_EQ(moves.size(), kCap);
+  // Merged once already: the next page of the last range extends it, anything else is dropped.
+  EXPECT_TRUE(appendKernelMove(moves, demoted(0x61000, 512), kCap, merged));
+  EXPECT_EQ(moves.back().pages, 513U);
+  EXPECT_FALSE(appendKernelMove(moves, demoted(0x30000), kCap, merged)) << "not the next page";
+  KernelMove promoted = demoted(0x60000 + 513 * 4096);
+  promoted.why = KernelMove::Why::Promotion;
+  EXPECT_FALSE(appendKernelMove(moves, promoted, kCap, merged)) << "another reason";
+  KernelMove other = demoted(0x60000 + 513 * 4096);
+  other.tgid = 8;
+  EXPECT_FALSE(appendKernelMove(moves, other, kCap, merged)) << "another process";
+  EXPECT_FALSE(appendKernelMove(moves, KernelMove{7, 0, 40, KernelMove::Why::Demotion}, kCap, merged)) << "a batch";
+  ASSERT_EQ(moves.size(), kCap);
+  uint64_t pages = 0;
+  for (const auto& m : moves) pages += m.pages;
+  EXPECT_EQ(pages, 3U + 1 + 1 + 513);
+}
+
 TEST(FaultCounts, WriteProtectFaultsAreStores) {
   FaultedPages faulted;
   ChunkCounts wp = block(5, 2 * kChunkBytes, {{1, 2}, {9, 1}});
