@@ -9,10 +9,10 @@
 //                                for all processes per reason class (kswapd demotes for everyone),
 //                                and reported as an event when the current task is tracked
 //   migrate/remove_migration_pte one page table entry of a migrated page restored (6.0+): the
-//                                address, in the migrating task's context: NUMA-balancing
-//                                promotions run in the faulting (tracked) task, so they carry the
-//                                tracked tgid; reclaim demotions run in kswapd and cannot be
-//                                attributed here
+//                                address, in the migrating task's context; without the fentry
+//                                program below charged to that task: NUMA-balancing promotions
+//                                run in the faulting (tracked) task, so they carry the tracked
+//                                tgid, while reclaim demotions run in kswapd and go unattributed
 //   thp/remove_migration_pmd     the same for a huge page mapped by one PMD (5.16+), which
 //                                remove_migration_pte skips
 //   fentry/fexit remove_migration_pte  the kernel function both tracepoints fire in (where its
@@ -51,14 +51,29 @@ struct {
 #define X86_PF_PROT 0x1
 #define X86_PF_WRITE 0x2
 
-// Reason class of the migration a thread is running (set at mm_migrate_pages_start, cleared at
-// mm_migrate_pages), so per-page remove_migration_pte events carry it too.
+// Reason class of the migration a thread is running (pushed at mm_migrate_pages_start, popped at
+// mm_migrate_pages), so per-page remove_migration_pte events carry it too. A stack: allocating the
+// new page of a move_pages(2) call can enter direct reclaim, which demotes through a nested
+// migrate_pages(), and the outer call's remaining pages must keep their own class.
+#define TT_MIGRATING_DEPTH 4
+struct migrating_classes {
+  __u16 cls[TT_MIGRATING_DEPTH];
+  __u32 depth; /* may exceed TT_MIGRATING_DEPTH: the deeper classes are not kept */
+};
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
   __type(key, __u32);
-  __type(value, __u16);
+  __type(value, struct migrating_classes);
   __uint(max_entries, 4096);
 } migrating SEC(".maps");
+
+// The class of the migration the current thread is innermost in, or TT_MIG_OTHER.
+static __always_inline __u16 migrating_class(__u32 tid) {
+  struct migrating_classes* m = bpf_map_lookup_elem(&migrating, &tid);
+  if (!m || m->depth == 0) return TT_MIG_OTHER;
+  __u32 top = m->depth < TT_MIGRATING_DEPTH ? m->depth - 1 : TT_MIGRATING_DEPTH - 1;
+  return m->cls[top & (TT_MIGRATING_DEPTH - 1)];
+}
 
 // What the remove_migration_pte call a thread is in restores (fentry sets it, fexit deletes it;
 // the tracepoints inside the call read it): the tracked tgid that owns the page (0: untracked) and
@@ -139,6 +154,11 @@ int tt_page_fault_user(struct bpf_raw_tracepoint_args* ctx) {
 }
 
 static __always_inline __u16 classify(int reason) {
+  /* mbind(2) with MPOL_MF_MOVE is a system call moving pages as move_pages(2) does (tensortier's
+   * engine makes it from inside a client, for the daemon). */
+  if (bpf_core_enum_value_exists(enum migrate_reason, MR_MEMPOLICY_MBIND) &&
+      reason == bpf_core_enum_value(enum migrate_reason, MR_MEMPOLICY_MBIND))
+    return TT_MIG_SYSCALL;
   if (bpf_core_enum_value_exists(enum migrate_reason, MR_NUMA_MISPLACED) &&
       reason == bpf_core_enum_value(enum migrate_reason, MR_NUMA_MISPLACED))
     return TT_MIG_PROMOTE;
@@ -155,14 +175,23 @@ SEC("tracepoint/migrate/mm_migrate_pages_start")
 int tt_mm_migrate_pages_start(struct trace_event_raw_mm_migrate_pages_start* ctx) {
   __u32 tid = (__u32)bpf_get_current_pid_tgid();
   __u16 cls = classify(ctx->reason);
-  bpf_map_update_elem(&migrating, &tid, &cls, BPF_ANY);
+  struct migrating_classes* m = bpf_map_lookup_elem(&migrating, &tid);
+  if (!m) {
+    struct migrating_classes first = {{cls, 0, 0, 0}, 1};
+    bpf_map_update_elem(&migrating, &tid, &first, BPF_ANY);
+    return 0;
+  }
+  if (m->depth < TT_MIGRATING_DEPTH) m->cls[m->depth & (TT_MIGRATING_DEPTH - 1)] = cls;
+  m->depth += 1;
   return 0;
 }
 
 SEC("tracepoint/migrate/mm_migrate_pages")
 int tt_mm_migrate_pages(struct trace_event_raw_mm_migrate_pages* ctx) {
   __u32 tid = (__u32)bpf_get_current_pid_tgid();
-  bpf_map_delete_elem(&migrating, &tid);
+  struct migrating_classes* m = bpf_map_lookup_elem(&migrating, &tid);
+  if (m && m->depth > 1) m->depth -= 1;
+  else bpf_map_delete_elem(&migrating, &tid);
   __u16 cls = classify(ctx->reason);
   __u64 ok = ctx->succeeded;
   __u64 failed = ctx->failed;
@@ -181,8 +210,7 @@ int tt_mm_migrate_pages(struct trace_event_raw_mm_migrate_pages* ctx) {
 
 static __always_inline void emit_page_move(__u64 addr, __u64 order) {
   __u32 tid = (__u32)bpf_get_current_pid_tgid();
-  __u16* cls = bpf_map_lookup_elem(&migrating, &tid);
-  __u16 mig_class = cls ? *cls : TT_MIG_OTHER;
+  __u16 mig_class = migrating_class(tid);
   __u32 tgid = current_tracked_tgid();
   struct restore_info* info = bpf_map_lookup_elem(&restoring, &tid);
   if (info) {
@@ -190,9 +218,10 @@ static __always_inline void emit_page_move(__u64 addr, __u64 order) {
       if (info->owner) add_stat(TT_FAULT_STAT_UNDONE, 1);
       return;
     }
-    // The page's owner, except for move_pages/migrate_pages: those a tracked process made itself
-    // stay reported, another process's (tensortier's own engine) are that process's to count.
-    if (mig_class != TT_MIG_SYSCALL) tgid = info->owner;
+    // The page's owner, except for a system call's moves: those a tracked process made of its own
+    // pages stay reported; another process's (tensortier's engine, a migrate_pages(2) of another
+    // pid) are that process's to count.
+    tgid = mig_class != TT_MIG_SYSCALL || info->owner == tgid ? info->owner : 0;
   }
   if (!tgid) return;
   emit(tgid, TT_EV_MIGRATE_PAGE, mig_class, addr, order, 0);
@@ -227,10 +256,16 @@ int tt_remove_migration_pmd(struct trace_event_raw_migration_pmd* ctx) {
 // rmap callback (its address is taken), so it is never inlined and fentry can attach to it where
 // the BTF names it; the tracepoints above fire inside it. Its last argument is a struct
 // rmap_walk_arg holding the old folio since 6.12, the old folio itself before.
+// The kernel's struct rmap_walk_arg (6.12+), declared here: vmlinux.h comes from the build
+// host's kernel, which may be older than the type.
+struct rmap_walk_arg___tt {
+  struct folio* folio;
+} __attribute__((preserve_access_index));
+
 SEC("fentry/remove_migration_pte")
 int BPF_PROG(tt_restore_begin, struct folio* folio, struct vm_area_struct* vma, unsigned long addr, void* arg) {
   struct folio* old = (struct folio*)arg;
-  if (bpf_core_type_exists(struct rmap_walk_arg)) old = BPF_CORE_READ((struct rmap_walk_arg*)arg, folio);
+  if (bpf_core_type_exists(struct rmap_walk_arg___tt)) old = BPF_CORE_READ((struct rmap_walk_arg___tt*)arg, folio);
   struct restore_info info = {0, folio == old};
   // The mm's owner (CONFIG_MEMCG) is the process whose page this is, whichever task restores it.
   __u32 owner = bpf_get_current_pid_tgid() >> 32;

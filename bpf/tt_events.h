@@ -105,7 +105,8 @@ enum tt_migrate_class {
   TT_MIG_OTHER = 0,
   TT_MIG_PROMOTE = 1, /* MR_NUMA_MISPLACED: NUMA balancing (tiering mode promotes this way) */
   TT_MIG_DEMOTE = 2,  /* MR_DEMOTION: reclaim demoting to a lower tier */
-  TT_MIG_SYSCALL = 3, /* MR_SYSCALL: move_pages/migrate_pages (tensortier's own moves, too) */
+  TT_MIG_SYSCALL = 3, /* MR_SYSCALL, MR_MEMPOLICY_MBIND: move_pages/migrate_pages/mbind
+                       * (tensortier's own moves, too) */
   TT_MIG_NR_CLASSES = 4,
 };
 

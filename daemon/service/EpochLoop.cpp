@@ -370,7 +370,7 @@ void EpochLoop::exportCounters(double epochSeconds, const ExecutorCounters& c) {
           static const char* const kHelp =
               "Pages the kernel migrated on the whole machine since the daemon started, by reason and result "
               "(promoted: NUMA balancing; demoted: reclaim, kswapd's for every process; syscall: "
-              "move_pages/migrate_pages, the daemon's own moves too)";
+              "move_pages/migrate_pages/mbind, the daemon's own moves too)";
           grow("tensortier_kernel_migrated_pages_system_total", kHelp, {{"reason", reason}, {"result", "succeeded"}},
                pages->succeeded);
           grow("tensortier_kernel_migrated_pages_system_total", kHelp, {{"reason", reason}, {"result", "failed"}},
@@ -396,7 +396,8 @@ void EpochLoop::exportCounters(double epochSeconds, const ExecutorCounters& c) {
     for (const auto& [reason, pages] : moves)
       grow("tensortier_kernel_moved_pages_total",
            "Pages of tracked processes the kernel itself moved, by reason (promoted: NUMA balancing; demoted: "
-           "reclaim; syscall: move_pages/migrate_pages, the daemon's own moves too)",
+           "reclaim; syscall: move_pages/migrate_pages/mbind a tracked process made of its own pages, the "
+           "daemon's in-process mbind moves too)",
            {{"reason", reason}}, pages);
   }
 }

@@ -59,7 +59,7 @@ uint64_t appendFaultBlocks(const std::vector<sys::bpf::ChunkCounts>& blocks, Fau
 // promoted twice between two collects is counted once; a split and its move that fall on both
 // sides of a collect are counted twice. Where the fault trace charges the page's owner
 // (FaultTrace::pageOwnerAttribution), the split's remaps are told apart in the kernel and never
-// reported, so this only matters on kernels without it.
+// reported; this still drops a page really moved twice between two collects.
 void dropRepeatedMoves(std::vector<KernelMove>& moves);
 
 // dropRepeatedMoves, then per-page moves of one process and reason that touch or overlap merged

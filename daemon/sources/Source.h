@@ -77,7 +77,7 @@ struct SystemMigrations {
   struct Pages {
     uint64_t succeeded = 0, failed = 0;
   };
-  Pages promotion, demotion, syscall, other;  // NUMA balancing, reclaim demotion, move_pages/migrate_pages, the rest
+  Pages promotion, demotion, syscall, other;  // NUMA balancing, reclaim demotion, move_pages/migrate_pages/mbind, the rest
 };
 
 class Source {

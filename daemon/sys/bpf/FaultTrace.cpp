@@ -38,14 +38,15 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::start(const Options& options) {
   // build host's does, EPERM at load), and a program that fails to load fails the whole object:
   // then everything is loaded again without them.
   const bool restoreProbes = kernelHasBtfStruct("trace_event_raw_migration_pte") && kernelHasBtfFunc("remove_migration_pte");
-  auto trace = open(options, restoreProbes);
-  if (trace || !restoreProbes) return trace;
+  bool loadFailed = false;
+  auto trace = open(options, restoreProbes, loadFailed);
+  if (trace || !restoreProbes || !loadFailed) return trace;
   TT_LOG(Warn) << "fault_trace: without fentry/fexit remove_migration_pte (" << trace.error().message()
                << "): kernel moves are charged to the task they run in";
-  return open(options, false);
+  return open(options, false, loadFailed);
 }
 
-Result<std::unique_ptr<FaultTrace>> FaultTrace::open(const Options& options, bool restoreProbes) {
+Result<std::unique_ptr<FaultTrace>> FaultTrace::open(const Options& options, bool restoreProbes, bool& loadFailed) {
   routeLibbpfLogs();
   std::unique_ptr<FaultTrace> self(new FaultTrace());
   self->skel_ = fault_trace__open();
@@ -81,7 +82,10 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::open(const Options& options, boo
     bpf_program__set_autoattach(p, false);
   }
   bpf_program__set_autoattach(skel->progs.tt_page_fault_user, false);  // attached by track()
-  if (int err = fault_trace__load(skel); err != 0) return systemError(-err, "load BPF fault_trace");
+  if (int err = fault_trace__load(skel); err != 0) {
+    loadFailed = true;
+    return systemError(-err, "load BPF fault_trace");
+  }
   if (int err = fault_trace__attach(skel); err != 0) {
     // libbpf finds a tracepoint's id through tracefs: without it mounted every attach fails with
     // ENOENT, which would read as a kernel without the tracepoints.
@@ -94,14 +98,15 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::open(const Options& options, boo
   }
   if (restoreProbes) {
     // Without them the tracepoints charge the task they fire in, as on kernels without the BTF.
-    bpf_link* begin = bpf_program__attach(skel->progs.tt_restore_begin);
-    bpf_link* end = begin != nullptr ? bpf_program__attach(skel->progs.tt_restore_end) : nullptr;
+    // fexit first: an entry fentry writes is always deleted again, whichever attach fails.
+    bpf_link* end = bpf_program__attach(skel->progs.tt_restore_end);
+    bpf_link* begin = end != nullptr ? bpf_program__attach(skel->progs.tt_restore_begin) : nullptr;
     if (begin != nullptr && end != nullptr) {
       self->restoreLinks_ = {begin, end};
       self->pageOwnerAttribution_ = true;
     } else {
       const int err = errno;
-      if (begin != nullptr) bpf_link__destroy(begin);
+      if (end != nullptr) bpf_link__destroy(end);
       TT_LOG(Warn) << "fault_trace: fentry/fexit remove_migration_pte not attached (" << std::strerror(err)
                    << "): kernel moves are charged to the task they run in";
     }
@@ -113,6 +118,9 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::open(const Options& options, boo
 
 FaultTrace::~FaultTrace() {
   if (faultLink_ != nullptr) bpf_link__destroy(faultLink_);
+  // The tracepoints first (nothing reads `restoring` after), then fentry before fexit (a call
+  // that passed fentry still deletes its entry on the way out).
+  if (skel_ != nullptr) fault_trace__detach(skel_);
   for (bpf_link* l : restoreLinks_)
     if (l != nullptr) bpf_link__destroy(l);
   if (ring_ != nullptr) ring_buffer__free(ring_);

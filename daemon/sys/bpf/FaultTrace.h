@@ -101,8 +101,10 @@ class FaultTrace {
 
  private:
   FaultTrace() = default;
-  // start() with or without the fentry/fexit programs on remove_migration_pte.
-  [[nodiscard]] static Result<std::unique_ptr<FaultTrace>> open(const Options& options, bool restoreProbes);
+  // start() with or without the fentry/fexit programs on remove_migration_pte; `loadFailed` says
+  // whether the BPF object failed to load (not an error before or after it).
+  [[nodiscard]] static Result<std::unique_ptr<FaultTrace>> open(const Options& options, bool restoreProbes,
+                                                                bool& loadFailed);
   static int onEvent(void* ctx, void* data, size_t size);
   fault_trace* skel_ = nullptr;
   ring_buffer* ring_ = nullptr;
@@ -110,7 +112,7 @@ class FaultTrace {
   bool pageMigrationEvents_ = false;
   bool hugePageMigrationEvents_ = false;
   bool pageOwnerAttribution_ = false;
-  std::array<bpf_link*, 2> restoreLinks_{};  // fentry, fexit remove_migration_pte
+  std::array<bpf_link*, 2> restoreLinks_{};  // fentry, fexit remove_migration_pte (destroyed in that order)
   uint32_t pidMax_ = 0;
   ChunkCountMap firstTouches_{"fault_trace chunks"};
   [[nodiscard]] Result<void> updateFaultLink();  // with linkMutex_ held

@@ -142,8 +142,6 @@ TEST(FaultCounts, RepeatedKernelMovesOfAPageAreCountedOnce) {
   EXPECT_EQ(moves.size(), 3U + 2U + 2U);
 }
 
-// Write-protect faults (counted in kernel with the store kind) are stores of their pages, as
-// often as they faulted; they do not make a page's first touch, nor mark it touched.
 // Pending kernel moves are capped. At the cap they are merged into ranges once (reclaim demotes a
 // buffer page by page, out of address order); after that a move that continues the last range
 // extends it, any other is dropped.
@@ -184,6 +182,8 @@ TEST(KernelMoveOf, MovesBeyondTheCapAreMergedIntoRangesOrDropped) {
   EXPECT_EQ(pages, 3U + 1 + 1 + 513);
 }
 
+// Write-protect faults (counted in kernel with the store kind) are stores of their pages, as
+// often as they faulted; they do not make a page's first touch, nor mark it touched.
 TEST(FaultCounts, WriteProtectFaultsAreStores) {
   FaultedPages faulted;
   ChunkCounts wp = block(5, 2 * kChunkBytes, {{1, 2}, {9, 1}});
