@@ -17,36 +17,36 @@
 
 namespace tt::sys::bpf {
 
-namespace {
-
-bool kernelHasBtf(const std::string& name, uint32_t kind) {
+FaultTrace::KernelTypes FaultTrace::kernelTypes() {
+  // One parse of the kernel's BTF (a few MB) for every question start() asks of it.
+  KernelTypes t;
   btf* vmlinux = btf__load_vmlinux_btf();
-  if (vmlinux == nullptr) return false;
-  const bool found = btf__find_by_name_kind(vmlinux, name.c_str(), kind) >= 0;
+  if (vmlinux == nullptr) return t;
+  auto has = [vmlinux](const char* name, uint32_t kind) { return btf__find_by_name_kind(vmlinux, name, kind) >= 0; };
+  t.migrationPte = has("trace_event_raw_migration_pte", BTF_KIND_STRUCT);
+  t.migrationPmd = has("trace_event_raw_migration_pmd", BTF_KIND_STRUCT);
+  t.removeMigrationPteFunc = has("remove_migration_pte", BTF_KIND_FUNC);
   btf__free(vmlinux);
-  return found;
+  return t;
 }
-
-}  // namespace
-
-bool kernelHasBtfStruct(const std::string& name) { return kernelHasBtf(name, BTF_KIND_STRUCT); }
-bool kernelHasBtfFunc(const std::string& name) { return kernelHasBtf(name, BTF_KIND_FUNC); }
 
 Result<std::unique_ptr<FaultTrace>> FaultTrace::start(const Options& options) {
   // The function those tracepoints fire in, for whose page it restores and whether it undoes a
   // move: fentry/fexit where the BTF names it. A kernel may still refuse tracing programs (this
   // build host's does, EPERM at load), and a program that fails to load fails the whole object:
   // then everything is loaded again without them.
-  const bool restoreProbes = kernelHasBtfStruct("trace_event_raw_migration_pte") && kernelHasBtfFunc("remove_migration_pte");
+  const KernelTypes types = kernelTypes();
+  const bool restoreProbes = types.migrationPte && types.removeMigrationPteFunc;
   bool loadFailed = false;
-  auto trace = open(options, restoreProbes, loadFailed);
+  auto trace = open(options, types, restoreProbes, loadFailed);
   if (trace || !restoreProbes || !loadFailed) return trace;
   TT_LOG(Warn) << "fault_trace: without fentry/fexit remove_migration_pte (" << trace.error().message()
                << "): kernel moves are charged to the task they run in";
-  return open(options, false, loadFailed);
+  return open(options, types, false, loadFailed);
 }
 
-Result<std::unique_ptr<FaultTrace>> FaultTrace::open(const Options& options, bool restoreProbes, bool& loadFailed) {
+Result<std::unique_ptr<FaultTrace>> FaultTrace::open(const Options& options, const KernelTypes& types, bool restoreProbes,
+                                                     bool& loadFailed) {
   routeLibbpfLogs();
   std::unique_ptr<FaultTrace> self(new FaultTrace());
   self->skel_ = fault_trace__open();
@@ -70,11 +70,11 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::open(const Options& options, boo
     return errnoError("size fault_trace maps");
   // remove_migration_pte exists since 6.0; without it the CO-RE relocation of its ctx would fail
   // the whole load, so the program is left out where the kernel lacks the type.
-  self->pageMigrationEvents_ = kernelHasBtfStruct("trace_event_raw_migration_pte");
+  self->pageMigrationEvents_ = types.migrationPte;
   if (!self->pageMigrationEvents_) bpf_program__set_autoload(skel->progs.tt_remove_migration_pte, false);
   // Its PMD twin (5.16+, with transparent huge pages): with the PTE events only, a huge page the
   // kernel moved whole would be missing from the per-page view.
-  self->hugePageMigrationEvents_ = self->pageMigrationEvents_ && kernelHasBtfStruct("trace_event_raw_migration_pmd");
+  self->hugePageMigrationEvents_ = self->pageMigrationEvents_ && types.migrationPmd;
   if (!self->hugePageMigrationEvents_) bpf_program__set_autoload(skel->progs.tt_remove_migration_pmd, false);
   // Attached after the rest, below: a kernel that loads them may still refuse to attach them.
   for (bpf_program* p : {skel->progs.tt_restore_begin, skel->progs.tt_restore_end}) {

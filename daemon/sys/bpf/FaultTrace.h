@@ -101,10 +101,17 @@ class FaultTrace {
 
  private:
   FaultTrace() = default;
+  // What the running kernel's BTF has of what the object may use.
+  struct KernelTypes {
+    bool migrationPte = false;            // tracepoint migrate/remove_migration_pte (6.0+)
+    bool migrationPmd = false;            // tracepoint thp/remove_migration_pmd (5.16+)
+    bool removeMigrationPteFunc = false;  // the function, for fentry/fexit
+  };
+  [[nodiscard]] static KernelTypes kernelTypes();
   // start() with or without the fentry/fexit programs on remove_migration_pte; `loadFailed` says
   // whether the BPF object failed to load (not an error before or after it).
-  [[nodiscard]] static Result<std::unique_ptr<FaultTrace>> open(const Options& options, bool restoreProbes,
-                                                                bool& loadFailed);
+  [[nodiscard]] static Result<std::unique_ptr<FaultTrace>> open(const Options& options, const KernelTypes& types,
+                                                                bool restoreProbes, bool& loadFailed);
   static int onEvent(void* ctx, void* data, size_t size);
   fault_trace* skel_ = nullptr;
   ring_buffer* ring_ = nullptr;
@@ -121,11 +128,5 @@ class FaultTrace {
   bool paused_ = false;
   std::set<pid_t> tracked_;
 };
-
-// True when the running kernel's BTF has a struct named `name` (e.g. the ctx of a tracepoint).
-[[nodiscard]] bool kernelHasBtfStruct(const std::string& name);
-// True when the running kernel's BTF has a function named `name` (a kernel function fentry can
-// attach to).
-[[nodiscard]] bool kernelHasBtfFunc(const std::string& name);
 
 }  // namespace tt::sys::bpf
