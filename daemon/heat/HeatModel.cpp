@@ -158,6 +158,11 @@ HeatModel::HeatModel(const tensortier::v1::PolicyConfig& config)
 }
 
 void HeatModel::reconfigure(const tensortier::v1::PolicyConfig& config) {
+  // A reload that changes only the planner's keys (the common case) leaves the model alone.
+  if (heatModelKeysChanged(config_, config).empty()) {
+    config_ = config;
+    return;
+  }
   // Heat decays lazily, by the half-life in force when it is next touched: everything is first
   // brought to the model's time under the half-life it gathered with, so that a new one applies
   // from now on, not back to each page's last access.
