@@ -99,6 +99,7 @@ void AdminService::status(pb::DaemonMessage& reply) {
         k->set_succeeded_pages(pages.succeeded);
         k->set_failed_pages(pages.failed);
       }
+      if (m.trackedUndone) o->set_kernel_undone_entries(*m.trackedUndone);
     }
   }
   for (const auto& note : st.sourceNotes) s->add_source_notes(note);

@@ -376,6 +376,11 @@ void EpochLoop::exportCounters(double epochSeconds, const ExecutorCounters& c) {
           grow("tensortier_kernel_migrated_pages_system_total", kHelp, {{"reason", reason}, {"result", "failed"}},
                pages->failed);
         }
+        if (s.systemMigrations->trackedUndone)
+          grow("tensortier_kernel_undone_entries_total",
+               "Page-table entries of tracked processes' pages the kernel mapped back to the page they had (a "
+               "migration that failed and was undone, a huge page split in place): not moves",
+               {}, *s.systemMigrations->trackedUndone);
       }
       metrics_.counter("tensortier_sampling_cpu_seconds_total", "Estimated CPU time spent sampling (kernel work in sampled threads + daemon), by source",
                        {{"source", s.name}})

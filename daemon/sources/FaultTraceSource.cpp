@@ -74,8 +74,9 @@ bool appendKernelMove(std::vector<KernelMove>& moves, const KernelMove& move, si
   return true;
 }
 
-SystemMigrations toSystemMigrations(const sys::bpf::MigrationTotals& totals) {
+SystemMigrations toSystemMigrations(const sys::bpf::MigrationTotals& totals, bool undoneCounted) {
   SystemMigrations m;
+  if (undoneCounted) m.trackedUndone = totals.undone;
   auto pages = [&](int cls) { return SystemMigrations::Pages{totals.succeeded[cls], totals.failed[cls]}; };
   m.promotion = pages(TT_MIG_PROMOTE);
   m.demotion = pages(TT_MIG_DEMOTE);
@@ -335,7 +336,7 @@ Result<void> FaultTraceSource::collect(EvidenceBatch& out) {
   counters_.evidence += pending_.flush(out.records);
   if (auto totals = trace_->migrationTotals()) {
     counters_.lost = totals->dropped + totals->firstTouchChunksFull;
-    systemMigrations_ = toSystemMigrations(*totals);
+    systemMigrations_ = toSystemMigrations(*totals, trace_->pageOwnerAttribution());
   }
   if (drainError) return *drainError;
   return {};

@@ -155,6 +155,8 @@ class FaultTraceSource final : public Source {
 };
 
 // The BPF program's per-class totals as SystemMigrations.
-[[nodiscard]] SystemMigrations toSystemMigrations(const sys::bpf::MigrationTotals& totals);
+// undoneCounted: the trace tells undone entries apart (FaultTrace::pageOwnerAttribution), so
+// trackedUndone is known.
+[[nodiscard]] SystemMigrations toSystemMigrations(const sys::bpf::MigrationTotals& totals, bool undoneCounted);
 
 }  // namespace tt::sources

@@ -78,6 +78,11 @@ struct SystemMigrations {
     uint64_t succeeded = 0, failed = 0;
   };
   Pages promotion, demotion, syscall, other;  // NUMA balancing, reclaim demotion, move_pages/migrate_pages/mbind, the rest
+  // Page-table entries of tracked processes' pages that the kernel mapped back to the page they
+  // had: a migration that failed and was undone, a huge page split in place. Not moves, so in none
+  // of the counts above nor in KernelMoveTotals. Known only where the source tells the owner of a
+  // restored entry (FaultTrace::pageOwnerAttribution); nullopt elsewhere.
+  std::optional<uint64_t> trackedUndone;
 };
 
 class Source {

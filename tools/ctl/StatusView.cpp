@@ -58,6 +58,7 @@ json statusJson(const pb::StatusReply& s) {
                        {"kernel_syscall_pages", src.kernel_syscall_pages()},
                        {"kernel_other_pages", src.kernel_other_pages()},
                        {"system_migrations", system}});
+    if (src.has_kernel_undone_entries()) sources.back()["kernel_undone_entries"] = src.kernel_undone_entries();
   }
   json j = {{"daemon_version", s.daemon_version()},
             {"uptime_ms", s.uptime_ms()},
@@ -145,6 +146,10 @@ std::string statusText(const pb::StatusReply& s) {
     }
     out << '\n';
   }
+  for (const auto& src : s.sources())
+    if (src.has_kernel_undone_entries() && src.kernel_undone_entries() > 0)
+      out << "kernel mapped tracked pages back instead of moving them (" << src.name()
+          << "): " << src.kernel_undone_entries() << " entries (failed migrations undone, huge pages split in place)\n";
   if (!s.feature_weights().empty()) {
     out << "\nheat feature weights (adapted online):";
     // Three significant digits: a weight at a small floor still shows (the stream is std::fixed above).

@@ -462,6 +462,11 @@ TEST(SourcesE2e, AHugePageSplitInPlaceIsNoKernelMove) {
   std::cout << "huge page split in place: " << undone << " entries mapped back, " << reported << " pages reported moved\n";
   EXPECT_EQ(reported, 0U) << "a split in place reported as a kernel move";
   EXPECT_GE(undone, kBufferPages) << "the split's entries were not seen being mapped back";
+  // What the status and the metrics export (SourceStatus.kernel_undone_entries,
+  // tensortier_kernel_undone_entries_total), as of that collect.
+  const auto exported = source->systemMigrations();
+  ASSERT_TRUE(exported && exported->trackedUndone) << "the undone entries are not exported";
+  EXPECT_GE(*exported->trackedUndone - before->undone, kBufferPages);
 }
 
 // The huge-page view of the kernel's moves. A transparent huge page mapped by one PMD is restored

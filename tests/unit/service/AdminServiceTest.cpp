@@ -556,6 +556,7 @@ TEST(AdminServiceSources, StatusCarriesStartNotesThrottlingPausesAndSystemMigrat
   tt::sources::SystemMigrations m;
   m.demotion = {4096, 7};
   m.promotion = {300, 1};
+  m.trackedUndone = 4608;
   trace->migrations = m;
   auto pmu = std::make_unique<tt::fakes::FakeSource>("pmu", true, "cycles");
   pmu->reported.throttled = 42;
@@ -589,6 +590,9 @@ TEST(AdminServiceSources, StatusCarriesStartNotesThrottlingPausesAndSystemMigrat
   EXPECT_EQ(byReason["demoted"], std::make_pair(uint64_t{4096}, uint64_t{7}));
   EXPECT_EQ(byReason["promoted"], std::make_pair(uint64_t{300}, uint64_t{1}));
   EXPECT_EQ(byReason["syscall"], std::make_pair(uint64_t{0}, uint64_t{0}));
+  ASSERT_TRUE(st.sources(0).has_kernel_undone_entries()) << st.DebugString();
+  EXPECT_EQ(st.sources(0).kernel_undone_entries(), 4608u);
+  EXPECT_FALSE(st.sources(1).has_kernel_undone_entries()) << "pmu does not trace migrations";
 
   const std::string text = tt::ctl::statusText(st);
   EXPECT_NE(text.find(notes[0] + "\n"), std::string::npos) << text;
@@ -606,6 +610,11 @@ TEST(AdminServiceSources, StatusCarriesStartNotesThrottlingPausesAndSystemMigrat
   EXPECT_EQ(json["sources"][0]["system_migrations"][1]["reason"], "demoted");
   EXPECT_EQ(json["sources"][0]["system_migrations"][1]["succeeded_pages"], 4096);
   EXPECT_EQ(json["sources"][0]["system_migrations"][1]["failed_pages"], 7);
+  EXPECT_NE(text.find("mapped tracked pages back instead of moving them (fault-trace): 4608 entries"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(json["sources"][0]["kernel_undone_entries"], 4608);
+  EXPECT_FALSE(json["sources"][1].contains("kernel_undone_entries")) << json.dump();
 }
 
 // The weights follow fixed-point figures in the same text: a weight tuned near 0 must still show.

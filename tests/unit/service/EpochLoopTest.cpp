@@ -275,14 +275,16 @@ TEST_F(EpochLoopTest, CountersBecomeMetricsAndRates) {
 }
 
 // The kernel's migrations on the whole machine (kswapd's demotions are charged to no tracked
-// process) become counters by reason and result, growing by what changed between epochs.
-TEST_F(EpochLoopTest, SystemWideKernelMigrationsBecomeCountersByReasonAndResult) {
+// process) become counters by reason and result, growing by what changed between epochs; so do the
+// entries of tracked pages mapped back instead of moved, where the trace can tell them.
+TEST_F(EpochLoopTest, SystemWideKernelMigrationsAndUndoneEntriesBecomeCounters) {
   tt::service::SourceReport report;
   report.name = "fault-trace";
   report.active = true;
   tt::sources::SystemMigrations m;
   m.demotion = {4096, 12};
   m.promotion = {100, 0};
+  m.trackedUndone = 512;
   report.systemMigrations = m;
   source.reports = {report};
   loop.runOnce(1 * kSecond);
@@ -296,7 +298,9 @@ TEST_F(EpochLoopTest, SystemWideKernelMigrationsBecomeCountersByReasonAndResult)
   EXPECT_NE(first.find("tensortier_kernel_migrated_pages_system_total{reason=\"promoted\",result=\"succeeded\"} 100\n"),
             std::string::npos)
       << first;
+  EXPECT_NE(first.find("tensortier_kernel_undone_entries_total 512\n"), std::string::npos) << first;
   source.reports[0].systemMigrations->demotion.succeeded = 5000;
+  source.reports[0].systemMigrations->trackedUndone = 1024;
   loop.runOnce(2 * kSecond);
   loop.runOnce(3 * kSecond);  // unchanged totals add nothing
   const std::string later = metrics.render();
@@ -306,6 +310,13 @@ TEST_F(EpochLoopTest, SystemWideKernelMigrationsBecomeCountersByReasonAndResult)
   EXPECT_NE(later.find("tensortier_kernel_migrated_pages_system_total{reason=\"promoted\",result=\"succeeded\"} 100\n"),
             std::string::npos)
       << later;
+  EXPECT_NE(later.find("tensortier_kernel_undone_entries_total 1024\n"), std::string::npos) << later;
+  // Where the trace cannot tell undone entries apart, no such series (0 would claim none happened).
+  tt::metrics::Registry unknown;
+  source.reports[0].systemMigrations->trackedUndone.reset();
+  EpochLoop loop3(registry, {&source, nullptr, nullptr, nullptr}, unknown);
+  loop3.runOnce(1 * kSecond);
+  EXPECT_EQ(unknown.render().find("tensortier_kernel_undone_entries_total"), std::string::npos) << unknown.render();
   // A source without system-wide totals exports no such series.
   tt::metrics::Registry other;
   tt::test::FakeEvidenceSource plain;
