@@ -1,8 +1,10 @@
 #include "support/ChildProcess.h"
 
 #include <gtest/gtest.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,7 +12,7 @@
 
 namespace tt::test {
 
-TouchingChild::TouchingChild(size_t bytes) : bytes_(bytes) {
+TouchingChild::TouchingChild(size_t bytes, std::optional<uid_t> runAs) : bytes_(bytes) {
   int fds[2];
   if (pipe(fds) != 0) {
     ADD_FAILURE() << "pipe: " << std::strerror(errno);
@@ -27,6 +29,10 @@ TouchingChild::TouchingChild(size_t bytes) : bytes_(bytes) {
     if (mem == MAP_FAILED) _exit(10);
     (void)madvise(mem, bytes, MADV_NOHUGEPAGE);
     std::memset(mem, 0x5a, bytes);
+    if (runAs) {
+      if (setgroups(0, nullptr) != 0 || setgid(*runAs) != 0 || setuid(*runAs) != 0) _exit(12);
+      if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) _exit(13);
+    }
     const auto addr = reinterpret_cast<uintptr_t>(mem);
     if (write(fds[1], &addr, sizeof addr) != sizeof addr) _exit(11);
     for (;;) pause();

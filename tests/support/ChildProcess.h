@@ -6,14 +6,17 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 namespace tt::test {
 
 class TouchingChild {
  public:
   // Forks; the child mmaps `bytes` (4 KiB pages, THP off), writes every page, reports the address,
-  // and sleeps until killed. Test failures are raised if anything goes wrong.
-  explicit TouchingChild(size_t bytes);
+  // and sleeps until killed. Test failures are raised if anything goes wrong. With `runAs`, the
+  // child then becomes that user (uid and gid), dumpable as a process started by that user is, so
+  // its /proc files are that user's (a set-uid child would have them root's).
+  explicit TouchingChild(size_t bytes, std::optional<uid_t> runAs = std::nullopt);
   ~TouchingChild();
   TouchingChild(const TouchingChild&) = delete;
   TouchingChild& operator=(const TouchingChild&) = delete;
