@@ -111,6 +111,20 @@ TEST_F(MigrateProcTree, AdjacentHugeBlocksAreMerged) {
   EXPECT_EQ(*ranges, (std::vector<HugeRange>{{v, 4 * kHuge}}));
 }
 
+// Runs of words (soft-dirty reads pagemap 64 Ki words at a time) come back in order, and what lies
+// past the end of the file reads as 0, as pagemap gives for unmapped addresses.
+TEST_F(MigrateProcTree, ReadWordsReturnsARunInOrderAndZerosPastTheEnd) {
+  for (uint64_t i = 0; i < 1000; ++i) word("4242/pagemap", i, kPresent | (i * 7));
+  std::vector<uint64_t> out(3, 99);
+  ASSERT_TRUE(tt::sys::readWords(tt::sys::Fs(root_.string()), "4242/pagemap", 990, out, 20));
+  ASSERT_EQ(out.size(), 20u);
+  for (uint64_t i = 0; i < 10; ++i) EXPECT_EQ(out[i], kPresent | ((990 + i) * 7)) << i;
+  for (uint64_t i = 10; i < 20; ++i) EXPECT_EQ(out[i], 0u) << i;
+  ASSERT_TRUE(tt::sys::readWords(tt::sys::Fs(root_.string()), "4242/pagemap", 0, out, 1000));
+  for (uint64_t i = 0; i < 1000; ++i) ASSERT_EQ(out[i], kPresent | (i * 7)) << i;
+  EXPECT_FALSE(tt::sys::readWords(tt::sys::Fs(root_.string()), "4243/pagemap", 0, out, 1));
+}
+
 // Without CAP_SYS_ADMIN the kernel shows PFN 0: only a VMA that smaps reports as entirely huge
 // can be treated as huge block by block; a partly huge one is moved as base pages (safe).
 TEST_F(MigrateProcTree, WithoutPfnsOnlyWhollyHugeVmasCount) {
