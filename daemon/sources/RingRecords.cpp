@@ -19,6 +19,13 @@ void RingRecords::handle(std::span<const uint8_t> record, uint64_t sampleType, A
   }
   switch (rec->type) {
     case RecordType::Sample: {
+      // A sample on the control ring of an in-kernel path event (no TID: aggregatedSampleType)
+      // went past the program, as Intel's large PEBS would send it (aggregatedAttr). Nobody can
+      // say whose it was, and it is not counted in kernel: lost, not silently dropped.
+      if ((sampleType & PERF_SAMPLE_TID) == 0) {
+        ++counters.lost;
+        return;
+      }
       const PerfSample& s = rec->sample;
       // Kernel data addresses: IBS without swfilt samples kernel mode (see PmuEvents.h).
       if (s.addr == 0 || isKernelAddress(s.addr) || !tracked_.contains(static_cast<pid_t>(s.pid))) return;

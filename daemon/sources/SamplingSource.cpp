@@ -186,8 +186,7 @@ Result<void> SamplingSource::openEvents(uint32_t ringPages, bool forProgram) {
     for (int cpu : *cpus) {
       perf_event_attr& configured = options_.events[k];  // PHYS_ADDR dropped here stays dropped on reopen
       configured.disabled = 1;
-      perf_event_attr trimmed = configured;
-      if (forProgram) trimmed.sample_type = aggregatedSampleType(configured.sample_type);
+      perf_event_attr trimmed = forProgram ? aggregatedAttr(configured) : configured;
       perf_event_attr& a = forProgram ? trimmed : configured;
       std::optional<Error> physRefused;
       auto ev = openOnCpu<Handle>(a, led ? &*options_.groupLeaders[k] : nullptr, cpu, opener, physRefused);

@@ -101,6 +101,23 @@ size_t appendChunkBlocks(const std::vector<sys::bpf::ChunkCounts>& chunks, Acces
   return sampleType & (PERF_SAMPLE_ADDR | PERF_SAMPLE_DATA_SRC);
 }
 
+// An event's attributes on the in-kernel path: aggregatedSampleType's fields, and a wakeup per
+// sample. The wakeup keeps Intel's large PEBS off. The kernel turns it on for a precise event with
+// a fixed period, no per-sample wakeup and only PEBS-buffer fields (intel_pmu_hw_config), and then
+// writes every record of a PEBS buffer drain but the last straight into the ring
+// (__intel_pmu_pebs_event: perf_event_output), past the program, which runs from the overflow
+// handler only: it would count one record a drain, and the rest would fill the one-page control
+// ring and be lost. Nothing reaches that ring to wake anyone but throttle and lost records, since
+// the program consumes every sample. The ring path keeps large PEBS: it reads every record either
+// way, in fewer interrupts.
+[[nodiscard]] inline perf_event_attr aggregatedAttr(const perf_event_attr& configured) {
+  perf_event_attr a = configured;
+  a.sample_type = aggregatedSampleType(configured.sample_type);
+  a.watermark = 0;
+  a.wakeup_events = 1;
+  return a;
+}
+
 // Ring of each event on the in-kernel path, in data pages: the BPF program consumes every sample,
 // so it carries only the kernel's throttle and lost records.
 inline constexpr uint32_t kControlRingPages = 1;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "sources/PmuEvents.h"
+#include "sources/SamplingSource.h"
 #include "sys/perf/PfmEncoder.h"
 
 namespace tt::sources {
@@ -77,6 +78,34 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(PfmEncoding, UnknownEventIsAClearError) {
   const std::string out = inChildWithPmu("skx", [] { return encode("skx::NO_SUCH_EVENT"); });
   EXPECT_EQ(out.rfind("error: libpfm4 encoding of skx::NO_SUCH_EVENT", 0), 0U) << out;
+}
+
+// Intel's large PEBS would hand the program one record per PEBS buffer drain and write the rest
+// into the ring (intel_pmu_hw_config turns it on for a precise event with a fixed period and no
+// per-sample wakeup): the in-kernel path asks for a wakeup per sample, which keeps it off. The
+// ring path reads every record from the ring either way and keeps the plan's attributes.
+TEST(PmuPlan, InKernelIntelEventsAskForAWakeupPerSampleSoLargePebsStaysOff) {
+  const std::string out = inChildWithPmu("skx", [] {
+    PmuPlanInput in;
+    in.corePmu = "skx";
+    in.period = 5003;
+    auto plan = planPmuEvents(in);
+    if (!plan) return "error: " + plan.error().message();
+    // The kernel's condition for auto-reload, and with it large PEBS.
+    auto largePebs = [](const perf_event_attr& a) { return a.precise_ip > 0 && !(a.freq || (a.wakeup_events > 0 && !a.watermark)); };
+    std::string s;
+    for (const perf_event_attr& configured : plan->events) {
+      const perf_event_attr a = aggregatedAttr(configured);
+      s += std::string(largePebs(configured) ? "ring:large" : "ring:-") + (largePebs(a) ? ",in-kernel:large" : ",in-kernel:-");
+      if (a.sample_type != aggregatedSampleType(configured.sample_type) || a.sample_period != configured.sample_period ||
+          a.precise_ip != configured.precise_ip || a.config != configured.config || a.config1 != configured.config1)
+        s += ",changed";
+      s += "|";
+    }
+    return s;
+  });
+  // Two events (loads, stores), each with large PEBS on the ring path only.
+  EXPECT_EQ(out, "ring:large,in-kernel:-|ring:large,in-kernel:-|");
 }
 
 TEST(PmuPlan, IntelPlanHasPebsLoadsAndStores) {

@@ -3,10 +3,12 @@
 #include "sources/RingRecords.h"
 
 #include <gtest/gtest.h>
+#include <linux/perf_event.h>
 
 #include <cstring>
 
 #include "PerfStreamFixtures.h"
+#include "sources/SamplingSource.h"
 #include "support/TestSupport.h"
 
 namespace tt::sources {
@@ -41,6 +43,30 @@ TEST(RingRecords, PebsSamplesBecomeWeightedEvidenceWithTierAndLatency) {
   EXPECT_EQ(ev[2].servedBy, ServedBy::Cache);
   EXPECT_EQ(ev[3].page, 0x7f0000004000U);
   EXPECT_EQ(ev[3].kind, AccessKind::Store) << "data_src's op names the store";
+}
+
+// On the in-kernel path an event's ring carries only the kernel's throttle and lost records: a
+// sample there went past the program (Intel's large PEBS writes all but the last record of a
+// drain straight into the ring) and, without a TID, belongs to nobody. It counts as lost.
+TEST(RingRecords, ASampleOnAnInKernelEventsRingCountsAsLost) {
+  const auto stream = test::readPerfStream(test::fixture("perf/pebs_ldlat.hex"));
+  const uint64_t trimmed = aggregatedSampleType(stream.sampleType);
+  ASSERT_EQ(trimmed & PERF_SAMPLE_TID, 0U);
+  // A sample as the in-kernel event records it: header, addr, data_src.
+  RingRecords ring("pmu");
+  ring.track(4242);
+  std::vector<uint8_t> record(sizeof(perf_event_header) + 16, 0);
+  perf_event_header h{PERF_RECORD_SAMPLE, 0, static_cast<uint16_t>(record.size())};
+  std::memcpy(record.data(), &h, sizeof h);
+  const uint64_t addr = 0x7f0000001000ULL;
+  std::memcpy(record.data() + sizeof h, &addr, sizeof addr);
+  SourceCounters c;
+  ring.handle(record, trimmed, AccessKind::Load, 100, c);
+  std::vector<AccessEvidence> out;
+  (void)ring.flush(out);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(c.samples, 0U);
+  EXPECT_EQ(c.lost, 1U);
 }
 
 // IBS samples loads and stores alike: the op in data_src decides; a sample without a data address

@@ -554,7 +554,7 @@ class TierReaderRun {
       perf_event_attr a = softwareFaultAttr(1);
       const bool recordsDataSrc = reader != sys::bpf::DataSrcReader::None;
       if (recordsDataSrc) a.sample_type |= PERF_SAMPLE_DATA_SRC;
-      a.sample_type = aggregatedSampleType(a.sample_type);  // as the daemon opens them
+      a = aggregatedAttr(a);  // as the daemon opens them
       a.disabled = 1;
       auto ev = sys::perf::PerfEvent::open(a, -1, cpu, 0);
       if (!ev || !agg_->attach((*ev)->fd(), 0, recordsDataSrc) || !(*ev)->enable()) return;
