@@ -57,11 +57,22 @@ uint64_t PeriodController::update(const EpochCost& epoch) {
     period_ = fixed >= target ? limits_.maxPeriod : clamp(current * variable / (target - fixed));
     period_ = clamp(static_cast<double>(period_));
   } else if (fixed + 2 * variable <= target) {
-    period_ = clamp(std::floor(current / 2));
+    period_ = clamp(std::max(std::floor(current / 2), static_cast<double>(lossFloor_)));
   } else {
     period_ = clamp(current);  // limits may have moved under it
   }
   if (epoch.throttled) period_ = clamp(std::max(static_cast<double>(period_), 2 * current));
+  if (epoch.lost > 0) {
+    // The overflow count is events / period, an estimate: at least what was lost.
+    const double taken = std::max(static_cast<double>(epoch.overflows), static_cast<double>(epoch.lost));
+    const double delivered = taken - static_cast<double>(epoch.lost);
+    const double factor = delivered > 0 ? taken / (kSetpoint * delivered) : 2 / kSetpoint;
+    period_ = clamp(std::max(static_cast<double>(period_), current * factor));
+    lossFloor_ = period_;
+    lossEpochsLeft_ = kLossMemoryEpochs;
+  } else if (lossEpochsLeft_ > 0 && --lossEpochsLeft_ == 0) {
+    lossFloor_ = 0;
+  }
   return period_;
 }
 

@@ -21,6 +21,13 @@
 // bound), and never oscillates: a raise lands at budget/2 (no halving follows), a halving at most
 // doubles a cost <= budget/4 (no raise follows).
 //
+// Samples the kernel took but could not deliver (a full ring, the in-kernel path's full count map)
+// cost as much as the others and carry nothing, and every delivered one still stands for a period
+// of events, so the heat they give is too low: an epoch that lost samples raises the period until
+// what the kernel takes is twice what it delivered (kSetpoint), and for kLossMemoryEpochs epochs
+// after the last loss no halving goes below that period, which would lose them again every other
+// epoch.
+//
 // A storm shorter than an epoch (a first-touch storm of 65536 faults takes ~0.5 s here; the
 // daemon's epoch is 1 s) is over before any per-epoch control can act, so sources that know the
 // cost of the event itself (software page faults) also get a storm floor (stormFloorPeriod): the
@@ -55,6 +62,9 @@ struct EpochCost {
   // than kernel.perf_event_max_sample_rate allows). Samples were lost to it, and the overflow
   // count understates what the period asked for, so the period is at least doubled.
   bool throttled = false;
+  // Samples lost during the epoch (PERF_RECORD_LOST on a full ring, the in-kernel path's count map
+  // full): taken by the kernel, paid for, delivered to nobody.
+  uint64_t lost = 0;
 };
 
 class PeriodController {
@@ -62,6 +72,8 @@ class PeriodController {
   // Target cost after a raise, as a fraction of the budget: headroom for the estimate's error
   // (the calibrated cost moves with the machine's load) and for load that grows between epochs.
   static constexpr double kSetpoint = 0.5;
+  // Epochs after the last lossy one during which the period is not halved below where it was raised.
+  static constexpr int kLossMemoryEpochs = 8;
 
   PeriodController(uint64_t initialPeriod, const PeriodLimits& limits);
 
@@ -84,6 +96,8 @@ class PeriodController {
   PeriodLimits limits_;
   uint64_t period_;
   double lastCostPercent_ = 0;
+  uint64_t lossFloor_ = 0;      // no halving below it while lossEpochsLeft_ > 0
+  int lossEpochsLeft_ = 0;
 };
 
 // The storm floor: the smallest period P with (eventCountNs + sampleCostNs / P) / eventCostNs <=

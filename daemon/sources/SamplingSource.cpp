@@ -382,6 +382,8 @@ Result<void> SamplingSource::collect(EvidenceBatch& out) {
   takeCounts(epoch.events, epoch.overflows);
   epoch.throttled = counters_.throttled != throttledAtLastEpoch_;
   throttledAtLastEpoch_ = counters_.throttled;
+  epoch.lost = counters_.lost - std::min(counters_.lost, lostAtLastEpoch_);
+  lostAtLastEpoch_ = counters_.lost;
   epoch.daemonCpuNs = sys::perf::threadCpuNs() - cpu0;
   const uint64_t now = sys::perf::monotonicNs();
   epoch.wallNs = now - lastWallNs_;

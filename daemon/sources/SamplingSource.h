@@ -187,6 +187,7 @@ class SamplingSource final : public Source {
   std::vector<EvidenceBlock> drainedBeforePeriodChange_;
   std::vector<sys::bpf::ChunkCounts> chunks_;
   uint64_t throttledAtLastEpoch_ = 0;  // counters_.throttled at the previous collect
+  uint64_t lostAtLastEpoch_ = 0;       // counters_.lost at the previous collect
   uint64_t lastAggSamples_ = 0;  // tracked samples with an address the BPF program has seen
   uint64_t lastAggMapFull_ = 0;  // of them, dropped because the count map was full
   uint64_t period_ = 1;

@@ -870,5 +870,35 @@ TEST(SourcesPrivileged, StormOverBudgetRaisesThePeriodAtTheNextCollect) {
   EXPECT_GT(source.period(), 1U);
 }
 
+// A ring too small for an epoch's samples loses them: they were taken and paid for but reach
+// nobody, so a collect that learns of them raises the period although the estimated cost is far
+// under the budget (1 ns a sample, a whole CPU allowed: the cost alone would keep period 1). The
+// kernel writes its PERF_RECORD_LOST when the ring has room again, after the drain: the second
+// epoch's collect reads it.
+TEST(SourcesPrivileged, SamplesLostToAFullRingRaiseThePeriodAtTheNextCollect) {
+  TT_REQUIRE_ROOT();
+  SamplingOptions o = softwareFaultOptions(1, Aggregation::UserRing);
+  o.minPeriod = 1;
+  o.maxPeriod = 65536;
+  o.cpuBudgetPercent = 100;
+  o.sampleCostNs = 1;
+  o.ringPages = 1;  // 4 KiB: about 128 fault records
+  SamplingSource source(o, sys::Fs("/sys"));
+  source.open();
+  ASSERT_TRUE(source.status().available) << source.status().detail;
+  ASSERT_EQ(source.period(), 1U);
+  test::PatternChild child(4096);
+  ASSERT_TRUE(source.addProcess(child.pid()).ok());
+  (void)child.writeRange(0, 2048);  // 2048 first-touch faults, every one sampled
+  std::vector<AccessEvidence> evidence;
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
+  (void)child.writeRange(2048, 4096);
+  ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
+  ASSERT_GT(source.counters().lost, 0U) << "the one-page ring did not overflow: " << source.counters().samples
+                                        << " samples delivered";
+  EXPECT_LT(source.counters().costPercent, o.cpuBudgetPercent / 4) << "the cost alone would lower the period";
+  EXPECT_GT(source.period(), 1U) << source.counters().lost << " samples lost, period unchanged";
+}
+
 }  // namespace
 }  // namespace tt::sources

@@ -141,6 +141,34 @@ TEST(PeriodController, AThrottledEpochAtLeastDoublesThePeriod) {
   EXPECT_EQ(capped.update(t), l.maxPeriod) << "never past max_period";
 }
 
+// Samples lost to a full ring were taken and paid for but delivered to nobody, and each delivered
+// sample stands for a period of events as if none were lost: the period rises until the kernel
+// takes twice what it delivered, even when the estimated cost is under the budget, and stays there
+// for kLossMemoryEpochs quiet epochs instead of halving back into the loss.
+TEST(PeriodController, ALossyEpochRaisesThePeriodUntilWhatIsTakenFitsAndHoldsIt) {
+  const PeriodLimits l = limits();
+  PeriodController c(100, l);
+  const SimLoad quiet{1'000'000};  // 10000 samples per epoch at period 100
+  EpochCost e = epochAt(c.period(), quiet);
+  ASSERT_EQ(e.overflows, 10000U);
+  ASSERT_LE(truePercent(c.period(), quiet, l.sampleCostNs), l.budgetPercent) << "the cost alone would not raise it";
+  e.lost = 6000;  // 4000 delivered: take 8000 at most, 2x what was delivered
+  EXPECT_EQ(c.update(e), 500U);
+  for (int i = 0; i < PeriodController::kLossMemoryEpochs; ++i)
+    EXPECT_EQ(c.update(epochAt(c.period(), SimLoad{0})), 500U) << "halved back into the loss, epoch " << i;
+  EXPECT_EQ(c.update(epochAt(c.period(), SimLoad{0})), 250U) << "the loss is long past: halvings resume";
+  // Everything lost (or the overflow estimate under the loss): the period is at least quadrupled.
+  PeriodController all(100, l);
+  EpochCost none = epochAt(all.period(), SimLoad{0});
+  none.lost = 50;
+  EXPECT_EQ(all.update(none), 400U);
+  // Never past max_period.
+  PeriodController capped(l.maxPeriod, l);
+  EpochCost t = epochAt(capped.period(), quiet);
+  t.lost = 1;
+  EXPECT_EQ(capped.update(t), l.maxPeriod);
+}
+
 TEST(PeriodController, FallsBackWhenTheLoadDropsWithoutOvershooting) {
   const PeriodLimits l = limits();
   PeriodController c(1, l);
