@@ -411,11 +411,13 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
   for (const Move& m : moves) {
     if (!plan.moves.empty()) {
       MoveRequest& last = plan.moves.back();
-      if (last.tgid == m.tgid && last.targetNode == m.node && last.start + last.length == m.start &&
-          last.length + m.length <= maxRun) {
+      // Not across a region boundary: a run that names its region can be moved by the client's
+      // own mbind (the engine's in-process path), which binds one region's range; tensors are often
+      // allocated back to back, and a merged run named no region and always went by move_pages.
+      if (last.tgid == m.tgid && last.targetNode == m.node && last.regionId == m.regionId &&
+          last.start + last.length == m.start && last.length + m.length <= maxRun) {
         last.length += m.length;
         last.priority = std::max(last.priority, m.priority);
-        if (last.regionId != m.regionId) last.regionId = 0;
         continue;
       }
     }

@@ -146,7 +146,10 @@ TEST(Planner, HysteresisPreventsPingPongOnNoise) {
   EXPECT_GT(run(0.0, 0.0), 20);  // without it the same input ping-pongs: the test can tell
 }
 
-TEST(Planner, EmitsMaximalContiguousRuns) {
+// Each region's blocks go as one run, cut only by max_run_bytes; adjacent regions stay separate runs
+// that name their region, so the engine can hand each to its client's mbind (the engine merges
+// runs of one region only, too).
+TEST(Planner, EmitsMaximalContiguousRunsPerRegion) {
   Planner planner(plannerConfig());
   FakePlacement placement;
   const auto topo = tt::fakes::twoNodeTopology();
@@ -159,17 +162,25 @@ TEST(Planner, EmitsMaximalContiguousRuns) {
   PlanContext ctx;
   ctx.fastCapacityBytes = 100 * kChunk;
   const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
-  ASSERT_EQ(plan.moves.size(), 1u);
-  EXPECT_EQ(plan.moves[0].start, 0x10000000u);
-  EXPECT_EQ(plan.moves[0].length, 72 * kChunk);
-  EXPECT_EQ(plan.moves[0].targetNode, 0);
-  EXPECT_EQ(plan.moves[0].regionId, 0u);  // spans three regions
+  ASSERT_EQ(plan.moves.size(), 3u);
+  std::vector<tt::MoveRequest> runs = plan.moves;
+  std::sort(runs.begin(), runs.end(), [](const tt::MoveRequest& a, const tt::MoveRequest& b) { return a.start < b.start; });
+  EXPECT_EQ(runs[0].start, 0x10000000u);
+  EXPECT_EQ(runs[0].length, 64 * kChunk);
+  EXPECT_EQ(runs[0].regionId, 1u);
+  EXPECT_EQ(runs[1].start, 0x10000000u + 64 * kChunk);
+  EXPECT_EQ(runs[1].length, 4 * kChunk);
+  EXPECT_EQ(runs[1].regionId, 2u);
+  EXPECT_EQ(runs[2].start, 0x10000000u + 68 * kChunk);
+  EXPECT_EQ(runs[2].length, 4 * kChunk);
+  EXPECT_EQ(runs[2].regionId, 3u);
+  for (const auto& m : runs) EXPECT_EQ(m.targetNode, 0);
 
   auto config = plannerConfig();
   config.set_max_run_bytes(16 * kChunk);
   Planner limited(config);
   const MigrationPlan split = limited.plan(snap, placement, topo, ctx);
-  ASSERT_EQ(split.moves.size(), 5u);  // 72 chunks in runs of at most 16
+  ASSERT_EQ(split.moves.size(), 6u);  // 64 chunks in four runs of 16, and the two 4-chunk regions
   uint64_t covered = 0;
   for (const auto& m : split.moves) {
     EXPECT_LE(m.length, 16 * kChunk);
