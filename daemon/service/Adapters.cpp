@@ -213,7 +213,7 @@ void HeatPlannerPolicy::observe(const EvidenceBatch& evidence, uint64_t sinceNs,
 }
 
 MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,
-                                     std::span<const ManualPin> pins) {
+                                     std::span<const ManualPin> pins, std::span<const MoveRequest> stillMoving) {
   if (migrationBytesPerSec > 0) heat_.setMigrationBandwidth(migrationBytesPerSec);
   heat_.setPlanInterval(intervalNs);
   heat_.advanceEpoch(nowNs);
@@ -231,6 +231,7 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
   for (const auto& p : heat.processes)
     if (auto node = homeNodeOf(procfs_, p.tgid, topology_)) context.processes.push_back({p.tgid, *node, 0});
   placement_.beginPlan();
+  placement_.stillMoving(stillMoving);
   MigrationPlan plan = planner_->plan(heat, placement_, topology_, context);
   // The epoch loop adds the pinned ranges' manual moves to the plan after this: their blocks are
   // asked again too.

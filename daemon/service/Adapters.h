@@ -78,6 +78,14 @@ class MovePagesPlacement final : public policy::PlacementQuery {
   // each of the next `plans` plans: kDirtyPlans for a move the engine may still be making, 1 for
   // one the kernel has made (its own migrations, seen by the fault trace).
   void markMoved(pid_t tgid, uint64_t start, uint64_t length, uint64_t plans);
+  // After beginPlan: the moves of a plan the engine is still running stay marked (kDirtyPlans
+  // from now on), however many plans it takes. A busy engine runs a plan for several epochs; once
+  // the marks of endPlan ran out, a block read mid-move was kept as it was then, in its old tier,
+  // until its refresh turn: the planner did not count a promoted block against the budget and
+  // filled its bytes again.
+  void stillMoving(std::span<const MoveRequest> moves) {
+    for (const MoveRequest& m : moves) markMoved(m.tgid, m.start, m.length, kDirtyPlans);
+  }
   // markMoved(..., 1) for a range the kernel moved, while the blocks so marked for the next plan
   // stay within the query budget (a kernel promoting pages all over a process would otherwise
   // have the next plan ask for all of them); false once a block did not fit. The others are seen
@@ -148,7 +156,7 @@ class HeatPlannerPolicy final : public PlacementPolicy {
   void observe(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs) override;
   void onMark(const IterationMark& mark) override { heat_.onMark(mark); }
   MigrationPlan plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,
-                     std::span<const ManualPin> pins) override;
+                     std::span<const ManualPin> pins, std::span<const MoveRequest> stillMoving) override;
   std::vector<registry::RegionHeat> regionHeat() const override;
   PolicyView view() const override;
   std::vector<PageHeatView> hottestPages(size_t limit, pid_t tgid, uint64_t nowNs) const override;

@@ -221,7 +221,8 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     }
     // The next plan comes with the next epoch: this one may use the engine until then.
     const auto untilNextNs = static_cast<uint64_t>(periodMs_.load()) * 1'000'000ULL;
-    MigrationPlan plan = stages_.policy->plan(nowNs, untilNextNs, bandwidth, pins);
+    if (!counters.planInFlight) inFlightMoves_.clear();
+    MigrationPlan plan = stages_.policy->plan(nowNs, untilNextNs, bandwidth, pins, inFlightMoves_);
     // This plan supersedes the engine's queued one, which may still hold unfinished manual moves:
     // carry them, so a pinned range always ends up where the user put it.
     if (!plan.moves.empty() && !pins.empty()) {
@@ -244,9 +245,11 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     }
     if (!plan.moves.empty() && stages_.executor) {
       plan.generation = ++generation_;
+      std::vector<MoveRequest> submitted = plan.moves;
       if (auto r = stages_.executor->submit(std::move(plan)); !r) {
         TT_LOG(Warn) << "engine refused plan " << generation_ << ": " << r.error().message();
       } else {
+        inFlightMoves_ = std::move(submitted);
         planMoves_.add(static_cast<double>(moves));
         std::lock_guard lock(statsMutex_);
         ++stats_.plansSubmitted;

@@ -134,6 +134,9 @@ class EpochLoop {
 
   std::mutex runMutex_;  // one epoch (or manual submit) at a time
   uint64_t generation_ = 0;
+  // The moves of the last plan submitted, while the engine runs it (the policy keeps re-reading
+  // their residency until it is done).
+  std::vector<MoveRequest> inFlightMoves_;
 
   mutable std::mutex pinsMutex_;
   std::vector<ManualPin> pins_;

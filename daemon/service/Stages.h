@@ -125,8 +125,11 @@ class PlacementPolicy {
   // Closes the epoch at `nowNs` and returns the moves to make now (generation is set by the loop),
   // sized to what the engine can move at `migrationBytesPerSec` before the next plan, `intervalNs`
   // later. No move may touch a pinned range; its fast bytes count against the budgets.
+  // `stillMoving`: the moves of the plan the engine is still running (empty once it is idle), whose
+  // ranges may change tier until it is done.
   [[nodiscard]] virtual MigrationPlan plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,
-                                           std::span<const ManualPin> pins) = 0;
+                                           std::span<const ManualPin> pins,
+                                           std::span<const MoveRequest> stillMoving) = 0;
   // Heat per registered region as of the last plan.
   [[nodiscard]] virtual std::vector<registry::RegionHeat> regionHeat() const = 0;
   [[nodiscard]] virtual PolicyView view() const = 0;

@@ -69,7 +69,9 @@ class FakePolicy final : public service::PlacementPolicy {
     observed += evidence.pages();
   }
   void onMark(const IterationMark& mark) override { marks.push_back(mark); }
-  MigrationPlan plan(uint64_t, uint64_t intervalNs, double bandwidth, std::span<const service::ManualPin> pins) override {
+  MigrationPlan plan(uint64_t, uint64_t intervalNs, double bandwidth, std::span<const service::ManualPin> pins,
+                     std::span<const MoveRequest> stillMoving) override {
+    lastStillMoving.assign(stillMoving.begin(), stillMoving.end());
     lastIntervalNs = intervalNs;
     lastBandwidth = bandwidth;
     lastPins.assign(pins.begin(), pins.end());
@@ -98,6 +100,7 @@ class FakePolicy final : public service::PlacementPolicy {
   std::vector<IterationMark> marks;
   MigrationPlan nextPlan;
   std::vector<service::ManualPin> lastPins;  // as handed to the last plan()
+  std::vector<MoveRequest> lastStillMoving;  // as handed to the last plan()
   size_t observed = 0;
   uint64_t lastObserveNs = 0;
   uint64_t lastObserveSinceNs = 0;

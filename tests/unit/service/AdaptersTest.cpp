@@ -210,7 +210,7 @@ tt::MigrationPlan planOneRegion(const tt::topology::Topology& topology, const tt
   tt::service::HeatPlannerPolicy policy(config, topology, mover, procfs);
   EXPECT_TRUE(policy.addRegion(regionOf(pid, kBase, kLength)).ok());
   policy.observe(evenEvidence(pid, kBase, kLength, weight), 0, kSecond);
-  tt::MigrationPlan plan = policy.plan(kSecond, kSecond, 1e9, {});
+  tt::MigrationPlan plan = policy.plan(kSecond, kSecond, 1e9, {}, {});
   if (penaltyNs != nullptr) *penaltyNs = policy.view().slowPenaltyNs;
   return plan;
 }
@@ -322,7 +322,7 @@ TEST(HeatPlannerPolicy, AppliesHeatModelKeysLiveOverTheLearnedHeat) {
   tt::service::HeatPlannerPolicy policy(config, topology, mover, tt::sys::Fs("/nonexistent-procfs"));
   ASSERT_TRUE(policy.addRegion(regionOf(kPid, kBase, kLength)).ok());
   policy.observe(evenEvidence(kPid, kBase, kLength, 10), kSecond - 1, kSecond);
-  (void)policy.plan(kSecond, kSecond, 1e9, {});
+  (void)policy.plan(kSecond, kSecond, 1e9, {}, {});
   auto hottest = [&](uint64_t nowNs) {
     const auto pages = policy.hottestPages(1, kPid, nowNs);
     return pages.empty() ? 0.0 : pages[0].heat;
@@ -330,7 +330,7 @@ TEST(HeatPlannerPolicy, AppliesHeatModelKeysLiveOverTheLearnedHeat) {
   EXPECT_NEAR(hottest(kSecond), 10.0, 1e-3);
   config.set_heat_half_life_ms(250);
   ASSERT_TRUE(policy.applyConfig(config).ok());
-  (void)policy.plan(kSecond + kSecond / 2, kSecond, 1e9, {});
+  (void)policy.plan(kSecond + kSecond / 2, kSecond, 1e9, {}, {});
   EXPECT_NEAR(hottest(kSecond + kSecond / 2), 2.5, 1e-3);
 }
 
@@ -413,6 +413,41 @@ TEST(MovePagesPlacement, KeepsAnswersBetweenPlansAndAsksAgainForWhatMovedOrIsDue
   (void)placement.residency(kPid, kBase, kBlock);
   EXPECT_EQ(mover.queryCalls(), before + 1);
   EXPECT_EQ(placement.pagesQueried(), 16U);
+}
+
+// A busy engine runs a plan for several epochs. The plan's blocks stay marked as long as the loop
+// says the engine still runs it, and kDirtyPlans plans beyond: a block read mid-move, in its old
+// tier, is not kept after its copy lands (here in the sixth plan, with a refresh turn once in 16
+// plans). Without the marks the planner would not count the promoted block against the budget and
+// would fill its bytes again.
+TEST(MovePagesPlacement, KeepsAskingForAPlansBlocksWhileTheEngineStillRunsIt) {
+  constexpr pid_t kPid = 43;
+  constexpr uint64_t kBase = 0x7f0000000000;
+  constexpr uint64_t kBlock = 16 * tt::kBasePageSize;
+  tt::fakes::FakePageMover mover;
+  mover.map(kPid, kBase, 16 * kBlock, 1);
+  const auto topology = tt::fakes::twoNodeTopology();
+  tt::service::MovePagesPlacement placement(mover, topology);
+  placement.setQueryBudget(16);  // 256 pages known: a refresh turn once in 16 plans
+  std::vector<tt::MoveRequest> inFlight;
+  auto plan = [&](const tt::MigrationPlan& moves = {}) {
+    placement.beginPlan();
+    placement.stillMoving(inFlight);
+    std::vector<tt::policy::Residency> out;
+    for (int b = 0; b < 16; ++b) out.push_back(placement.residency(kPid, kBase + static_cast<uint64_t>(b) * kBlock, kBlock));
+    placement.endPlan(moves);
+    return out;
+  };
+  (void)plan();
+  ASSERT_EQ(placement.refreshPlans(), 16U);
+  tt::MigrationPlan promote;
+  promote.moves.push_back(tt::MoveRequest{kPid, kBase + 7 * kBlock, kBlock, 0, 0, 0});
+  (void)plan(promote);  // submitted: the engine runs it from here on
+  inFlight = promote.moves;
+  for (int p = 0; p < 5; ++p) EXPECT_EQ(plan()[7].slowPages, 16U) << "plan " << p << ": not copied yet";
+  mover.map(kPid, kBase + 7 * kBlock, kBlock, 0);  // the copy lands, the engine is done
+  inFlight.clear();
+  for (int p = 0; p < 8; ++p) EXPECT_EQ(plan()[7].fastPages, 16U) << "plan " << p << " after the copy landed";
 }
 
 }  // namespace

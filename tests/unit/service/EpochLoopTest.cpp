@@ -215,6 +215,31 @@ TEST_F(EpochLoopTest, NoPlanIsSubmittedWhileTheEngineStillRunsThePreviousOne) {
   EXPECT_EQ(loop.stats().plansSubmitted, 1u);
 }
 
+// While the engine runs a submitted plan, each plan is told its moves, so that the policy keeps
+// asking where those pages are; once the engine is idle, nothing.
+TEST_F(EpochLoopTest, ThePolicyIsToldWhichMovesTheEngineStillMakes) {
+  policy.nextPlan.moves.push_back({10, kBase, 4 * kPage, 0, 0, 1});
+  loop.runOnce(1 * kSecond);
+  ASSERT_EQ(executor.submitted.size(), 1u);
+  EXPECT_TRUE(policy.lastStillMoving.empty());
+  {
+    std::lock_guard lock(executor.mutex);
+    executor.current.planInFlight = true;
+  }
+  for (uint64_t s = 2; s <= 4; ++s) {
+    loop.runOnce(s * kSecond);
+    ASSERT_EQ(policy.lastStillMoving.size(), 1u) << "epoch " << s;
+    EXPECT_EQ(policy.lastStillMoving[0].start, kBase);
+    EXPECT_EQ(policy.lastStillMoving[0].length, 4 * kPage);
+  }
+  {
+    std::lock_guard lock(executor.mutex);
+    executor.current.planInFlight = false;
+  }
+  loop.runOnce(5 * kSecond);
+  EXPECT_TRUE(policy.lastStillMoving.empty());
+}
+
 TEST_F(EpochLoopTest, CountersBecomeMetricsAndRates) {
   loop.runOnce(1 * kSecond);
   {
