@@ -83,7 +83,8 @@ Result<void> SoftDirtySource::collect(EvidenceBatch& out) {
           const uint64_t from = std::max(lo, offset), to = std::min(hi, offset + pages);
           if (from >= to) continue;
           if (auto r = tracker_->dirtyPages(tgid, start + (from - offset) * kBasePageSize, to - from, dirty_); !r) {
-            errors += r.error().message() + "; ";
+            // Gone since its ranges were read: an exit, not an error (clear() below drops it).
+            if (r.error().code != ENOENT && r.error().code != ESRCH) errors += r.error().message() + "; ";
             failed = true;
             break;
           }

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <set>
+#include <string>
 
 #include "sys/access/SoftDirty.h"
 
@@ -11,11 +12,13 @@ namespace tt::fakes {
 class FakeSoftDirtyTracker final : public sys::SoftDirtyTracker {
  public:
   Result<void> clear(pid_t pid) override {
+    if (exited.contains(pid)) return systemError(ENOENT, "open " + std::to_string(pid) + "/clear_refs");
     ++clears[pid];
     dirty[pid].clear();
     return {};
   }
   Result<void> dirtyPages(pid_t pid, uint64_t start, uint64_t pages, std::vector<uint64_t>& out) override {
+    if (exited.contains(pid)) return systemError(ENOENT, "open " + std::to_string(pid) + "/pagemap");
     for (uint64_t p : dirty[pid])
       if (p >= start && p < start + pages * 4096) out.push_back(p);
     return {};
@@ -24,6 +27,7 @@ class FakeSoftDirtyTracker final : public sys::SoftDirtyTracker {
 
   std::map<pid_t, std::set<uint64_t>> dirty;
   std::map<pid_t, int> clears;
+  std::set<pid_t> exited;  // its /proc/PID files are gone
 };
 
 }  // namespace tt::fakes
