@@ -413,9 +413,32 @@ void SourceSet::setRanges(pid_t tgid, const std::vector<std::pair<uint64_t, uint
 Result<void> SourceSet::collect(EvidenceBatch& out) {
   std::string errors;
   const size_t recordsBefore = out.records.size(), blocksBefore = out.blocks.size();
-  for (auto& s : sources_) {
-    if (!s->status().available) continue;
-    if (auto r = s->collect(out); !r) errors += std::string(s->name()) + ": " + r.error().message() + "; ";
+  collectErrors_.resize(sources_.size());
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    Source& s = *sources_[i];
+    if (!s.status().available) continue;
+    CollectErrors& logged = collectErrors_[i];
+    auto r = s.collect(out);
+    if (r) {
+      if (logged.failed > 0) {
+        TT_LOG(Info) << s.name() << ": collecting again, after " << logged.failed << " failed collects";
+      }
+      logged = {};
+      continue;
+    }
+    const std::string message = r.error().message();
+    errors += std::string(s.name()) + ": " + message + "; ";
+    if (message != logged.lastLogged) {
+      TT_LOG(Warn) << s.name() << ": collect failed: " << message
+                   << (logged.repeats > 0 ? " (the previous error repeated " + std::to_string(logged.repeats) + " times)" : "")
+                   << "; logged again when it changes";
+      logged.lastLogged = message;
+      logged.repeats = 0;
+    } else {
+      ++logged.repeats;
+      TT_LOG(Debug) << s.name() << ": collect failed again: " << message;
+    }
+    ++logged.failed;
   }
   // What the kernel counted for processes untracked since the last collect (exited, mostly) would
   // bring them back to life in the heat model.

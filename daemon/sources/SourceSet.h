@@ -57,8 +57,10 @@ class SourceSet {
   void setRanges(pid_t tgid, const std::vector<std::pair<uint64_t, uint64_t>>& ranges);
   [[nodiscard]] const std::set<pid_t>& tracked() const { return tracked_.all(); }
 
-  // Appends the evidence of every available source since the last call. Errors are logged per
-  // source (rate-limited) and returned joined, evidence from the others is kept.
+  // Appends the evidence of every available source since the last call. Errors are returned joined,
+  // evidence from the others is kept, and each source's are logged: at Warn when its error is new
+  // (the first, or another than the last one logged), at Debug when it repeats, so a source failing
+  // the same way every epoch says so once; Info when it collects again.
   [[nodiscard]] Result<void> collect(EvidenceBatch& out);
   // Kernel page moves of tracked processes since the last call (fault-trace source).
   void takeKernelMoves(std::vector<KernelMove>& out);
@@ -101,6 +103,13 @@ class SourceSet {
   std::unique_ptr<sys::KernelTieringGuard> tieringGuard_;
   TrackedProcesses tracked_;
   tensortier::v1::SourcesConfig config_;
+  // Per source (by index): the last error logged at Warn and how often it repeated since.
+  struct CollectErrors {
+    std::string lastLogged;
+    uint64_t repeats = 0;  // of lastLogged, since it was logged
+    uint64_t failed = 0;   // collects failed in a row
+  };
+  std::vector<CollectErrors> collectErrors_;
 };
 
 // The status line of one source as statusLines() prints it.

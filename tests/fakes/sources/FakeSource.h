@@ -31,7 +31,7 @@ class FakeSource final : public sources::Source {
   // of a process untracked since the previous drain.
   Result<void> collect(EvidenceBatch& out) override {
     ++collects;
-    if (failCollect) return logicError("scripted collect failure");
+    if (failCollect) return logicError(collectError);
     for (const auto& e : next)
       if (drainsEveryTgid || tracked.contains(e.tgid)) out.records.push_back(e);
     for (const auto& b : nextBlocks)
@@ -59,6 +59,7 @@ class FakeSource final : public sources::Source {
   bool drainsEveryTgid = false;
   bool failAdd = false;
   bool failCollect = false;
+  std::string collectError = "scripted collect failure";
   bool failTune = false;
   int collects = 0;
   std::optional<sources::SamplingLimits> limits;  // the last setSamplingLimits()

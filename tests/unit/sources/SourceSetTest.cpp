@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "core/Log.h"
 #include "fakes/sources/FakeSoftDirtyTracker.h"
 #include "fakes/sources/FakeSource.h"
 #include "sources/DamonSource.h"
@@ -145,6 +146,48 @@ TEST(SourceSet, OneFailingSourceDoesNotLoseTheOthers) {
   EXPECT_EQ(out[0].page, 0x3000U);
 }
 
+std::vector<std::string>* g_logLines = nullptr;
+void captureLog(tt::log::Level level, std::string_view line) {
+  if (g_logLines && level >= tt::log::Level::Info) g_logLines->emplace_back(line);
+}
+
+// A source failing the same way every epoch says so once at Warn, again when the error changes
+// (with how often the last one repeated), and once at Info when it collects again.
+TEST(SourceSet, CollectErrorsAreLoggedWhenTheyChangeNotEveryEpoch) {
+  auto a = std::make_unique<fakes::FakeSource>("a", true);
+  auto* pa = a.get();
+  std::vector<std::unique_ptr<Source>> v;
+  v.push_back(std::move(a));
+  SourceSet set(std::move(v));
+  std::vector<std::string> lines;
+  g_logLines = &lines;
+  tt::log::setSink(captureLog);
+  const auto savedLevel = tt::log::level();
+  tt::log::setLevel(tt::log::Level::Debug);
+  auto collect = [&] {
+    EvidenceBatch out;
+    return set.collect(out).ok();
+  };
+  pa->failCollect = true;
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(collect());
+  const std::vector<std::string> afterFive = lines;
+  pa->collectError = "another failure";
+  EXPECT_FALSE(collect());
+  EXPECT_FALSE(collect());
+  pa->failCollect = false;
+  EXPECT_TRUE(collect());
+  EXPECT_TRUE(collect());
+  tt::log::setSink(nullptr);
+  tt::log::setLevel(savedLevel);
+  g_logLines = nullptr;
+  ASSERT_EQ(afterFive.size(), 1U) << "five identical failures, one line at Warn or above";
+  EXPECT_NE(afterFive[0].find("a: collect failed: scripted collect failure"), std::string::npos) << afterFive[0];
+  ASSERT_EQ(lines.size(), 3U);
+  EXPECT_NE(lines[1].find("a: collect failed: another failure (the previous error repeated 4 times)"), std::string::npos)
+      << lines[1];
+  EXPECT_NE(lines[2].find("a: collecting again, after 7 failed collects"), std::string::npos) << lines[2];
+}
+
 TEST(SourceSet, PassesKernelMovesThrough) {
   auto a = std::make_unique<fakes::FakeSource>("a", true);
   a->moves = {KernelMove{7, 0x5000, 1, KernelMove::Why::Promotion}};
@@ -250,6 +293,25 @@ TEST_F(SoftDirtySourceTest, ReportsPagesWrittenSinceLastEpochOnly) {
   out.clear();
   ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
   EXPECT_TRUE(out.empty()) << "bits cleared after each epoch";
+}
+
+// A process that exits between the read of its ranges and its pagemap has simply gone: it is
+// dropped without a collect error (a normal exit is no failure to report every time).
+TEST_F(SoftDirtySourceTest, AProcessExitingMidScanIsDroppedWithoutAnError) {
+  auto tracker = std::make_unique<fakes::FakeSoftDirtyTracker>();
+  auto* t = tracker.get();
+  SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
+  ASSERT_TRUE(source.addProcess(42).ok());
+  source.setRanges(42, {{0x7f0000000000, 0x7f0000004000}});  // ranges known: no smaps read
+  std::vector<AccessEvidence> out;
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());  // primes
+  t->exited.insert(42);
+  auto r = tt::test::collectRecords(source, out);
+  EXPECT_TRUE(r.ok()) << r.error().message();
+  EXPECT_TRUE(out.empty());
+  t->exited.clear();
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  EXPECT_EQ(t->clears[42], 1) << "the exited process is still scanned";
 }
 
 TEST_F(SoftDirtySourceTest, ScansOnlyTheRegisteredRangesOnceSet) {
