@@ -22,6 +22,12 @@ DamonSource::~DamonSource() {
       TT_LOG(Warn) << "DAMON stop for pid " << tgid << ": " << s.error().message();
     }
   }
+  for (uint32_t slot : stopping_slots_) {
+    std::lock_guard sysfs(sysfsMutex_);
+    if (auto s = damon_.stop(slot); !s) {
+      TT_LOG(Warn) << "DAMON stop of kdamond slot " << slot << ": " << s.error().message();
+    }
+  }
   if (refresher_.joinable()) refresher_.join();
 }
 
@@ -52,9 +58,14 @@ void DamonSource::open() {
     status_ = {false, "no DAMON sysfs (/sys/kernel/mm/damon/admin): kernel without CONFIG_DAMON_SYSFS"};
     return;
   }
-  if (auto p = damon_.prepare(); !p) {
-    status_ = {false, "DAMON sysfs: " + p.error().message()};
+  auto prepared = damon_.prepare();
+  if (!prepared) {
+    status_ = {false, "DAMON sysfs: " + prepared.error().message()};
     return;
+  }
+  if (*prepared > 0) {
+    TT_LOG(Warn) << "damon: turned off " << *prepared << " of its kdamonds left running (by an earlier run that did "
+                 << "not stop them)";
   }
   auto reports = damon_.reportsRegions();
   if (!reports) {
@@ -70,17 +81,28 @@ void DamonSource::open() {
   refresher_ = std::thread([this] { refreshLoop(); });
 }
 
+bool DamonSource::slotTaken(uint32_t slot) const {
+  for (const auto& [t, s] : slots_)
+    if (s == slot) return true;
+  return std::find(stopping_slots_.begin(), stopping_slots_.end(), slot) != stopping_slots_.end();
+}
+
 Result<void> DamonSource::addProcess(pid_t tgid) {
   if (!status_.available || slots_.contains(tgid)) return {};
+  // A slot that will not start (still running for someone, a sysfs writer in the way) does not
+  // stop the others from being tried.
+  std::string failed;
   for (uint32_t slot = 0; slot < damon_.slots(); ++slot) {
-    bool used = false;
-    for (const auto& [t, s] : slots_) used = used || s == slot;
-    if (used) continue;
+    if (slotTaken(slot)) continue;
     std::lock_guard sysfs(sysfsMutex_);
-    if (auto r = damon_.start(slot, tgid, attrs_); !r) return r.error();
+    if (auto r = damon_.start(slot, tgid, attrs_); !r) {
+      failed += "slot " + std::to_string(slot) + ": " + r.error().message() + "; ";
+      continue;
+    }
     slots_[tgid] = slot;
     return {};
   }
+  if (!failed.empty()) return logicError("DAMON: pid " + std::to_string(tgid) + " not monitored: " + failed);
   return logicError("DAMON: all " + std::to_string(damon_.slots()) + " kdamond slots in use; pid " +
                     std::to_string(tgid) + " not monitored (raise sources.damon.max_processes)");
 }
@@ -88,32 +110,47 @@ Result<void> DamonSource::addProcess(pid_t tgid) {
 Result<void> DamonSource::removeProcess(pid_t tgid) {
   auto it = slots_.find(tgid);
   if (it == slots_.end()) return {};
-  std::lock_guard sysfs(sysfsMutex_);
-  auto r = damon_.stop(it->second);
+  const uint32_t slot = it->second;
   slots_.erase(it);
+  std::lock_guard sysfs(sysfsMutex_);
+  auto r = damon_.stop(slot);
+  if (!r) stopping_slots_.push_back(slot);  // still running: kept off the free slots, stopped again later
   return r;
+}
+
+void DamonSource::retryStops() {
+  std::lock_guard sysfs(sysfsMutex_);
+  std::erase_if(stopping_slots_, [this](uint32_t slot) { return damon_.stop(slot).ok(); });
 }
 
 Result<void> DamonSource::collect(EvidenceBatch& out) {
   if (!refresher_.joinable()) return {};  // not open
   std::string errors;
   std::vector<std::pair<pid_t, uint32_t>> answered;
+  std::vector<std::pair<pid_t, uint32_t>> unanswered;  // their request failed
   {
     std::lock_guard lock(mutex_);
     if (pending_ && !refreshed_) return {};  // the last requests still wait for their kdamonds
     if (pending_) {
       answered.swap(requested_);
       // Only for processes still monitored: a request to a kdamond stopped meanwhile fails.
-      for (const auto& [key, message] : refreshErrors_)
+      for (const auto& [key, message] : refreshErrors_) {
+        unanswered.push_back(key);
         if (auto it = slots_.find(key.first); it != slots_.end() && it->second == key.second)
           errors += "pid " + std::to_string(key.first) + ": " + message + "; ";
+      }
     }
     pending_ = refreshed_ = false;
   }
+  if (!stopping_slots_.empty()) retryStops();  // the refresher is idle
   for (const auto& [tgid, slot] : answered) {
     // A process removed since (its slot off, or given to another process) has nothing to read.
     auto it = slots_.find(tgid);
     if (it == slots_.end() || it->second != slot) continue;
+    // A failed request refreshed nothing: what tried_regions holds is the last epoch's, already
+    // reported. So is what a kdamond that stopped by itself (its process exited) holds.
+    if (std::find(unanswered.begin(), unanswered.end(), std::pair{tgid, slot}) != unanswered.end()) continue;
+    if (auto on = damon_.running(slot); on && !*on) continue;
     auto regions = damon_.readRegions(slot);  // the refresher is idle: no lock needed
     if (!regions) {
       errors += regions.error().message() + "; ";

@@ -55,6 +55,11 @@ class DamonSource final : public Source {
   SourceStatus status_;
   SourceCounters counters_;
   std::map<pid_t, uint32_t> slots_;  // tgid -> kdamond slot
+  // Slots of removed processes whose kdamond would not stop (EBUSY from another DAMON sysfs
+  // writer, say): not handed out again, and stopped again at each collect until they are.
+  std::vector<uint32_t> stopping_slots_;
+  [[nodiscard]] bool slotTaken(uint32_t slot) const;
+  void retryStops();
 
   std::mutex sysfsMutex_;  // every write to DAMON's sysfs (see above)
   // The refresher thread and what it shares with collect(), under mutex_.

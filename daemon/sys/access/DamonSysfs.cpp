@@ -24,10 +24,18 @@ std::string DamonSysfs::dir(uint32_t slot) const {
 
 bool DamonSysfs::available() const { return sysfs_.exists(std::string(kAdmin) + "/nr_kdamonds"); }
 
-Result<void> DamonSysfs::prepare() {
+Result<uint32_t> DamonSysfs::prepare() {
   const std::string nr = std::string(kAdmin) + "/nr_kdamonds";
   auto current = readUint(sysfs_, nr);
   if (!current) return current.error();
+  uint32_t stopped = 0;
+  for (uint32_t s = 0; s < slots_ && first_ + s < *current; ++s) {
+    auto on = running(s);
+    if (!on) return on.error();
+    if (!*on) continue;
+    if (auto w = stop(s); !w) return withContext(w.error(), "DAMON: turning off kdamond " + std::to_string(first_ + s));
+    ++stopped;
+  }
   if (*current < first_ + slots_) {
     if (auto w = sysfs_.writeFile(nr, std::to_string(first_ + slots_)); !w) return w.error();
   }
@@ -35,7 +43,13 @@ Result<void> DamonSysfs::prepare() {
     const std::string ctx = dir(s) + "/contexts";
     if (auto w = sysfs_.writeFile(ctx + "/nr_contexts", "1"); !w) return w.error();
   }
-  return {};
+  return stopped;
+}
+
+Result<bool> DamonSysfs::running(uint32_t slot) const {
+  auto state = sysfs_.readLine(dir(slot) + "/state");
+  if (!state) return state.error();
+  return trim(*state) != "off" && !trim(*state).empty();
 }
 
 Result<bool> DamonSysfs::reportsRegions() {
@@ -74,9 +88,9 @@ Result<void> DamonSysfs::start(uint32_t slot, pid_t pid, const DamonAttrs& a) {
 }
 
 Result<void> DamonSysfs::stop(uint32_t slot) {
-  auto state = sysfs_.readLine(dir(slot) + "/state");
-  if (!state) return state.error();
-  if (trim(*state) == "off") return {};
+  auto on = running(slot);
+  if (!on) return on.error();
+  if (!*on) return {};
   return sysfs_.writeFile(dir(slot) + "/state", "off");
 }
 

@@ -615,6 +615,7 @@ TEST_F(DamonSysfsTest, ConfiguresOneKdamondPerProcessAndReadsTriedRegions) {
 TEST_F(DamonSysfsTest, KernelWithoutTriedRegionsIsUnavailableWithReason) {
   const std::string kd = "kernel/mm/damon/admin/kdamonds";
   write(kd + "/nr_kdamonds", "1\n");
+  write(kd + "/0/state", "off\n");
   write(kd + "/0/contexts/nr_contexts", "");
   write(kd + "/0/contexts/0/schemes/nr_schemes", "");
   DamonSource old(sys::DamonSysfs(sys::Fs(root_.string()), 0, 1), sys::DamonAttrs{}, 1024);
@@ -654,9 +655,13 @@ TEST_F(DamonSysfsTest, CollectDoesNotWaitForTheKdamonds) {
   EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(1)) << "collect() waited for the kdamond";
   EXPECT_TRUE(out.blocks.empty()) << "evidence before the kdamond answered";
 
-  // The kdamond answers (a reader on the FIFO lets every request through from now on).
+  // The kdamond answers: a reader on the FIFO lets the request in flight through, and a regular
+  // state file saying "on" takes the next ones (and the source's reads of the state, which the
+  // kernel answers at once: they would wait for a writer on a FIFO).
   const int reader = ::open(state.c_str(), O_RDONLY | O_NONBLOCK);
   ASSERT_GE(reader, 0);
+  fs::remove(state);
+  write(kd + "/state", "on\n");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (out.blocks.empty() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -666,11 +671,95 @@ TEST_F(DamonSysfsTest, CollectDoesNotWaitForTheKdamonds) {
   EXPECT_EQ(out.blocks[0].tgid, 77);
   EXPECT_EQ(out.blocks[0].counts[1], 5);
   EXPECT_EQ(out.blocks[0].counts[2], 5);
-  // A regular state file again for the destructor, which reads it to turn the kdamond off.
-  fs::remove(state);
-  write(kd + "/state", "on\n");
   (void)source.removeProcess(77);
   ::close(reader);
+}
+
+// A daemon that died left its kdamonds running: they refuse every configuration write (EBUSY) and
+// keep monitoring pids nobody reads. The next start turns its own slots off first.
+TEST_F(DamonSysfsTest, PrepareTurnsOffItsSlotsLeftRunning) {
+  makeKdamonds(3);
+  write(std::string(kAdmin) + "/nr_kdamonds", "3\n");
+  write(std::string(kAdmin) + "/1/state", "on\n");
+  write(std::string(kAdmin) + "/2/state", "on\n");  // not one of this daemon's slots (0 and 1)
+  sys::DamonSysfs damon(sys::Fs(root_.string()), 0, 2);
+  auto stopped = damon.prepare();
+  ASSERT_TRUE(stopped.ok()) << stopped.error().message();
+  EXPECT_EQ(*stopped, 1U);
+  EXPECT_EQ(read(std::string(kAdmin) + "/1/state"), "off");
+  EXPECT_EQ(read(std::string(kAdmin) + "/2/state"), "on") << "another tool's kdamond was turned off";
+}
+
+// A kdamond that would not stop when its process was removed keeps its slot off the free ones (a
+// start there would fail, and its process would seem unmonitorable), is stopped again at each
+// collect, and is handed out once it has stopped. A start that fails on one slot tries the next.
+TEST_F(DamonSysfsTest, ASlotThatWouldNotStopIsRetriedAndNotHandedOut) {
+  makeKdamonds(2);
+  const std::string kd0 = std::string(kAdmin) + "/0", kd1 = std::string(kAdmin) + "/1";
+  fs::create_directories(root_ / kd0 / "contexts/0/schemes/0/tried_regions");
+  fs::create_directories(root_ / kd1 / "contexts/0/schemes/0/tried_regions");
+  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 2), sys::DamonAttrs{}, 1024);
+  source.open();
+  ASSERT_TRUE(source.status().available) << source.status().detail;
+  ASSERT_TRUE(source.addProcess(77).ok());
+  ASSERT_EQ(read(kd0 + "/contexts/0/targets/0/pid_target"), "77");
+  // Slot 0's state cannot be read or written: its stop fails.
+  fs::remove(root_ / kd0 / "state");
+  fs::create_directories(root_ / kd0 / "state");
+  EXPECT_FALSE(source.removeProcess(77).ok());
+  ASSERT_TRUE(source.addProcess(88).ok());
+  EXPECT_EQ(read(kd1 + "/contexts/0/targets/0/pid_target"), "88") << "the slot still running was handed out";
+  EXPECT_FALSE(source.addProcess(99).ok()) << "no free slot";
+  // It can be stopped now: the next collect does.
+  fs::remove(root_ / kd0 / "state");
+  write(kd0 + "/state", "on\n");
+  EvidenceBatch out;
+  (void)source.collect(out);
+  EXPECT_EQ(read(kd0 + "/state"), "off");
+  ASSERT_TRUE(source.addProcess(99).ok());
+  EXPECT_EQ(read(kd0 + "/contexts/0/targets/0/pid_target"), "99");
+  (void)source.removeProcess(88);
+  (void)source.removeProcess(99);
+}
+
+// A request the kdamond did not answer refreshed nothing: tried_regions still holds what an
+// earlier request left (here: written by the test), already reported then, not to be reported
+// again.
+TEST_F(DamonSysfsTest, RegionsLeftFromAnEarlierRequestAreNotReportedForAFailedOne) {
+  makeKdamonds(1);
+  const std::string kd = std::string(kAdmin) + "/0";
+  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 1), sys::DamonAttrs{}, 1024);
+  fs::create_directories(root_ / kd / "contexts/0/schemes/0/tried_regions");
+  source.open();
+  ASSERT_TRUE(source.status().available) << source.status().detail;
+  ASSERT_TRUE(source.addProcess(77).ok());
+  const std::string tried = kd + "/contexts/0/schemes/0/tried_regions/0";
+  write(tried + "/start", "4096\n");
+  write(tried + "/end", "12288\n");
+  write(tried + "/nr_accesses", "5\n");
+  write(tried + "/age", "1\n");
+  auto collectUntil = [&](auto done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      EvidenceBatch out;
+      const bool ok = source.collect(out).ok();
+      if (done(ok, out)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  // Requests fail from now on (the state file cannot be written).
+  fs::remove(root_ / kd / "state");
+  fs::create_directories(root_ / kd / "state");
+  bool reportedAgain = false;
+  ASSERT_TRUE(collectUntil([&](bool ok, const EvidenceBatch& out) {
+    reportedAgain = reportedAgain || !out.blocks.empty();
+    return !ok;  // the failed request's error
+  }));
+  EXPECT_FALSE(reportedAgain) << "the regions of the last answered request were reported again";
+  fs::remove(root_ / kd / "state");
+  write(kd + "/state", "on\n");
+  (void)source.removeProcess(77);
 }
 
 // DAMON's regions become one block per 2 MiB chunk they cover, each page counted nr_accesses
