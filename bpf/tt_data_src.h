@@ -57,7 +57,11 @@
 
 /* Which memory served the access (enum tt_sample_tier): caches, local DRAM (fast), another node's
  * DRAM (the remote bit with RAM, or the legacy REM_RAM levels), PMEM and CXL (slow). Unknown when
- * the PMU left the level unset (N/A). */
+ * the PMU left the level unset (N/A), and when the level it names missed without saying what
+ * served the access instead. The kernel's encodings (arch/x86/events/intel/ds.c) this has to read
+ * right besides the plain ones: pre-Skylake Intel's remote-DRAM load (PEBS source 0x0b) is the
+ * legacy REM_RAM1 with level number L3; its "L3 miss, unknown source" (0x00) is MISS with L3; a
+ * Haswell-style store that missed L1 is L1 | MISS with no level number. */
 TT_DS_INLINE tt_u32 tt_tier_of_data_src(tt_u64 src) {
   tt_u64 lvl = (src >> TT_DS_LVL_SHIFT) & 0x3fff;
   tt_u64 lvl_num = (src >> TT_DS_LVL_NUM_SHIFT) & 0xf;
@@ -65,6 +69,12 @@ TT_DS_INLINE tt_u32 tt_tier_of_data_src(tt_u64 src) {
     case TT_DS_LVL_NUM_PMEM:
     case TT_DS_LVL_NUM_CXL: return TT_TIER_SLOW;
     case TT_DS_LVL_NUM_RAM: return ((src >> TT_DS_REMOTE_SHIFT) & 1) ? TT_TIER_REMOTE_RAM : TT_TIER_FAST;
+    default: break;
+  }
+  if (lvl & (TT_DS_LVL_REM_RAM1 | TT_DS_LVL_REM_RAM2)) return TT_TIER_REMOTE_RAM;
+  if (lvl & TT_DS_LVL_LOC_RAM) return TT_TIER_FAST;
+  if (lvl & TT_DS_LVL_MISS) return TT_TIER_UNKNOWN;
+  switch (lvl_num) {
     case TT_DS_LVL_NUM_L1:
     case TT_DS_LVL_NUM_L2:
     case TT_DS_LVL_NUM_L3:
@@ -73,8 +83,6 @@ TT_DS_INLINE tt_u32 tt_tier_of_data_src(tt_u64 src) {
     case TT_DS_LVL_NUM_LFB: return TT_TIER_CACHE;
     default: break;
   }
-  if (lvl & (TT_DS_LVL_REM_RAM1 | TT_DS_LVL_REM_RAM2)) return TT_TIER_REMOTE_RAM;
-  if (lvl & TT_DS_LVL_LOC_RAM) return TT_TIER_FAST;
   if (lvl & (TT_DS_LVL_L1 | TT_DS_LVL_LFB | TT_DS_LVL_L2 | TT_DS_LVL_L3 | TT_DS_LVL_REM_CCE1 | TT_DS_LVL_REM_CCE2))
     return TT_TIER_CACHE;
   return TT_TIER_UNKNOWN;

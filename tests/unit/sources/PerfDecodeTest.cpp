@@ -241,6 +241,15 @@ INSTANTIATE_TEST_SUITE_P(
                       DataSrcCase{make(kOpLoad, kLvlHit, kLvlNumAnyCache, false), ServedBy::Cache},
                       DataSrcCase{make(kOpLoad, kLvlHit | kLvlRemCce1, 0, false), ServedBy::Cache},
                       DataSrcCase{make(kOpLoad, kLvlNa, kLvlNumNa, false), ServedBy::Unknown},
+                      // The kernel's PEBS encodings (arch/x86/events/intel/ds.c): pre-Skylake 0x0b,
+                      // a remote-DRAM load, is REM_RAM1 with level number L3; 0x00, "L3 miss,
+                      // unknown source", is MISS with L3; precise_datala_hsw's stores are L1 with
+                      // HIT or MISS and no level number.
+                      DataSrcCase{make(kOpLoad, kLvlHit | kLvlRemRam1, kLvlNumL3, true), ServedBy::RemoteRam},
+                      DataSrcCase{make(kOpLoad, kLvlHit | kLvlMiss, kLvlNumL3, false), ServedBy::Unknown},
+                      DataSrcCase{make(kOpStore, kLvlL1 | kLvlMiss, 0, false), ServedBy::Unknown},
+                      DataSrcCase{make(kOpStore, kLvlL1 | kLvlHit, 0, false), ServedBy::Cache},
+                      DataSrcCase{make(kOpLoad, kLvlHit | kLvlL3, kLvlNumL3, false), ServedBy::Cache},
                       DataSrcCase{make(kOpLoad, kLvlIo, kLvlNumIo, false), ServedBy::Unknown}));
 
 // What the kernel records as data_src for a sample its PMU did not classify (PERF_MEM_NA: op, level,
