@@ -168,12 +168,24 @@ SamplingSource::~SamplingSource() {
 }
 
 Result<void> SamplingSource::openEvents(uint32_t ringPages, bool forProgram) {
+  auto opened = openEachEvent(ringPages, forProgram);
+  // What opened before the failure (earlier events, earlier CPUs) is closed: their fds and ring
+  // mmaps would stay for the daemon's lifetime, charged against perf_event_mlock_kb.
+  if (!opened) closeEvents();
+  return opened;
+}
+
+void SamplingSource::closeEvents() {
   events_.clear();
   leaders_.clear();
   eventSampleType_.clear();
+  eventKind_.clear();
+}
+
+Result<void> SamplingSource::openEachEvent(uint32_t ringPages, bool forProgram) {
+  closeEvents();
   auto cpus = sys::perf::onlineCpus(sysfs_);
   if (!cpus) return cpus.error();
-  eventKind_.clear();
   using Handle = std::unique_ptr<sys::perf::PerfEvent>;
   const EventOpener<Handle> opener{
       [&](const perf_event_attr& attr, int cpu, int groupFd, bool isLeader) {
@@ -242,18 +254,16 @@ void SamplingSource::open() {
   for (const auto& ev : leaders_) {
     if (auto e = ev->enable(); !e) {
       status_ = {false, options_.eventDescription + ": group leader: " + e.error().message()};
-      events_.clear();
-      leaders_.clear();
       agg_.reset();
+      closeEvents();
       return;
     }
   }
   for (const auto& ev : events_) {
     if (auto e = ev->enable(); !e) {
       status_ = {false, options_.eventDescription + ": " + e.error().message()};
-      events_.clear();
-      leaders_.clear();  // enabled above: each would hold a PMU counter per CPU for nothing
       agg_.reset();
+      closeEvents();  // the leaders were enabled above: each would hold a PMU counter per CPU for nothing
       return;
     }
   }

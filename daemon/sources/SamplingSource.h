@@ -156,7 +156,10 @@ class SamplingSource final : public Source {
  private:
   // Opens every configured event on every CPU; `forProgram`: with the fields the in-kernel
   // program reads only (aggregatedSampleType).
+  // On failure nothing stays open.
   Result<void> openEvents(uint32_t ringPages, bool forProgram);
+  Result<void> openEachEvent(uint32_t ringPages, bool forProgram);
+  void closeEvents();
   // Measures calibratedCostNs_ and eventCostNs_ with bursts of the daemon's own page faults.
   [[nodiscard]] Result<void> calibrate();
   [[nodiscard]] PeriodLimits periodLimits() const;

@@ -870,9 +870,36 @@ TEST(SourcesPrivileged, StormOverBudgetRaisesThePeriodAtTheNextCollect) {
   EXPECT_GT(source.period(), 1U);
 }
 
+// An event that cannot be opened makes the source unavailable, and what had opened before it (an
+// earlier event on every CPU, with its ring mmap) is closed, not held for the daemon's lifetime.
+TEST(SourcesPrivileged, AFailedOpenLeavesNoPerfEventOpen) {
+  TT_REQUIRE_ROOT();
+  auto openFds = [] {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+    return n;
+  };
+  for (Aggregation aggregation : {Aggregation::UserRing, Aggregation::InKernel}) {
+    SamplingOptions o = softwareFaultOptions(1, aggregation);
+    perf_event_attr bad = o.events[0];
+    bad.type = PERF_TYPE_SOFTWARE;
+    bad.config = 0xdead;  // no such software event: EINVAL on the first CPU
+    o.events.push_back(bad);
+    o.eventKinds.resize(o.events.size(), o.defaultKind);
+    const size_t before = openFds();
+    {
+      SamplingSource source(o, sys::Fs("/sys"));
+      source.open();
+      ASSERT_FALSE(source.status().available) << "an event that cannot exist opened";
+      EXPECT_EQ(openFds(), before) << "fds left open by the failed open (" << source.status().detail << ")";
+    }
+  }
+}
+
 // A ring too small for an epoch's samples loses them: they were taken and paid for but reach
 // nobody, so a collect that learns of them raises the period although the estimated cost is far
-// under the budget (1 ns a sample, a whole CPU allowed: the cost alone would keep period 1). The
+// under the budget (1 ns a sample, ten CPUs allowed: the cost alone would keep period 1; the
+// daemon's drain is most of these short epochs' wall time). The
 // kernel writes its PERF_RECORD_LOST when the ring has room again, after the drain: the second
 // epoch's collect reads it.
 TEST(SourcesPrivileged, SamplesLostToAFullRingRaiseThePeriodAtTheNextCollect) {
@@ -880,7 +907,7 @@ TEST(SourcesPrivileged, SamplesLostToAFullRingRaiseThePeriodAtTheNextCollect) {
   SamplingOptions o = softwareFaultOptions(1, Aggregation::UserRing);
   o.minPeriod = 1;
   o.maxPeriod = 65536;
-  o.cpuBudgetPercent = 100;
+  o.cpuBudgetPercent = 1000;
   o.sampleCostNs = 1;
   o.ringPages = 1;  // 4 KiB: about 128 fault records
   SamplingSource source(o, sys::Fs("/sys"));
@@ -896,7 +923,7 @@ TEST(SourcesPrivileged, SamplesLostToAFullRingRaiseThePeriodAtTheNextCollect) {
   ASSERT_TRUE(tt::test::collectRecords(source, evidence).ok());
   ASSERT_GT(source.counters().lost, 0U) << "the one-page ring did not overflow: " << source.counters().samples
                                         << " samples delivered";
-  EXPECT_LT(source.counters().costPercent, o.cpuBudgetPercent / 4) << "the cost alone would lower the period";
+  EXPECT_LT(source.counters().costPercent, o.cpuBudgetPercent / 4) << "the cost alone would raise the period";
   EXPECT_GT(source.period(), 1U) << source.counters().lost << " samples lost, period unchanged";
 }
 
