@@ -63,10 +63,13 @@ uint64_t PeriodController::update(const EpochCost& epoch) {
   }
   if (epoch.throttled) period_ = clamp(std::max(static_cast<double>(period_), 2 * current));
   if (epoch.lost > 0) {
-    // The overflow count is events / period, an estimate: at least what was lost.
+    // The overflow count is events / period, an estimate, and a ring's LOST record comes an epoch
+    // late (the kernel writes it when the ring has room again), so `delivered` can be off by the
+    // whole loss: a step is at most what nothing delivered calls for (4x), and a loss that lasts
+    // takes a few epochs to settle instead of one estimate sending the period to its maximum.
     const double taken = std::max(static_cast<double>(epoch.overflows), static_cast<double>(epoch.lost));
     const double delivered = taken - static_cast<double>(epoch.lost);
-    const double factor = delivered > 0 ? taken / (kSetpoint * delivered) : 2 / kSetpoint;
+    const double factor = delivered > 0 ? std::min(taken / (kSetpoint * delivered), 2 / kSetpoint) : 2 / kSetpoint;
     period_ = clamp(std::max(static_cast<double>(period_), current * factor));
     lossFloor_ = period_;
     lossEpochsLeft_ = kLossMemoryEpochs;

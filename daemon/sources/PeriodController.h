@@ -23,10 +23,10 @@
 //
 // Samples the kernel took but could not deliver (a full ring, the in-kernel path's full count map)
 // cost as much as the others and carry nothing, and every delivered one still stands for a period
-// of events, so the heat they give is too low: an epoch that lost samples raises the period until
-// what the kernel takes is twice what it delivered (kSetpoint), and for kLossMemoryEpochs epochs
-// after the last loss no halving goes below that period, which would lose them again every other
-// epoch.
+// of events, so the heat they give is too low: an epoch that lost samples raises the period so that
+// the kernel takes half of what it delivered (kSetpoint), by at most 4x per epoch (the counts are
+// estimates), and for kLossMemoryEpochs epochs after the last loss no halving goes below that
+// period, which would lose them again every other epoch.
 //
 // A storm shorter than an epoch (a first-touch storm of 65536 faults takes ~0.5 s here; the
 // daemon's epoch is 1 s) is over before any per-epoch control can act, so sources that know the

@@ -915,6 +915,12 @@ TEST(SourcesPrivileged, SamplesLostToAFullRingRaiseThePeriodAtTheNextCollect) {
   ASSERT_TRUE(source.status().available) << source.status().detail;
   ASSERT_EQ(source.period(), 1U);
   test::PatternChild child(4096);
+  // On one CPU: the kernel writes a ring's LOST record at that ring's next sample, so both bursts
+  // must land in the same per-CPU ring.
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(0, &one);
+  ASSERT_EQ(::sched_setaffinity(child.pid(), sizeof one, &one), 0) << std::strerror(errno);
   ASSERT_TRUE(source.addProcess(child.pid()).ok());
   (void)child.writeRange(0, 2048);  // 2048 first-touch faults, every one sampled
   std::vector<AccessEvidence> evidence;
