@@ -63,11 +63,20 @@ void DamonSource::open() {
     status_ = {false, "DAMON sysfs: " + prepared.error().message()};
     return;
   }
-  if (*prepared > 0) {
-    TT_LOG(Warn) << "damon: turned off " << *prepared << " of its kdamonds left running (by an earlier run that did "
-                 << "not stop them)";
+  busy_slots_ = *prepared;
+  if (!busy_slots_.empty()) {
+    std::string which;
+    for (uint32_t s : busy_slots_) which += (which.empty() ? "" : ", ") + std::to_string(s);
+    TT_LOG(Warn) << "damon: kdamond slots " << which << " (of " << damon_.slots() << ", from sources.damon.kdamond_index) "
+                 << "were running at start, an earlier run's or another tool's: left alone until they stop; a "
+                 << "tracked process one of them monitors is taken over";
   }
-  auto reports = damon_.reportsRegions();
+  // Any slot shows whether the kernel reports tried regions; one that is off can be given a scheme
+  // to look, a running one only looked at.
+  uint32_t probe = 0;
+  while (probe < damon_.slots() && std::find(busy_slots_.begin(), busy_slots_.end(), probe) != busy_slots_.end()) ++probe;
+  const bool probeRunning = probe == damon_.slots();
+  auto reports = damon_.reportsRegions(probeRunning ? 0 : probe, probeRunning);
   if (!reports) {
     status_ = {false, "DAMON sysfs: " + reports.error().message()};
     return;
@@ -84,14 +93,33 @@ void DamonSource::open() {
 bool DamonSource::slotTaken(uint32_t slot) const {
   for (const auto& [t, s] : slots_)
     if (s == slot) return true;
-  return std::find(stopping_slots_.begin(), stopping_slots_.end(), slot) != stopping_slots_.end();
+  return std::find(stopping_slots_.begin(), stopping_slots_.end(), slot) != stopping_slots_.end() ||
+         std::find(busy_slots_.begin(), busy_slots_.end(), slot) != busy_slots_.end();
 }
 
 Result<void> DamonSource::addProcess(pid_t tgid) {
   if (!status_.available || slots_.contains(tgid)) return {};
-  // A slot that will not start (still running for someone, a sysfs writer in the way) does not
-  // stop the others from being tried.
   std::string failed;
+  // A kdamond found running for this very process (the daemon that died was tracking it): taken
+  // over, restarted with this daemon's settings.
+  for (auto it = busy_slots_.begin(); it != busy_slots_.end(); ++it) {
+    const uint32_t slot = *it;
+    if (auto target = damon_.targetPid(slot); !target || *target != tgid) continue;
+    std::lock_guard sysfs(sysfsMutex_);
+    if (auto r = damon_.stop(slot); !r) {
+      failed += "slot " + std::to_string(slot) + " (running for it): " + r.error().message() + "; ";
+      break;
+    }
+    busy_slots_.erase(it);
+    if (auto r = damon_.start(slot, tgid, attrs_); !r) {
+      failed += "slot " + std::to_string(slot) + ": " + r.error().message() + "; ";
+      break;
+    }
+    slots_[tgid] = slot;
+    return {};
+  }
+  // A slot that will not start (a sysfs writer in the way) does not stop the others from being
+  // tried.
   for (uint32_t slot = 0; slot < damon_.slots(); ++slot) {
     if (slotTaken(slot)) continue;
     std::lock_guard sysfs(sysfsMutex_);
@@ -103,8 +131,10 @@ Result<void> DamonSource::addProcess(pid_t tgid) {
     return {};
   }
   if (!failed.empty()) return logicError("DAMON: pid " + std::to_string(tgid) + " not monitored: " + failed);
-  return logicError("DAMON: all " + std::to_string(damon_.slots()) + " kdamond slots in use; pid " +
-                    std::to_string(tgid) + " not monitored (raise sources.damon.max_processes)");
+  return logicError("DAMON: no free kdamond slot for pid " + std::to_string(tgid) + ": of " +
+                    std::to_string(damon_.slots()) + ", " + std::to_string(slots_.size()) + " monitor tracked processes, " +
+                    std::to_string(stopping_slots_.size()) + " would not stop, " + std::to_string(busy_slots_.size()) +
+                    " were running at start for others (raise sources.damon.max_processes)");
 }
 
 Result<void> DamonSource::removeProcess(pid_t tgid) {
@@ -118,9 +148,21 @@ Result<void> DamonSource::removeProcess(pid_t tgid) {
   return r;
 }
 
-void DamonSource::retryStops() {
-  std::lock_guard sysfs(sysfsMutex_);
-  std::erase_if(stopping_slots_, [this](uint32_t slot) { return damon_.stop(slot).ok(); });
+void DamonSource::reviewSlots() {
+  // Not while a request is in flight (it can take an aggregation interval): collect() never waits.
+  std::unique_lock sysfs(sysfsMutex_, std::try_to_lock);
+  if (!sysfs.owns_lock()) return;
+  std::erase_if(stopping_slots_, [this](uint32_t slot) {
+    auto r = damon_.stop(slot);
+    if (!r) {
+      TT_LOG(Debug) << "damon: kdamond slot " << slot << " still does not stop: " << r.error().message();
+    }
+    return r.ok();
+  });
+  std::erase_if(busy_slots_, [this](uint32_t slot) {
+    auto on = damon_.running(slot);
+    return on && !*on;
+  });
 }
 
 Result<void> DamonSource::collect(EvidenceBatch& out) {
@@ -128,6 +170,8 @@ Result<void> DamonSource::collect(EvidenceBatch& out) {
   std::string errors;
   std::vector<std::pair<pid_t, uint32_t>> answered;
   std::vector<std::pair<pid_t, uint32_t>> unanswered;  // their request failed
+  // Before the wait below: requests slower than an epoch must not keep slots from being freed.
+  if (!stopping_slots_.empty() || !busy_slots_.empty()) reviewSlots();
   {
     std::lock_guard lock(mutex_);
     if (pending_ && !refreshed_) return {};  // the last requests still wait for their kdamonds
@@ -142,7 +186,6 @@ Result<void> DamonSource::collect(EvidenceBatch& out) {
     }
     pending_ = refreshed_ = false;
   }
-  if (!stopping_slots_.empty()) retryStops();  // the refresher is idle
   for (const auto& [tgid, slot] : answered) {
     // A process removed since (its slot off, or given to another process) has nothing to read.
     auto it = slots_.find(tgid);

@@ -58,8 +58,13 @@ class DamonSource final : public Source {
   // Slots of removed processes whose kdamond would not stop (EBUSY from another DAMON sysfs
   // writer, say): not handed out again, and stopped again at each collect until they are.
   std::vector<uint32_t> stopping_slots_;
+  // Slots found running at open (an earlier run's that died, or another tool's): not handed out
+  // until they stop by themselves (a kdamond stops when its process exits), except to the process
+  // they monitor, which the source takes over.
+  std::vector<uint32_t> busy_slots_;
   [[nodiscard]] bool slotTaken(uint32_t slot) const;
-  void retryStops();
+  // Retries the stuck stops and frees the busy slots that stopped, once per collect.
+  void reviewSlots();
 
   std::mutex sysfsMutex_;  // every write to DAMON's sysfs (see above)
   // The refresher thread and what it shares with collect(), under mutex_.

@@ -24,26 +24,30 @@ std::string DamonSysfs::dir(uint32_t slot) const {
 
 bool DamonSysfs::available() const { return sysfs_.exists(std::string(kAdmin) + "/nr_kdamonds"); }
 
-Result<uint32_t> DamonSysfs::prepare() {
+Result<std::vector<uint32_t>> DamonSysfs::prepare() {
   const std::string nr = std::string(kAdmin) + "/nr_kdamonds";
   auto current = readUint(sysfs_, nr);
   if (!current) return current.error();
-  uint32_t stopped = 0;
-  for (uint32_t s = 0; s < slots_ && first_ + s < *current; ++s) {
-    auto on = running(s);
-    if (!on) return on.error();
-    if (!*on) continue;
-    if (auto w = stop(s); !w) return withContext(w.error(), "DAMON: turning off kdamond " + std::to_string(first_ + s));
-    ++stopped;
-  }
   if (*current < first_ + slots_) {
     if (auto w = sysfs_.writeFile(nr, std::to_string(first_ + slots_)); !w) return w.error();
   }
+  std::vector<uint32_t> busy;
   for (uint32_t s = 0; s < slots_; ++s) {
-    const std::string ctx = dir(s) + "/contexts";
-    if (auto w = sysfs_.writeFile(ctx + "/nr_contexts", "1"); !w) return w.error();
+    auto on = running(s);
+    if (!on) return on.error();
+    if (*on) {
+      busy.push_back(s);
+      continue;
+    }
+    if (auto w = sysfs_.writeFile(dir(s) + "/contexts/nr_contexts", "1"); !w) return w.error();
   }
-  return stopped;
+  return busy;
+}
+
+Result<pid_t> DamonSysfs::targetPid(uint32_t slot) const {
+  auto pid = readUint(sysfs_, dir(slot) + "/contexts/0/targets/0/pid_target");
+  if (!pid) return pid.error();
+  return static_cast<pid_t>(*pid);
 }
 
 Result<bool> DamonSysfs::running(uint32_t slot) const {
@@ -52,10 +56,12 @@ Result<bool> DamonSysfs::running(uint32_t slot) const {
   return trim(*state) != "off" && !trim(*state).empty();
 }
 
-Result<bool> DamonSysfs::reportsRegions() {
-  if (slots_ == 0) return false;
-  const std::string schemes = dir(0) + "/contexts/0/schemes";
-  if (auto w = sysfs_.writeFile(schemes + "/nr_schemes", "1"); !w) return w.error();
+Result<bool> DamonSysfs::reportsRegions(uint32_t slot, bool running) {
+  if (slot >= slots_) return false;
+  const std::string schemes = dir(slot) + "/contexts/0/schemes";
+  if (!running) {
+    if (auto w = sysfs_.writeFile(schemes + "/nr_schemes", "1"); !w) return w.error();
+  }
   return sysfs_.exists(schemes + "/0/tried_regions");
 }
 
@@ -63,6 +69,7 @@ Result<void> DamonSysfs::start(uint32_t slot, pid_t pid, const DamonAttrs& a) {
   if (slot >= slots_) return logicError("DAMON slot " + std::to_string(slot) + " out of range");
   const std::string ctx = dir(slot) + "/contexts/0";
   const std::pair<std::string, std::string> writes[] = {
+      {dir(slot) + "/contexts/nr_contexts", "1"},  // a slot running at prepare() was not given one
       {ctx + "/operations", "vaddr"},
       {ctx + "/monitoring_attrs/intervals/sample_us", std::to_string(a.sampleUs)},
       {ctx + "/monitoring_attrs/intervals/aggr_us", std::to_string(a.aggrUs)},

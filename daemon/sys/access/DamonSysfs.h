@@ -38,19 +38,23 @@ class DamonSysfs {
   DamonSysfs(Fs sysfs, uint32_t firstKdamond, uint32_t slots) : sysfs_(std::move(sysfs)), first_(firstKdamond), slots_(slots) {}
 
   [[nodiscard]] bool available() const;
-  // Creates the kdamond slots (nr_kdamonds), all off: a slot found running (left on by an earlier
-  // run of the daemon that died) is turned off first, since a running kdamond refuses every
-  // configuration write (EBUSY) and would keep monitoring a pid nobody reads. Returns how many were.
-  // Fails with EBUSY when nr_kdamonds must grow while any kdamond (ours or another tool's) runs.
-  [[nodiscard]] Result<uint32_t> prepare();
+  // Creates the kdamond slots (nr_kdamonds) and gives each slot that is off one context. Slots found
+  // running are left as they are and returned: a kdamond refuses configuration writes while it runs
+  // (EBUSY), and nothing says whose it is (an earlier run of the daemon that died, or another tool
+  // such as damo, whose default is kdamond 0). Fails with EBUSY when nr_kdamonds must grow while
+  // any kdamond runs.
+  [[nodiscard]] Result<std::vector<uint32_t>> prepare();
+  // The pid a slot's kdamond monitors (its first target).
+  [[nodiscard]] Result<pid_t> targetPid(uint32_t slot) const;
   // Configures slot `slot` for `pid` (vaddr, one "stat" scheme over all regions) and turns it on.
   [[nodiscard]] Result<void> start(uint32_t slot, pid_t pid, const DamonAttrs& attrs);
   [[nodiscard]] Result<void> stop(uint32_t slot);
   // Whether the slot's kdamond runs. It stops by itself when its target process exits.
   [[nodiscard]] Result<bool> running(uint32_t slot) const;
   // Whether this kernel's DAMON sysfs reports a scheme's tried regions (6.2+; 6.1 has DAMON sysfs
-  // without them, so regions() could never succeed). Gives slot 0 its scheme directory to look.
-  [[nodiscard]] Result<bool> reportsRegions();
+  // without them, so regions() could never succeed). Gives `slot` (off) its scheme directory to
+  // look; a running slot is only looked at.
+  [[nodiscard]] Result<bool> reportsRegions(uint32_t slot, bool running);
   // Asks the kdamond to refresh tried_regions. Blocks until it has: the kernel answers at the end
   // of the kdamond's current aggregation interval (aggr_us, 100 ms by default).
   [[nodiscard]] Result<void> requestRegions(uint32_t slot) const;

@@ -675,19 +675,46 @@ TEST_F(DamonSysfsTest, CollectDoesNotWaitForTheKdamonds) {
   ::close(reader);
 }
 
-// A daemon that died left its kdamonds running: they refuse every configuration write (EBUSY) and
-// keep monitoring pids nobody reads. The next start turns its own slots off first.
-TEST_F(DamonSysfsTest, PrepareTurnsOffItsSlotsLeftRunning) {
+// Kdamonds running at start are left alone: nothing says whose they are (an earlier run of the
+// daemon that died, or another tool: damo's default is kdamond 0). A tracked process one of them
+// monitors takes it over (the daemon that died was tracking it); the others are handed out only
+// once they stop by themselves (a kdamond stops when its process exits). (The fixture's files are
+// written in place, not truncated, as on sysfs: values are chosen so that what the source writes
+// over them reads back whole.)
+TEST_F(DamonSysfsTest, SlotsRunningAtStartAreLeftAloneUnlessTheirProcessIsTracked) {
   makeKdamonds(3);
-  write(std::string(kAdmin) + "/nr_kdamonds", "3\n");
-  write(std::string(kAdmin) + "/1/state", "on\n");
-  write(std::string(kAdmin) + "/2/state", "on\n");  // not one of this daemon's slots (0 and 1)
-  sys::DamonSysfs damon(sys::Fs(root_.string()), 0, 2);
-  auto stopped = damon.prepare();
-  ASSERT_TRUE(stopped.ok()) << stopped.error().message();
-  EXPECT_EQ(*stopped, 1U);
-  EXPECT_EQ(read(std::string(kAdmin) + "/1/state"), "off");
-  EXPECT_EQ(read(std::string(kAdmin) + "/2/state"), "on") << "another tool's kdamond was turned off";
+  const std::string admin = kAdmin;
+  write(admin + "/nr_kdamonds", "3\n");
+  write(admin + "/0/state", "on\n");
+  write(admin + "/0/contexts/0/targets/0/pid_target", "5\n");  // someone else's
+  write(admin + "/1/state", "on\n");
+  write(admin + "/1/contexts/0/targets/0/pid_target", "77\n");   // the dead daemon's, for pid 77
+  fs::create_directories(root_ / admin / "2/contexts/0/schemes/0/tried_regions");
+  sys::DamonSysfs damon(sys::Fs(root_.string()), 0, 3);
+  auto busy = damon.prepare();
+  ASSERT_TRUE(busy.ok()) << busy.error().message();
+  EXPECT_EQ(*busy, (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(read(admin + "/0/state"), "on");
+  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 3), sys::DamonAttrs{}, 1024);
+  source.open();
+  ASSERT_TRUE(source.status().available) << source.status().detail;
+  EXPECT_EQ(read(admin + "/0/state"), "on") << "another tool's kdamond was touched";
+  ASSERT_TRUE(source.addProcess(88).ok());
+  EXPECT_EQ(read(admin + "/2/contexts/0/targets/0/pid_target"), "88") << "a running slot was handed out";
+  ASSERT_TRUE(source.addProcess(77).ok());
+  EXPECT_EQ(read(admin + "/1/contexts/0/targets/0/pid_target"), "77");
+  EXPECT_EQ(read(admin + "/1/contexts/0/operations"), "vaddr") << "the leftover kdamond of pid 77 was not taken over";
+  EXPECT_EQ(read(admin + "/0/contexts/0/operations"), "") << "another tool's kdamond was reconfigured";
+  const auto full = source.addProcess(99);
+  ASSERT_FALSE(full.ok());
+  EXPECT_NE(full.error().message().find("1 were running at start for others"), std::string::npos) << full.error().message();
+  // The other tool's kdamond stops: its slot is free from the next collect on.
+  write(admin + "/0/state", "off\n");
+  EvidenceBatch out;
+  (void)source.collect(out);
+  ASSERT_TRUE(source.addProcess(99).ok());
+  EXPECT_EQ(read(admin + "/0/contexts/0/targets/0/pid_target"), "99");
+  for (pid_t p : {77, 88, 99}) (void)source.removeProcess(p);
 }
 
 // A kdamond that would not stop when its process was removed keeps its slot off the free ones (a
