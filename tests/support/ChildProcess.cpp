@@ -12,6 +12,28 @@
 
 namespace tt::test {
 
+std::string outputOfChild(const std::function<std::string()>& fn) {
+  int fds[2];
+  if (pipe(fds) != 0) return std::string("pipe: ") + std::strerror(errno);
+  const pid_t pid = fork();
+  if (pid < 0) return std::string("fork: ") + std::strerror(errno);
+  if (pid == 0) {
+    close(fds[0]);
+    const std::string out = fn();
+    if (!out.empty() && write(fds[1], out.data(), out.size()) < 0) _exit(2);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[512];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "child failed";
+  return out;
+}
+
 TouchingChild::TouchingChild(size_t bytes, std::optional<uid_t> runAs) : bytes_(bytes) {
   int fds[2];
   if (pipe(fds) != 0) {

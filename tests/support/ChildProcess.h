@@ -6,9 +6,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <string>
 
 namespace tt::test {
+
+// Runs `fn` in a forked child of this process and returns what it returned, carried back through
+// a pipe; "child failed" when the child did not exit cleanly. For what must not change this
+// process: an environment variable a library reads once, dropped capabilities.
+[[nodiscard]] std::string outputOfChild(const std::function<std::string()>& fn);
 
 class TouchingChild {
  public:

@@ -82,24 +82,8 @@ bool keepOnly(const std::vector<int>& caps) {
 template <typename Body>
 std::string withUnitCapabilities(Body body) {
   const std::vector<int> caps = unitCapabilities();
-  int fds[2];
-  if (::pipe(fds) != 0) return std::string("pipe: ") + std::strerror(errno);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    std::string out = keepOnly(caps) ? body() : std::string("capset: ") + std::strerror(errno) + "\n";
-    if (!out.empty()) (void)!::write(fds[1], out.data(), out.size());
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::string out;
-  char buf[512];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) out += "the child did not exit cleanly\n";
-  return out;
+  return tt::test::outputOfChild(
+      [&] { return keepOnly(caps) ? body() : std::string("capset: ") + std::strerror(errno) + "\n"; });
 }
 
 TEST(UnitCapabilities, ReachAnotherUsersProcFiles) {

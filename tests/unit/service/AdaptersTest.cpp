@@ -338,28 +338,38 @@ TEST(HeatPlannerPolicy, AppliesHeatModelKeysLiveOverTheLearnedHeat) {
 
 namespace {
 
-// Asking the kernel where every registered page is, every epoch, costs 140-200 ns a page: the
-// daemon keeps each block's answer between plans. A block is asked again right after a plan moved
-// it, and otherwise once in `refresh` plans (here 256 known pages over a 64-page budget: every 4th
-// plan), so a page the kernel moved by itself shows within 4 plans; a block no plan asks for is
-// forgotten.
-TEST(MovePagesPlacement, KeepsAnswersBetweenPlansAndAsksAgainForWhatMovedOrIsDue) {
-  constexpr pid_t kPid = 42;
-  constexpr uint64_t kBase = 0x7f0000000000;
-  constexpr uint64_t kBlock = 16 * tt::kBasePageSize;
-  tt::fakes::FakePageMover mover;
-  mover.map(kPid, kBase, 16 * kBlock, 1);
-  const auto topology = tt::fakes::twoNodeTopology();
-  tt::service::MovePagesPlacement placement(mover, topology);
-  placement.setQueryBudget(64);
-  auto plan = [&](const tt::MigrationPlan& moves = {}, int skip = -1) {
+// Sixteen blocks of 16 pages of one process, all on the slow node, and a plan that asks where
+// each is.
+class MovePagesPlacement : public ::testing::Test {
+ protected:
+  static constexpr pid_t kPid = 42;
+  static constexpr uint64_t kBase = 0x7f0000000000;
+  static constexpr uint64_t kBlock = 16 * tt::kBasePageSize;
+  void SetUp() override { mover.map(kPid, kBase, 16 * kBlock, 1); }
+  // One plan: asks for every block but `skip`, the moves of `stillMoving` in flight, then ends
+  // with `moves`; returns the answers in block order.
+  std::vector<tt::policy::Residency> plan(const tt::MigrationPlan& moves = {}, int skip = -1,
+                                          std::span<const tt::MoveRequest> stillMoving = {}) {
     placement.beginPlan();
+    placement.stillMoving(stillMoving);
     std::vector<tt::policy::Residency> out;
     for (int b = 0; b < 16; ++b)
       if (b != skip) out.push_back(placement.residency(kPid, kBase + static_cast<uint64_t>(b) * kBlock, kBlock));
     placement.endPlan(moves);
     return out;
-  };
+  }
+  tt::fakes::FakePageMover mover;
+  const tt::topology::Topology topology = tt::fakes::twoNodeTopology();
+  tt::service::MovePagesPlacement placement{mover, topology};
+};
+
+// Asking the kernel where every registered page is, every epoch, costs 140-200 ns a page: the
+// daemon keeps each block's answer between plans. A block is asked again right after a plan moved
+// it, and otherwise once in `refresh` plans (here 256 known pages over a 64-page budget: every 4th
+// plan), so a page the kernel moved by itself shows within 4 plans; a block no plan asks for is
+// forgotten.
+TEST_F(MovePagesPlacement, KeepsAnswersBetweenPlansAndAsksAgainForWhatMovedOrIsDue) {
+  placement.setQueryBudget(64);
   auto first = plan();
   EXPECT_EQ(placement.pagesQueried(), 256U) << "new blocks are asked";
   EXPECT_EQ(first[3].slowPages, 16U);
@@ -420,33 +430,17 @@ TEST(MovePagesPlacement, KeepsAnswersBetweenPlansAndAsksAgainForWhatMovedOrIsDue
 // tier, is not kept after its copy lands (here in the sixth plan, with a refresh turn once in 16
 // plans). Without the marks the planner would not count the promoted block against the budget and
 // would fill its bytes again.
-TEST(MovePagesPlacement, KeepsAskingForAPlansBlocksWhileTheEngineStillRunsIt) {
-  constexpr pid_t kPid = 43;
-  constexpr uint64_t kBase = 0x7f0000000000;
-  constexpr uint64_t kBlock = 16 * tt::kBasePageSize;
-  tt::fakes::FakePageMover mover;
-  mover.map(kPid, kBase, 16 * kBlock, 1);
-  const auto topology = tt::fakes::twoNodeTopology();
-  tt::service::MovePagesPlacement placement(mover, topology);
+TEST_F(MovePagesPlacement, KeepsAskingForAPlansBlocksWhileTheEngineStillRunsIt) {
   placement.setQueryBudget(16);  // 256 pages known: a refresh turn once in 16 plans
   std::vector<tt::MoveRequest> inFlight;
-  auto plan = [&](const tt::MigrationPlan& moves = {}) {
-    placement.beginPlan();
-    placement.stillMoving(inFlight);
-    std::vector<tt::policy::Residency> out;
-    for (int b = 0; b < 16; ++b) out.push_back(placement.residency(kPid, kBase + static_cast<uint64_t>(b) * kBlock, kBlock));
-    placement.endPlan(moves);
-    return out;
-  };
   (void)plan();
   ASSERT_EQ(placement.refreshPlans(), 16U);
   tt::MigrationPlan promote;
   promote.moves.push_back(tt::MoveRequest{kPid, kBase + 7 * kBlock, kBlock, 0, 0, 0});
   (void)plan(promote);  // submitted: the engine runs it from here on
   inFlight = promote.moves;
-  for (int p = 0; p < 5; ++p) EXPECT_EQ(plan()[7].slowPages, 16U) << "plan " << p << ": not copied yet";
+  for (int p = 0; p < 5; ++p) EXPECT_EQ(plan({}, -1, inFlight)[7].slowPages, 16U) << "plan " << p << ": not copied yet";
   mover.map(kPid, kBase + 7 * kBlock, kBlock, 0);  // the copy lands, the engine is done
-  inFlight.clear();
   for (int p = 0; p < 8; ++p) EXPECT_EQ(plan()[7].fastPages, 16U) << "plan " << p << " after the copy landed";
 }
 

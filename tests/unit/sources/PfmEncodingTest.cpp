@@ -11,6 +11,7 @@
 #include <string>
 
 #include "sources/PmuEvents.h"
+#include "support/ChildProcess.h"
 #include "sources/SamplingSource.h"
 #include "sys/perf/PfmEncoder.h"
 
@@ -19,25 +20,18 @@ namespace {
 
 // Runs `fn` in a child with LIBPFM_FORCE_PMU=pmu; returns what it wrote (or "child failed").
 std::string inChildWithPmu(const std::string& pmu, const std::function<std::string()>& fn) {
-  int fds[2];
-  if (::pipe(fds) != 0) return "pipe failed";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
+  return test::outputOfChild([&] {
     ::setenv("LIBPFM_FORCE_PMU", pmu.c_str(), 1);
-    const std::string out = fn();
-    if (::write(fds[1], out.data(), out.size()) < 0) ::_exit(2);
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::string out;
-  char buf[512];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "child failed";
-  return out;
+    return fn();
+  });
+}
+
+// The Intel plan libpfm4 gives for skx at period 5003 (call in inChildWithPmu("skx", ...)).
+Result<PmuPlan> skxPlan() {
+  PmuPlanInput in;
+  in.corePmu = "skx";
+  in.period = 5003;
+  return planPmuEvents(in);
 }
 
 std::string encode(const std::string& event) {
@@ -86,10 +80,7 @@ TEST(PfmEncoding, UnknownEventIsAClearError) {
 // ring path reads every record from the ring either way and keeps the plan's attributes.
 TEST(PmuPlan, InKernelIntelEventsAskForAWakeupPerSampleSoLargePebsStaysOff) {
   const std::string out = inChildWithPmu("skx", [] {
-    PmuPlanInput in;
-    in.corePmu = "skx";
-    in.period = 5003;
-    auto plan = planPmuEvents(in);
+    auto plan = skxPlan();
     if (!plan) return "error: " + plan.error().message();
     // The kernel's condition for auto-reload, and with it large PEBS.
     auto largePebs = [](const perf_event_attr& a) { return a.precise_ip > 0 && !(a.freq || (a.wakeup_events > 0 && !a.watermark)); };
@@ -110,10 +101,7 @@ TEST(PmuPlan, InKernelIntelEventsAskForAWakeupPerSampleSoLargePebsStaysOff) {
 
 TEST(PmuPlan, IntelPlanHasPebsLoadsAndStores) {
   const std::string out = inChildWithPmu("skx", [] {
-    PmuPlanInput in;
-    in.corePmu = "skx";
-    in.period = 5003;
-    auto plan = planPmuEvents(in);
+    auto plan = skxPlan();
     if (!plan) return "error: " + plan.error().message();
     std::string s = plan->description;
     if (plan->kinds.size() != plan->events.size()) return std::string("kinds not parallel to events");

@@ -574,6 +574,23 @@ class DamonSysfsTest : public TempTree {
         for (const char* m : {"min", "max"}) write(ctx + "/schemes/0/access_pattern/" + d + "/" + m, "");
     }
   }
+  // An open source on one kdamond, tracking pid 77, whose tried regions hold one region of two
+  // pages (4096-12288) seen 5 times; null (and a test failure) when it does not open.
+  std::unique_ptr<DamonSource> sourceWithOneRegion() {
+    makeKdamonds(1);
+    const std::string kd = std::string(kAdmin) + "/0";
+    fs::create_directories(root_ / kd / "contexts/0/schemes/0/tried_regions");
+    auto source = std::make_unique<DamonSource>(sys::DamonSysfs(sys::Fs(root_.string()), 0, 1), sys::DamonAttrs{}, 1024);
+    source->open();
+    EXPECT_TRUE(source->status().available) << source->status().detail;
+    if (!source->status().available || !source->addProcess(77).ok()) return nullptr;
+    const std::string tried = kd + "/contexts/0/schemes/0/tried_regions/0";
+    write(tried + "/start", "4096\n");
+    write(tried + "/end", "12288\n");
+    write(tried + "/nr_accesses", "5\n");
+    write(tried + "/age", "1\n");
+    return source;
+  }
 };
 
 TEST_F(DamonSysfsTest, ConfiguresOneKdamondPerProcessAndReadsTriedRegions) {
@@ -633,18 +650,10 @@ TEST_F(DamonSysfsTest, KernelWithoutTriedRegionsIsUnavailableWithReason) {
 // state file is a FIFO: a request blocks until the test reads it, as the kernel's does until the
 // kdamond answers.
 TEST_F(DamonSysfsTest, CollectDoesNotWaitForTheKdamonds) {
-  makeKdamonds(1);
   const std::string kd = std::string(kAdmin) + "/0";
-  fs::create_directories(root_ / kd / "contexts/0/schemes/0/tried_regions");
-  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 1), sys::DamonAttrs{}, 1024);
-  source.open();
-  ASSERT_TRUE(source.status().available) << source.status().detail;
-  ASSERT_TRUE(source.addProcess(77).ok());
-  const std::string tried = kd + "/contexts/0/schemes/0/tried_regions/0";
-  write(tried + "/start", "4096\n");
-  write(tried + "/end", "12288\n");
-  write(tried + "/nr_accesses", "5\n");
-  write(tried + "/age", "1\n");
+  auto opened = sourceWithOneRegion();
+  ASSERT_NE(opened, nullptr);
+  DamonSource& source = *opened;
   const fs::path state = root_ / kd / "state";
   fs::remove(state);
   ASSERT_EQ(::mkfifo(state.c_str(), 0600), 0);
@@ -753,18 +762,10 @@ TEST_F(DamonSysfsTest, ASlotThatWouldNotStopIsRetriedAndNotHandedOut) {
 // earlier request left (here: written by the test), already reported then, not to be reported
 // again.
 TEST_F(DamonSysfsTest, RegionsLeftFromAnEarlierRequestAreNotReportedForAFailedOne) {
-  makeKdamonds(1);
   const std::string kd = std::string(kAdmin) + "/0";
-  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 1), sys::DamonAttrs{}, 1024);
-  fs::create_directories(root_ / kd / "contexts/0/schemes/0/tried_regions");
-  source.open();
-  ASSERT_TRUE(source.status().available) << source.status().detail;
-  ASSERT_TRUE(source.addProcess(77).ok());
-  const std::string tried = kd + "/contexts/0/schemes/0/tried_regions/0";
-  write(tried + "/start", "4096\n");
-  write(tried + "/end", "12288\n");
-  write(tried + "/nr_accesses", "5\n");
-  write(tried + "/age", "1\n");
+  auto opened = sourceWithOneRegion();
+  ASSERT_NE(opened, nullptr);
+  DamonSource& source = *opened;
   auto collectUntil = [&](auto done) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (std::chrono::steady_clock::now() < deadline) {
