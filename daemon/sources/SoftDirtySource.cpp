@@ -22,12 +22,14 @@ SoftDirtySource::SoftDirtySource(std::unique_ptr<sys::SoftDirtyTracker> tracker,
 }
 
 Result<void> SoftDirtySource::addProcess(pid_t tgid) {
-  if (!status_.available) return {};
+  if (!status_.available || processes_.contains(tgid)) return {};
+  if (auto r = tracker_->track(tgid); !r) return r.error();
   processes_.try_emplace(tgid);
   return {};
 }
 
 Result<void> SoftDirtySource::removeProcess(pid_t tgid) {
+  tracker_->untrack(tgid);
   processes_.erase(tgid);
   return {};
 }
@@ -56,6 +58,7 @@ Result<void> SoftDirtySource::collect(EvidenceBatch& out) {
     if (p.primed) {
       auto ranges = scanRanges(tgid, p);
       if (!ranges && ranges.error().code == ENOENT) {  // the process exited
+        tracker_->untrack(tgid);
         it = processes_.erase(it);
         continue;
       }
@@ -114,6 +117,7 @@ Result<void> SoftDirtySource::collect(EvidenceBatch& out) {
     }
     if (auto c = tracker_->clear(tgid); !c) {
       if (c.error().code == ENOENT || c.error().code == ESRCH) {
+        tracker_->untrack(tgid);
         it = processes_.erase(it);
         continue;
       }

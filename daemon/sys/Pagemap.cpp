@@ -19,6 +19,7 @@ class WordFile {
   WordFile(const Fs& fs, const std::string& relative) : path_(fs.resolve(relative)) {
     fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   }
+  WordFile(int dirfd, const std::string& name) : path_(name) { fd_ = ::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC); }
   ~WordFile() {
     if (fd_ >= 0) ::close(fd_);
   }
@@ -70,6 +71,13 @@ void appendBlock(std::vector<HugeRange>& out, uint64_t block) {
 Result<void> readWords(const Fs& fs, const std::string& relative, uint64_t index, std::vector<uint64_t>& out,
                        size_t count) {
   WordFile file(fs, relative);
+  if (auto ok = file.opened(); !ok) return ok.error();
+  out.resize(count);
+  return file.words(index, out.data(), count);
+}
+
+Result<void> readWordsAt(int dirfd, const std::string& name, uint64_t index, std::vector<uint64_t>& out, size_t count) {
+  WordFile file(dirfd, name);
   if (auto ok = file.opened(); !ok) return ok.error();
   out.resize(count);
   return file.words(index, out.data(), count);

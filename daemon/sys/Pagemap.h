@@ -54,5 +54,8 @@ class ProcHugePageProbe final : public HugePageProbe {
 // word `index`.
 [[nodiscard]] Result<void> readWords(const Fs& fs, const std::string& relative, uint64_t index,
                                      std::vector<uint64_t>& out, size_t count);
+// The same for `name` in the directory open as `dirfd` (a process's /proc directory).
+[[nodiscard]] Result<void> readWordsAt(int dirfd, const std::string& name, uint64_t index, std::vector<uint64_t>& out,
+                                       size_t count);
 
 }  // namespace tt::sys

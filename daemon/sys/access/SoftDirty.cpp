@@ -9,17 +9,53 @@
 
 namespace tt::sys {
 
+ProcSoftDirtyTracker::~ProcSoftDirtyTracker() {
+  for (const auto& [pid, fd] : dirs_) ::close(fd);
+}
+
+Result<void> ProcSoftDirtyTracker::track(pid_t pid) {
+  if (dirs_.contains(pid)) return {};
+  const std::string path = procfs_.resolve(std::to_string(pid));
+  const int fd = ::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errnoError("open " + path);
+  dirs_[pid] = fd;
+  return {};
+}
+
+void ProcSoftDirtyTracker::untrack(pid_t pid) {
+  auto it = dirs_.find(pid);
+  if (it == dirs_.end()) return;
+  ::close(it->second);
+  dirs_.erase(it);
+}
+
+Result<int> ProcSoftDirtyTracker::dirOf(pid_t pid) const {
+  auto it = dirs_.find(pid);
+  if (it == dirs_.end()) return systemError(ESRCH, "soft-dirty: pid " + std::to_string(pid) + " not tracked");
+  return it->second;
+}
+
 Result<void> ProcSoftDirtyTracker::clear(pid_t pid) {
-  return procfs_.writeFile(std::to_string(pid) + "/clear_refs", "4");
+  auto dir = dirOf(pid);
+  if (!dir) return dir.error();
+  const std::string what = std::to_string(pid) + "/clear_refs";
+  const int fd = ::openat(*dir, "clear_refs", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errnoError("open for write " + procfs_.resolve(what));
+  const bool written = ::write(fd, "4", 1) == 1;
+  const Error error = errnoError("write " + procfs_.resolve(what));
+  ::close(fd);
+  if (!written) return error;
+  return {};
 }
 
 Result<void> ProcSoftDirtyTracker::dirtyPages(pid_t pid, uint64_t start, uint64_t pages, std::vector<uint64_t>& dirty) {
   constexpr uint64_t kChunk = 1U << 16;  // 512 KiB of pagemap per read
-  const std::string path = std::to_string(pid) + "/pagemap";
+  auto dir = dirOf(pid);
+  if (!dir) return dir.error();
   for (uint64_t done = 0; done < pages;) {
     const uint64_t n = std::min(kChunk, pages - done);
     const uint64_t first = start / 4096 + done;
-    if (auto r = readWords(procfs_, path, first, words_, n); !r) return r.error();
+    if (auto r = readWordsAt(*dir, "pagemap", first, words_, n); !r) return withContext(r.error(), std::to_string(pid) + "/pagemap");
     for (uint64_t i = 0; i < words_.size(); ++i)
       if ((words_[i] & kPagemapSoftDirty) != 0 && (words_[i] & kPagemapPresent) != 0)
         dirty.push_back((first + i) * 4096);

@@ -11,6 +11,11 @@ namespace tt::fakes {
 
 class FakeSoftDirtyTracker final : public sys::SoftDirtyTracker {
  public:
+  Result<void> track(pid_t pid) override {
+    tracked.insert(pid);
+    return {};
+  }
+  void untrack(pid_t pid) override { tracked.erase(pid); }
   Result<void> clear(pid_t pid) override {
     if (exited.contains(pid)) return systemError(ENOENT, "open " + std::to_string(pid) + "/clear_refs");
     ++clears[pid];
@@ -28,6 +33,7 @@ class FakeSoftDirtyTracker final : public sys::SoftDirtyTracker {
   std::map<pid_t, std::set<uint64_t>> dirty;
   std::map<pid_t, int> clears;
   std::set<pid_t> exited;  // its /proc/PID files are gone
+  std::set<pid_t> tracked;
 };
 
 }  // namespace tt::fakes

@@ -96,6 +96,7 @@ TEST(UnitCapabilities, ReachAnotherUsersProcFiles) {
     std::string out;
     const tt::sys::Fs procfs("/proc");
     tt::sys::ProcSoftDirtyTracker softDirty(procfs);
+    if (auto r = softDirty.track(pid); !r) out += "soft-dirty track: " + r.error().message() + "\n";
     if (auto r = softDirty.clear(pid); !r) out += "soft-dirty clear: " + r.error().message() + "\n";
     std::vector<uint64_t> dirty;
     if (auto r = softDirty.dirtyPages(pid, base, 64, dirty); !r) out += "soft-dirty read: " + r.error().message() + "\n";

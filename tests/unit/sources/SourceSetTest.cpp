@@ -295,6 +295,29 @@ TEST_F(SoftDirtySourceTest, ReportsPagesWrittenSinceLastEpochOnly) {
   EXPECT_TRUE(out.empty()) << "bits cleared after each epoch";
 }
 
+// The tracker holds on to the process it was given (its /proc directory, opened at track()): a pid
+// reused after that process exited names another process, whose clear_refs must never be written
+// (its soft-dirty state is its own, and CRIU's). Here the pid's directory is replaced; the kernel
+// goes further and fails lookups in the old one.
+TEST_F(SoftDirtySourceTest, TheTrackerActsOnTheProcessItWasGivenNotOnAReusedPid) {
+  write("42/clear_refs", "");
+  write("42/pagemap", "");
+  sys::ProcSoftDirtyTracker tracker(sys::Fs(root_.string()));
+  ASSERT_TRUE(tracker.track(42).ok());
+  fs::rename(root_ / "42", root_ / "42-exited");
+  write("42/clear_refs", "");
+  ASSERT_TRUE(tracker.clear(42).ok());
+  EXPECT_EQ(read("42/clear_refs"), "") << "written to the process that has the pid now";
+  EXPECT_EQ(read("42-exited/clear_refs"), "4");
+  std::vector<uint64_t> dirty;
+  EXPECT_TRUE(tracker.dirtyPages(42, 0x7f0000000000, 16, dirty).ok());
+  tracker.untrack(42);
+  const auto untracked = tracker.clear(42);
+  ASSERT_FALSE(untracked.ok());
+  EXPECT_EQ(untracked.error().code, ESRCH);
+  EXPECT_FALSE(tracker.track(43).ok()) << "no such process";
+}
+
 // A process that exits between the read of its ranges and its pagemap has simply gone: it is
 // dropped without a collect error (a normal exit is no failure to report every time).
 TEST_F(SoftDirtySourceTest, AProcessExitingMidScanIsDroppedWithoutAnError) {

@@ -1568,6 +1568,10 @@ void pagemapScan(uint64_t mib, int rounds) {
   for (size_t i = 0; i < bytes; i += 4096) mem[i] = 1;
   const uint64_t pages = bytes / 4096, first = reinterpret_cast<uint64_t>(mem) / 4096;
   tt::sys::ProcSoftDirtyTracker tracker(tt::sys::Fs("/proc"));
+  if (!tracker.track(::getpid())) {
+    std::printf("pagemap-scan: cannot open /proc/self\n");
+    return;
+  }
   const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
   std::vector<double> bulk, perWord;
   std::vector<uint64_t> dirty;
