@@ -29,9 +29,13 @@ Result<void> SoftDirtySource::addProcess(pid_t tgid) {
 }
 
 Result<void> SoftDirtySource::removeProcess(pid_t tgid) {
-  tracker_->untrack(tgid);
-  processes_.erase(tgid);
+  if (auto it = processes_.find(tgid); it != processes_.end()) drop(it);
   return {};
+}
+
+std::map<pid_t, SoftDirtySource::Process>::iterator SoftDirtySource::drop(std::map<pid_t, Process>::iterator it) {
+  tracker_->untrack(it->first);
+  return processes_.erase(it);
 }
 
 void SoftDirtySource::setRanges(pid_t tgid, const std::vector<std::pair<uint64_t, uint64_t>>& ranges) {
@@ -58,8 +62,7 @@ Result<void> SoftDirtySource::collect(EvidenceBatch& out) {
     if (p.primed) {
       auto ranges = scanRanges(tgid, p);
       if (!ranges && ranges.error().code == ENOENT) {  // the process exited
-        tracker_->untrack(tgid);
-        it = processes_.erase(it);
+        it = drop(it);
         continue;
       }
       if (!ranges) {
@@ -117,8 +120,7 @@ Result<void> SoftDirtySource::collect(EvidenceBatch& out) {
     }
     if (auto c = tracker_->clear(tgid); !c) {
       if (c.error().code == ENOENT || c.error().code == ESRCH) {
-        tracker_->untrack(tgid);
-        it = processes_.erase(it);
+        it = drop(it);
         continue;
       }
       errors += c.error().message() + "; ";

@@ -53,6 +53,8 @@ class SoftDirtySource final : public Source {
   SourceStatus status_;
   SourceCounters counters_;
   std::map<pid_t, Process> processes_;
+  // Forgets a process here and in the tracker; returns the next one.
+  std::map<pid_t, Process>::iterator drop(std::map<pid_t, Process>::iterator it);
   std::vector<uint64_t> dirty_;
 };
 

@@ -13,54 +13,6 @@
 namespace tt::sys {
 namespace {
 
-// An open binary procfs file, closed on scope exit.
-class WordFile {
- public:
-  WordFile(const Fs& fs, const std::string& relative) : path_(fs.resolve(relative)) {
-    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  }
-  WordFile(int dirfd, const std::string& name) : path_(name) { fd_ = ::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC); }
-  ~WordFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  WordFile(const WordFile&) = delete;
-  WordFile& operator=(const WordFile&) = delete;
-
-  [[nodiscard]] Result<void> opened() const {
-    if (fd_ < 0) return errnoError("open " + path_);
-    return {};
-  }
-  // One word; a read past the end of a fixture file yields 0 (not present), as the kernel's
-  // pagemap does for unmapped addresses.
-  [[nodiscard]] Result<uint64_t> word(uint64_t index) const {
-    uint64_t value = 0;
-    if (auto r = words(index, &value, 1); !r) return r.error();
-    return value;
-  }
-  // `count` consecutive words from word `index`, in as few reads as the file gives them: each read
-  // of pagemap takes the target's mmap lock and walks its page tables, so a word per read cost
-  // 0.5 us a page (121-176 ms of CPU per GiB scanned, against 5-9 ms in 512 KiB reads). Short
-  // reads are continued; what lies past the end of a fixture file is 0.
-  [[nodiscard]] Result<void> words(uint64_t index, uint64_t* out, size_t count) const {
-    auto* bytes = reinterpret_cast<char*>(out);
-    const size_t total = count * sizeof(uint64_t);
-    size_t done = 0;
-    while (done < total) {
-      const ssize_t n = ::pread(fd_, bytes + done, total - done, static_cast<off_t>(index * sizeof(uint64_t) + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return errnoError("pread " + path_ + " words " + std::to_string(index) + "+" + std::to_string(count));
-      if (n == 0) break;
-      done += static_cast<size_t>(n);
-    }
-    std::memset(bytes + done, 0, total - done);
-    return {};
-  }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-};
-
 void appendBlock(std::vector<HugeRange>& out, uint64_t block) {
   if (!out.empty() && out.back().start + out.back().length == block) out.back().length += kHugePageSize;
   else out.push_back({block, kHugePageSize});
@@ -68,16 +20,47 @@ void appendBlock(std::vector<HugeRange>& out, uint64_t block) {
 
 }  // namespace
 
+WordFile::WordFile(const Fs& fs, const std::string& relative) : path_(fs.resolve(relative)) {
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+}
+
+WordFile::WordFile(int dirfd, const std::string& name) : path_(name) {
+  fd_ = ::openat(dirfd, name.c_str(), O_RDONLY | O_CLOEXEC);
+}
+
+WordFile::~WordFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<void> WordFile::opened() const {
+  if (fd_ < 0) return errnoError("open " + path_);
+  return {};
+}
+
+Result<uint64_t> WordFile::word(uint64_t index) const {
+  uint64_t value = 0;
+  if (auto r = words(index, &value, 1); !r) return r.error();
+  return value;
+}
+
+Result<void> WordFile::words(uint64_t index, uint64_t* out, size_t count) const {
+  auto* bytes = reinterpret_cast<char*>(out);
+  const size_t total = count * sizeof(uint64_t);
+  size_t done = 0;
+  while (done < total) {
+    const ssize_t n = ::pread(fd_, bytes + done, total - done, static_cast<off_t>(index * sizeof(uint64_t) + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errnoError("pread " + path_ + " words " + std::to_string(index) + "+" + std::to_string(count));
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  std::memset(bytes + done, 0, total - done);
+  return {};
+}
+
 Result<void> readWords(const Fs& fs, const std::string& relative, uint64_t index, std::vector<uint64_t>& out,
                        size_t count) {
   WordFile file(fs, relative);
-  if (auto ok = file.opened(); !ok) return ok.error();
-  out.resize(count);
-  return file.words(index, out.data(), count);
-}
-
-Result<void> readWordsAt(int dirfd, const std::string& name, uint64_t index, std::vector<uint64_t>& out, size_t count) {
-  WordFile file(dirfd, name);
   if (auto ok = file.opened(); !ok) return ok.error();
   out.resize(count);
   return file.words(index, out.data(), count);

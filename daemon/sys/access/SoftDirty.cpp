@@ -38,13 +38,14 @@ Result<int> ProcSoftDirtyTracker::dirOf(pid_t pid) const {
 Result<void> ProcSoftDirtyTracker::clear(pid_t pid) {
   auto dir = dirOf(pid);
   if (!dir) return dir.error();
-  const std::string what = std::to_string(pid) + "/clear_refs";
   const int fd = ::openat(*dir, "clear_refs", O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return errnoError("open for write " + procfs_.resolve(what));
-  const bool written = ::write(fd, "4", 1) == 1;
-  const Error error = errnoError("write " + procfs_.resolve(what));
+  if (fd < 0) return errnoError("open for write " + procfs_.resolve(std::to_string(pid) + "/clear_refs"));
+  if (::write(fd, "4", 1) != 1) {
+    const Error error = errnoError("write " + procfs_.resolve(std::to_string(pid) + "/clear_refs"));
+    ::close(fd);
+    return error;
+  }
   ::close(fd);
-  if (!written) return error;
   return {};
 }
 
@@ -52,10 +53,13 @@ Result<void> ProcSoftDirtyTracker::dirtyPages(pid_t pid, uint64_t start, uint64_
   constexpr uint64_t kChunk = 1U << 16;  // 512 KiB of pagemap per read
   auto dir = dirOf(pid);
   if (!dir) return dir.error();
+  const WordFile pagemap(*dir, "pagemap");  // once per call: the chunks below read it in turn
+  if (auto ok = pagemap.opened(); !ok) return withContext(ok.error(), std::to_string(pid) + "/pagemap");
   for (uint64_t done = 0; done < pages;) {
     const uint64_t n = std::min(kChunk, pages - done);
     const uint64_t first = start / 4096 + done;
-    if (auto r = readWordsAt(*dir, "pagemap", first, words_, n); !r) return withContext(r.error(), std::to_string(pid) + "/pagemap");
+    words_.resize(n);
+    if (auto r = pagemap.words(first, words_.data(), n); !r) return withContext(r.error(), std::to_string(pid) + "/pagemap");
     for (uint64_t i = 0; i < words_.size(); ++i)
       if ((words_[i] & kPagemapSoftDirty) != 0 && (words_[i] & kPagemapPresent) != 0)
         dirty.push_back((first + i) * 4096);
