@@ -33,6 +33,8 @@ TEST(PolicyConfig, QuotaAndBudgetRules) {
 TEST(PolicyConfig, BoundsApply) {
   EXPECT_NE(errorsOf("policy { hysteresis_margin: 11 }").find("policy.hysteresis_margin"), std::string::npos);
   EXPECT_NE(errorsOf("policy { feature_weight_floor: 0.25 }").find("feature_weight_floor"), std::string::npos);
+  // A multiplicative update cannot bring back a weight that reached zero.
+  EXPECT_NE(errorsOf("policy { feature_weight_floor: 0 }").find("feature_weight_floor"), std::string::npos);
   EXPECT_NE(errorsOf("policy { schedule_buckets: 0 }").find("policy.schedule_buckets"), std::string::npos);
 }
 
