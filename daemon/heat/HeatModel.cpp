@@ -511,12 +511,13 @@ std::vector<double> HeatModel::bucketShares(const StepClock& clock, uint64_t sin
   return overlap;
 }
 
-void HeatModel::addPrior(Unit& unit, Process& proc, uint64_t nowNs, double accesses) {
+void HeatModel::addPrior(Unit& unit, uint64_t nowNs, double accesses, const std::vector<double>* shares) {
   decayUnit(unit, nowNs);
   unit.priorHeat += accesses;
-  if (proc.clock.known() && proc.stepOpen) {
+  if (shares != nullptr) {
     if (unit.priorStepAccum.empty()) unit.priorStepAccum.assign(buckets_, 0);
-    unit.priorStepAccum[proc.clock.bucketAt(nowNs, buckets_)] += accesses / static_cast<double>(unit.pages());
+    const double perPage = accesses / static_cast<double>(unit.pages());
+    for (uint32_t b = 0; b < buckets_; ++b) unit.priorStepAccum[b] += perPage * (*shares)[b];
   }
 }
 
@@ -723,6 +724,10 @@ void HeatModel::onMark(const IterationMark& mark) {
   if (mark.type == MarkType::StepBegin) proc.sawStepBegin = true;
   if (mark.type == MarkType::PhaseBegin) {
     proc.phase = mark.phase;
+    const bool repeat = std::find(proc.phasesThisStep.begin(), proc.phasesThisStep.end(), mark.phase) !=
+                        proc.phasesThisStep.end();
+    if (repeat) return;
+    if (proc.phasesThisStep.size() < kMaxPhasesPerStep) proc.phasesThisStep.push_back(mark.phase);
     // A phase mark says exactly where in the step we are: re-anchor the step on the phase's usual
     // offset, so that stalls earlier in this step (they vary with placement) do not shift the
     // buckets the schedule is read and learned in.
@@ -748,9 +753,11 @@ void HeatModel::onMark(const IterationMark& mark) {
     proc.phase.clear();
     return;
   }
-  proc.marks.add(mark.type == MarkType::StepEnd ? mark.step + 1 : mark.step, mark.timestampNs);
+  // A repeat of the boundary just marked (see MarkPeriodEstimator::add) starts no step.
+  if (!proc.marks.add(mark.type == MarkType::StepEnd ? mark.step + 1 : mark.step, mark.timestampNs)) return;
   proc.step = mark.step;
   proc.phase.clear();
+  proc.phasesThisStep.clear();
   updateClock(mark.tgid, proc, mark.timestampNs);
   if (!proc.clock.known()) return;
   const uint64_t t = mark.timestampNs;
@@ -851,17 +858,35 @@ void HeatModel::applyKindPrior(pid_t tgid, Process& proc, uint64_t nowNs) {
   // One access per page per millisecond of the phase: only ratios between units matter, the blend
   // rescales the prior to the evidence.
   const double perPage = static_cast<double>(nowNs - from) / 1e6;
+  // Spread over the buckets the segment spans, as evidence over an epoch's span is (spreadSpan):
+  // a segment is a whole step when marks arrive in a batch once per epoch, and all of its prior
+  // in the bucket of its midpoint gave a region in use all step a single mid-step spike.
+  std::vector<double> shares;
+  if (proc.clock.known() && proc.stepOpen) shares = bucketShares(proc.clock, from, nowNs - from);
   for (auto& [start, u] : m->second)
     if (u.regionId != 0 && kindActiveInPhase(u.kind, proc.phase))
-      addPrior(u, proc, mid, perPage * static_cast<double>(u.pages()));
+      addPrior(u, mid, perPage * static_cast<double>(u.pages()), shares.empty() ? nullptr : &shares);
 }
 
 void HeatModel::updateClock(pid_t tgid, Process& proc, uint64_t nowNs) {
   (void)tgid;
   if (auto period = proc.marks.periodNs()) {
-    // The anchor is the step start as last corrected by a phase mark (see onMark).
-    proc.clock = StepClock{*period, proc.stepOpen ? proc.stepStartNs : *proc.marks.lastMarkNs(), PeriodSource::Marks, 1.0};
-    return;
+    // Steps, or epochs when those are longer: marks reach the model in a batch once per epoch.
+    const uint64_t lastMark = *proc.marks.lastMarkNs();
+    const uint64_t epochNs = started_ && nowNs > lastEpochNs_ ? nowNs - lastEpochNs_ : 0;
+    if (nowNs <= lastMark || nowNs - lastMark <= kStaleMarkSteps * std::max(*period, epochNs)) {
+      // The anchor is the step start as last corrected by a phase mark (see onMark).
+      proc.clock = StepClock{*period, proc.stepOpen ? proc.stepStartNs : lastMark, PeriodSource::Marks, 1.0};
+      return;
+    }
+    // The marks stopped: their period is dropped for what a hint or the sample stream say, which
+    // are asked at once.
+    proc.marks.clear();
+    proc.sawStepBegin = false;
+    proc.phasesThisStep.clear();
+    proc.clock = StepClock{};
+    proc.stepOpen = false;
+    proc.epochsSinceEstimate = UINT64_MAX - 1;
   }
   if (config_.step_period_hint_ms() > 0) {
     const uint64_t period = uint64_t{config_.step_period_hint_ms()} * 1'000'000;
@@ -869,16 +894,30 @@ void HeatModel::updateClock(pid_t tgid, Process& proc, uint64_t nowNs) {
     proc.clock = StepClock{period, anchor, PeriodSource::Hint, 1.0};
     return;
   }
+  // A clock from a hint that was turned off (a live config change) is not kept either.
+  if (proc.clock.source == PeriodSource::Hint) {
+    proc.clock = StepClock{};
+    proc.stepOpen = false;
+  }
   // The autocorrelation is the costly part: re-run it every 16 epochs until a period is found,
-  // then every 64 to follow slow drift.
+  // then every 64 to follow slow drift, and again after 16 when one found nothing.
   ++proc.epochsSinceEstimate;
-  const uint64_t every = proc.clock.source == PeriodSource::Samples ? 64 : 16;
+  const uint64_t every = proc.clock.source == PeriodSource::Samples && proc.estimateMisses == 0 ? 64 : 16;
   if (proc.epochsSinceEstimate < every || !proc.sampled) return;
   proc.epochsSinceEstimate = 0;
   auto est = proc.samples.estimate();
-  if (!est) return;
-  const auto period = static_cast<uint64_t>(std::llround(est->periodNs));
-  if (period == 0) return;
+  const auto period = est ? static_cast<uint64_t>(std::llround(est->periodNs)) : 0;
+  if (period == 0) {
+    // The stream stopped repeating (over the detector's whole history, twice in a row): the
+    // period it had is dropped rather than kept for good.
+    if (proc.clock.source == PeriodSource::Samples && ++proc.estimateMisses >= 2) {
+      proc.clock = StepClock{};
+      proc.stepOpen = false;
+      proc.estimateMisses = 0;
+    }
+    return;
+  }
+  proc.estimateMisses = 0;
   StepClock next{period, nowNs, PeriodSource::Samples, est->confidence};
   if (proc.clock.source == PeriodSource::Samples && proc.clock.known()) {
     // Keep the phase continuous so the learned schedule stays aligned.
@@ -975,12 +1014,19 @@ std::vector<HeatModel::Blend> HeatModel::blendPrior(const Process& proc, UnitMap
     return measured > 0 ? share * measured / prior : 1.0;
   };
   const double heatWeight = priorWeight(measuredDensity, priorDensity);
-  const double scheduleWeight = priorWeight(measuredStep, priorStep);
+  const double processScheduleWeight = priorWeight(measuredStep, priorStep);
   std::vector<Blend> out;
   out.reserve(map.size());
   for (auto& [start, u] : map) {
     Blend b;
     b.heat = u.heat + heatWeight * u.priorHeat;
+    // A unit with a measured schedule of its own gets the prior's shape at its own level: scaled
+    // to the process's strongest unit, the prior of a large tensor sampled thinly outweighed its
+    // own schedule in every bucket the kind is active in (its first use and next burst were then
+    // "now"). Units without one are scaled to the process, as their heat is.
+    double scheduleWeight = processScheduleWeight;
+    if (const double own = u.scheduleValid ? sum(u.schedule) : 0; own > 0 && !u.priorSchedule.empty())
+      scheduleWeight = priorWeight(own, sum(u.priorSchedule));
     b.scheduleValid = u.scheduleValid || (u.priorScheduleValid && scheduleWeight > 0);
     b.schedule.assign(buckets_, 0);
     for (uint32_t k = 0; k < buckets_; ++k) {
@@ -1027,32 +1073,34 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
       const double phase = clock.phaseAt(nowNs) * buckets_;
       b0 = std::min(buckets_ - 1, static_cast<uint32_t>(phase));
       intoBucketNs = (phase - b0) * bucketNs;
-      // Horizon: the first bucket j by which everything first needed in buckets 1..j can be
-      // fetched at the measured bandwidth, plus the configured slack and the time until the
-      // next plan.
+      // Horizon: everything first needed beyond it can still wait, i.e. the bucket after the
+      // last bucket j whose needs (all first needed in buckets 1..j) take longer to fetch at the
+      // measured bandwidth, plus the configured slack and the time until the next plan, than
+      // the time left until j. Not the first bucket that fits: a quiet next bucket would then
+      // end the look-ahead before a large tensor needed later, which must start moving now. A
+      // unit's first need is its first bucket above 5% of its peak, as for its burst below.
       std::vector<double> firstNeedBytes(buckets_, 0);
       size_t i = 0;
       for (auto& [start, u] : map) {
         const Blend& bl = blends[i++];
         if (!bl.scheduleValid) continue;
+        const double threshold = 0.05 * *std::max_element(bl.schedule.begin(), bl.schedule.end());
         for (uint32_t j = 0; j < buckets_; ++j)
-          if (bl.schedule[(b0 + j) % buckets_] > 0) {
+          if (bl.schedule[(b0 + j) % buckets_] > threshold) {
             firstNeedBytes[j] += static_cast<double>(u.length);
             break;
           }
       }
       double cumBytes = 0;
-      horizonBuckets = buckets_ - 1;
+      uint32_t lastLate = 0;
       const double slackNs = config_.lookahead_step_fraction() * static_cast<double>(clock.periodNs) +
                              static_cast<double>(planIntervalNs_);
       for (uint32_t j = 1; j < buckets_; ++j) {
         cumBytes += firstNeedBytes[j];
         const double until = j * bucketNs - intoBucketNs;
-        if (until >= cumBytes / bandwidthBytesPerNs_ + slackNs) {
-          horizonBuckets = j;
-          break;
-        }
+        if (until < cumBytes / bandwidthBytesPerNs_ + slackNs) lastLate = j;
       }
+      horizonBuckets = std::min(buckets_ - 1, lastLate + 1);
       horizonSum += horizonBuckets * bucketNs;
       ++horizonCount;
     }

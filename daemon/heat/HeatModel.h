@@ -138,6 +138,12 @@ struct HeatSnapshot {
 // and a few more; names beyond these are not re-anchored on).
 inline constexpr size_t kMaxPhasesPerStep = 16;
 
+// Steps (or epochs, when longer) without a mark after which a period learned from marks is
+// dropped: the client stopped
+// marking (an evaluation loop without marks, a finished training loop), and the period it left
+// would otherwise be kept for good, over what a hint or the sample stream now say.
+inline constexpr uint64_t kStaleMarkSteps = 16;
+
 // Steps without evidence that end a unit's run of steady use (UnitHeat::steadySteps), or planning
 // intervals when those are longer. Sampled evidence misses a lightly used unit for a step or two;
 // a unit idle for longer has changed.
@@ -262,6 +268,13 @@ class HeatModel {
     uint64_t halfLifeNs = 0;       // heat half-life of this process's pages and units
     // Typical start of each phase within the step, for at most kMaxPhasesPerStep phase names.
     std::map<std::string, double> phaseOffsetNs;
+    // The phases begun in the step in progress (at most kMaxPhasesPerStep): only a phase's first
+    // mark in a step says where the step is. With gradient accumulation a step runs forward and
+    // backward once per micro-batch, and re-anchoring on every repeat moved the step's start by
+    // tens of ms within each step.
+    std::vector<std::string> phasesThisStep;
+    // Sample-period estimates in a row that found no period (the stream stopped repeating).
+    uint32_t estimateMisses = 0;
     Process(const SamplePeriodParams& p, uint64_t halfLife) : samples(p), halfLifeNs(halfLife) {}
   };
   using UnitMap = std::map<uint64_t, Unit>;  // by start
@@ -285,7 +298,9 @@ class HeatModel {
   [[nodiscard]] std::vector<double> bucketShares(const StepClock& clock, uint64_t since, uint64_t span) const;
   Unit* unitFor(pid_t tgid, uint64_t page);
   void addAccess(Unit& unit, Process& proc, uint64_t nowNs, double accesses, double observations);
-  void addPrior(Unit& unit, Process& proc, uint64_t nowNs, double accesses);
+  // `shares`: how the accesses spread over the step's schedule buckets (bucketShares), nullptr
+  // without a known step.
+  void addPrior(Unit& unit, uint64_t nowNs, double accesses, const std::vector<double>* shares);
   void decayUnit(Unit& unit, uint64_t nowNs);
   [[nodiscard]] uint64_t halfLifeOf(pid_t tgid) const;
   // The half-life of a process's heat: heat_half_life_ms, or fewer steps of its known period.

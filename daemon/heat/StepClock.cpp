@@ -33,41 +33,49 @@ uint32_t StepClock::bucketAt(uint64_t timeNs, uint32_t buckets) const {
 
 // ---- marks ----------------------------------------------------------------------------------------
 
-void MarkPeriodEstimator::add(uint64_t step, uint64_t timestampNs) {
-  if (!marks_.empty() && timestampNs <= marks_.back().timeNs) {
-    // A mark out of order (or a restarted client clock): start over rather than learn nonsense.
-    if (timestampNs < marks_.back().timeNs) marks_.clear();
-    else return;
+bool MarkPeriodEstimator::add(uint64_t step, uint64_t timestampNs) {
+  if (!marks_.empty()) {
+    const Mark& last = marks_.back();
+    if (timestampNs < last.timeNs) {
+      // A mark out of order (or a restarted client clock): start over rather than learn nonsense.
+      marks_.clear();
+    } else {
+      if (timestampNs - last.timeNs < kMinStepNs) return false;
+      const bool numbered = marks_.size() >= 2 && last.step > marks_[marks_.size() - 2].step;
+      if (numbered && step == last.step) return false;
+    }
   }
   marks_.push_back({step, timestampNs});
   while (marks_.size() > window_) marks_.pop_front();
+  return true;
 }
 
 std::optional<uint64_t> MarkPeriodEstimator::periodNs() const {
   if (marks_.size() < 2) return std::nullopt;
-  // Per-step intervals where the step numbers say how many steps a gap spans.
+  // Per-step intervals where the step numbers say how many steps a gap spans; the other gaps
+  // (numbers that repeat, restart at 0 with a new epoch of the data, or are not sent) by their
+  // ratio to a reference interval.
   std::vector<double> perStep;
-  std::vector<double> raw;
-  bool stepsUsable = true;
+  std::vector<double> unnumbered;
   for (size_t i = 1; i < marks_.size(); ++i) {
-    if (marks_[i].step <= marks_[i - 1].step) stepsUsable = false;
-    raw.push_back(static_cast<double>(marks_[i].timeNs - marks_[i - 1].timeNs));
+    const auto gap = static_cast<double>(marks_[i].timeNs - marks_[i - 1].timeNs);
+    if (marks_[i].step > marks_[i - 1].step)
+      perStep.push_back(gap / static_cast<double>(marks_[i].step - marks_[i - 1].step));
+    else
+      unnumbered.push_back(gap);
   }
-  if (stepsUsable) {
-    for (size_t i = 1; i < marks_.size(); ++i)
-      perStep.push_back(raw[i - 1] / static_cast<double>(marks_[i].step - marks_[i - 1].step));
-  } else {
-    // No usable step numbers: the smallest common gaps are single steps (missing marks only make
-    // gaps longer), so take the median of the lower half as the reference and divide each gap by
-    // its rounded ratio to it.
-    std::vector<double> sorted = raw;
+  if (!unnumbered.empty()) {
+    // The reference: the median numbered interval; without any, the smallest common gaps are
+    // single steps (missing marks only make gaps longer), so the lower quartile of the gaps.
+    std::vector<double> sorted = perStep.empty() ? unnumbered : perStep;
     std::sort(sorted.begin(), sorted.end());
-    const double reference = sorted[(sorted.size() - 1) / 4];
-    for (double gap : raw) {
-      const double k = std::max(1.0, std::round(gap / reference));
-      perStep.push_back(gap / k);
+    const double reference = perStep.empty() ? sorted[(sorted.size() - 1) / 4] : sorted[sorted.size() / 2];
+    for (double gap : unnumbered) {
+      const double k = std::round(gap / reference);
+      if (k >= 1) perStep.push_back(gap / k);  // k 0: a stray mark within a step, no interval
     }
   }
+  if (perStep.empty()) return std::nullopt;
   std::sort(perStep.begin(), perStep.end());
   const double median = perStep[perStep.size() / 2];
   // Mean of the intervals near the median: jitter averages out, outliers do not pull it.

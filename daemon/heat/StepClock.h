@@ -29,12 +29,23 @@ struct StepClock {
 };
 
 // Step period from StepBegin (or StepEnd) timestamps. Robust to jitter (median of per-step
-// intervals) and to missing marks: a gap spanning k steps counts as k intervals, using the marks'
-// step numbers when they increase, else the gap's ratio to the median interval.
+// intervals), to missing marks (a gap spanning k steps counts as k intervals, by the marks' step
+// numbers where they increase, else by the gap's ratio to a reference interval) and to a boundary
+// marked twice (two connections of one process, or StepEnd(s) then StepBegin(s + 1)): such a mark
+// is not a step, and counted as one it would make the period the gap between the two copies.
 class MarkPeriodEstimator {
  public:
+  // Marks closer together than this are one boundary (no training step is this short, and the
+  // heat model's schedule buckets could not resolve one).
+  static constexpr uint64_t kMinStepNs = 1'000'000;
+
   explicit MarkPeriodEstimator(size_t window = 32) : window_(window) {}
-  void add(uint64_t step, uint64_t timestampNs);
+  // `step`: the step number the boundary begins. A repeat of the last mark's number, while the
+  // numbers have been increasing, is the same boundary again and ignored.
+  // Returns false for a mark ignored as a repeat of the last one.
+  bool add(uint64_t step, uint64_t timestampNs);
+  // Forgets the marks (the client stopped sending them).
+  void clear() { marks_.clear(); }
   [[nodiscard]] std::optional<uint64_t> periodNs() const;
   [[nodiscard]] std::optional<uint64_t> lastMarkNs() const {
     return marks_.empty() ? std::nullopt : std::optional<uint64_t>(marks_.back().timeNs);

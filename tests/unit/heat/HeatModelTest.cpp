@@ -77,8 +77,9 @@ constexpr uint64_t kPagesPerRegion = 64;
 
 // Two tensors used in alternation: A in the first half of every 100 ms step, B in the second.
 // Every millisecond, four samples land on random pages of the active one. Epochs are 10 ms.
+// `duplicateMarkAfterNs` > 0: each step mark is sent again that much later (two connections).
 void runTwoPhase(HeatModel& model, uint64_t fromNs, uint64_t steps, bool sendMarks, uint64_t seed,
-                 const std::function<void(uint64_t)>& afterEpoch = nullptr) {
+                 const std::function<void(uint64_t)>& afterEpoch = nullptr, uint64_t duplicateMarkAfterNs = 0) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<uint64_t> page(0, kPagesPerRegion - 1);
   const uint64_t period = 100 * kMs;
@@ -89,6 +90,8 @@ void runTwoPhase(HeatModel& model, uint64_t fromNs, uint64_t steps, bool sendMar
     std::vector<AccessEvidence> batch;
     for (int i = 0; i < 4; ++i) batch.push_back(sample(base + page(rng) * kPage));
     model.ingest(batch, t);
+    if (offset == 0 && sendMarks && duplicateMarkAfterNs > 0)
+      model.onMark(mark(MarkType::StepBegin, (t - fromNs) / period, t + duplicateMarkAfterNs));
     if ((t + kMs - fromNs) % (10 * kMs) == 0) {
       model.advanceEpoch(t + kMs);
       if (afterEpoch) afterEpoch(t + kMs);
@@ -354,6 +357,151 @@ TEST(HeatModel, StepPeriodFromTheSampleStreamWithoutMarks) {
   EXPECT_GT(clock.confidence, 0.5);
 }
 
+// Two connections of one process mark every step, 50 us apart: one boundary, not a step of 50 us
+// (a period that short made the half-life 100 us and decayed all heat to nothing).
+TEST(HeatModel, AStepMarkedTwiceKeepsThePeriodAndTheHeat) {
+  HeatModel model(baseConfig());
+  ASSERT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
+  ASSERT_TRUE(model.addRegion(region(2, kRegionB, kPagesPerRegion)).ok());
+  const uint64_t t0 = 1000 * kMs;
+  runTwoPhase(model, t0, 20, true, 5, nullptr, 50'000);
+  const auto clock = model.clockOf(kTgid);
+  EXPECT_EQ(clock.source, tt::heat::PeriodSource::Marks);
+  EXPECT_EQ(clock.periodNs, 100 * kMs);
+  const UnitHeat* a = unitAt(model.snapshot(), kRegionA);
+  ASSERT_TRUE(a);
+  EXPECT_GT(a->heat, 100.0);
+}
+
+// A client that attaches mid-step ends that step and begins the next 20 us later: one boundary.
+TEST(HeatModel, AStepEndThenTheNextStepBeginIsOneBoundary) {
+  HeatModel model(baseConfig());
+  const uint64_t t0 = 1000 * kMs;
+  model.onMark(mark(MarkType::StepEnd, 5, t0));
+  model.onMark(mark(MarkType::StepBegin, 6, t0 + 20'000));
+  model.onMark(mark(MarkType::StepBegin, 7, t0 + 100 * kMs));
+  EXPECT_EQ(model.clockOf(kTgid).periodNs, 100 * kMs);
+}
+
+// Gradient accumulation: forward and backward once per micro-batch, four of each per step, then
+// the optimizer. A is used in the first half of the step, B in the second. Only each phase's
+// first mark in a step places the step; the repeats used to move its start by up to 60 ms.
+TEST(HeatModel, PhasesRepeatedWithinAStepDoNotMoveIt) {
+  HeatModel model(baseConfig());
+  ASSERT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
+  ASSERT_TRUE(model.addRegion(region(2, kRegionB, kPagesPerRegion)).ok());
+  std::mt19937_64 rng(9);
+  std::uniform_int_distribution<uint64_t> page(0, kPagesPerRegion - 1);
+  const uint64_t t0 = 1000 * kMs, period = 100 * kMs;
+  for (uint64_t t = t0; t < t0 + 20 * period; t += kMs) {
+    const uint64_t offset = t - t0 - (t - t0) / period * period;
+    const uint64_t step = (t - t0) / period;
+    if (offset == 0) model.onMark(mark(MarkType::StepBegin, step, t));
+    if (offset < 88 * kMs && offset % (11 * kMs) == 0)
+      model.onMark(mark(MarkType::PhaseBegin, step, t, offset % (22 * kMs) == 0 ? "forward" : "backward"));
+    if (offset == 90 * kMs) model.onMark(mark(MarkType::PhaseBegin, step, t, "optimizer"));
+    std::vector<AccessEvidence> batch;
+    for (int i = 0; i < 4; ++i) batch.push_back(sample((offset < period / 2 ? kRegionA : kRegionB) + page(rng) * kPage));
+    model.ingest(batch, t);
+    if ((t + kMs - t0) % (10 * kMs) == 0) model.advanceEpoch(t + kMs);
+  }
+  const uint64_t step = t0 + 20 * period;
+  model.onMark(mark(MarkType::StepBegin, 20, step));
+  model.onMark(mark(MarkType::PhaseBegin, 20, step, "forward"));
+  model.advanceEpoch(step + 5 * kMs);
+  EXPECT_EQ(model.clockOf(kTgid).anchorNs, step);
+  const UnitHeat* a = unitAt(model.snapshot(), kRegionA);
+  const UnitHeat* b = unitAt(model.snapshot(), kRegionB);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->nextUseInNs, 0u);
+  // B's first bucket (of eight, 12.5 ms each) starts 50 ms into the step: 45 ms from now.
+  EXPECT_EQ(b->nextUseInNs, 45 * kMs);
+}
+
+// A period learned from marks is dropped once the marks stop (an evaluation loop, a finished
+// training loop): for the hint when one is configured, else for no period.
+TEST(HeatModel, APeriodFromMarksIsDroppedWhenTheMarksStop) {
+  for (const uint32_t hintMs : {0U, 250U}) {
+    auto config = baseConfig();
+    HeatModel model(config);
+    const uint64_t t0 = 1000 * kMs;
+    for (uint64_t s = 0; s < 10; ++s) {
+      model.onMark(mark(MarkType::StepBegin, s, t0 + s * 100 * kMs));
+      model.advanceEpoch(t0 + s * 100 * kMs + 10 * kMs);
+    }
+    ASSERT_EQ(model.clockOf(kTgid).source, tt::heat::PeriodSource::Marks);
+    config.set_step_period_hint_ms(hintMs);
+    model.reconfigure(config);
+    const uint64_t last = t0 + 9 * 100 * kMs;
+    uint64_t t = last + 10 * kMs;
+    for (; t <= last + tt::heat::kStaleMarkSteps * 100 * kMs; t += 10 * kMs) model.advanceEpoch(t);
+    EXPECT_EQ(model.clockOf(kTgid).source, tt::heat::PeriodSource::Marks) << "dropped before " << tt::heat::kStaleMarkSteps << " steps";
+    model.advanceEpoch(t + 20 * kMs);
+    const auto clock = model.clockOf(kTgid);
+    if (hintMs == 0) {
+      EXPECT_FALSE(clock.known()) << tt::heat::periodSourceName(clock.source) << " " << clock.periodNs;
+    } else {
+      EXPECT_EQ(clock.source, tt::heat::PeriodSource::Hint);
+      EXPECT_EQ(clock.periodNs, 250 * kMs);
+    }
+    // Marks again: their period again.
+    model.onMark(mark(MarkType::StepBegin, 100, t + 100 * kMs));
+    model.onMark(mark(MarkType::StepBegin, 101, t + 180 * kMs));
+    EXPECT_EQ(model.clockOf(kTgid).source, tt::heat::PeriodSource::Marks);
+    EXPECT_EQ(model.clockOf(kTgid).periodNs, 80 * kMs);
+  }
+}
+
+// A period found in the sample stream is dropped once the stream stops repeating.
+TEST(HeatModel, APeriodFromSamplesIsDroppedWhenTheStreamStopsRepeating) {
+  HeatModel model(baseConfig());
+  ASSERT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
+  ASSERT_TRUE(model.addRegion(region(2, kRegionB, kPagesPerRegion)).ok());
+  const uint64_t t0 = 1000 * kMs;
+  runTwoPhase(model, t0, 40, false, 12);
+  ASSERT_EQ(model.clockOf(kTgid).source, tt::heat::PeriodSource::Samples);
+  // Random accesses over both regions for longer than the detector's history (1024 bins of 5 ms)
+  // and two of its re-estimates.
+  std::mt19937_64 rng(4);
+  std::uniform_int_distribution<uint64_t> page(0, 2 * kPagesPerRegion - 1);
+  const uint64_t from = t0 + 40 * 100 * kMs;
+  for (uint64_t t = from; t < from + 8000 * kMs; t += kMs) {
+    std::vector<AccessEvidence> batch;
+    for (int i = 0; i < 4; ++i) {
+      const uint64_t p = page(rng);
+      batch.push_back(sample((p < kPagesPerRegion ? kRegionA : kRegionB) + (p % kPagesPerRegion) * kPage));
+    }
+    model.ingest(batch, t);
+    if ((t + kMs - from) % (10 * kMs) == 0) model.advanceEpoch(t + kMs);
+  }
+  const auto clock = model.clockOf(kTgid);
+  EXPECT_FALSE(clock.known()) << tt::heat::periodSourceName(clock.source) << " " << clock.periodNs;
+}
+
+// The daemon hands the model each epoch's evidence as one span, without the time of each access
+// (ingest(batch, since, now)): the stream then shows periods of two epochs and more, and this
+// finds them. A 2.5 s step of two halves read in 500 ms epochs.
+TEST(HeatModel, StepPeriodFromEvidenceDeliveredOncePerEpoch) {
+  auto config = baseConfig();
+  config.set_period_bin_ms(50);
+  config.set_period_history_bins(1024);
+  config.set_period_max_ms(5000);
+  HeatModel model(config);
+  ASSERT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
+  ASSERT_TRUE(model.addRegion(region(2, kRegionB, kPagesPerRegion)).ok());
+  const uint64_t t0 = 1000 * kMs, period = 2500 * kMs, epoch = 500 * kMs;
+  for (uint64_t t = t0; t < t0 + 48 * period; t += epoch) {
+    const bool firstHalf = (t - t0) % period < period / 2;
+    tt::EvidenceBatch batch;
+    for (uint64_t p = 0; p < kPagesPerRegion; ++p) batch.records.push_back(sample((firstHalf ? kRegionA : kRegionB) + p * kPage, 4));
+    model.ingest(batch, t, t + epoch, 1.0);
+    model.advanceEpoch(t + epoch);
+  }
+  const auto clock = model.clockOf(kTgid);
+  EXPECT_EQ(clock.source, tt::heat::PeriodSource::Samples);
+  EXPECT_NEAR(static_cast<double>(clock.periodNs), static_cast<double>(period), 0.05 * static_cast<double>(period));
+}
+
 TEST(HeatModel, ConfiguredHintIsUsedWithoutMarks) {
   auto config = baseConfig();
   config.set_step_period_hint_ms(250);
@@ -552,6 +700,61 @@ TEST(HeatModel, LookaheadReachesPastTheNextPlan) {
   EXPECT_GE(epochal.snapshot().horizonNs, 40 * kMs);
   EXPECT_LT(often.snapshot().horizonNs, 40 * kMs);
   EXPECT_GT(inTime->expectedAccessesPerPage, 2 * soon->expectedAccessesPerPage);
+}
+
+// The look-ahead covers every phase whose tensors take longer to fetch than the time left until
+// it: a 1 GiB tensor needed from 400 ms into an 800 ms step takes 1.07 s at the default 1 GB/s,
+// so 1 ms into the step it already counts in full. A horizon that ended at the first bucket with
+// nothing new to fetch (the next one) valued it at an eighth.
+TEST(HeatModel, TheHorizonCoversALargeTensorNeededLaterInTheStep) {
+  HeatModel model(baseConfig());
+  constexpr uint64_t kLargePages = 262144;  // 1 GiB
+  ASSERT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
+  ASSERT_TRUE(model.addRegion(region(2, kRegionB, kLargePages)).ok());
+  std::mt19937_64 rng(17);
+  const uint64_t t0 = 1000 * kMs, period = 800 * kMs;
+  for (uint64_t t = t0; t < t0 + 20 * period; t += kMs) {
+    const uint64_t offset = (t - t0) % period;
+    if (offset == 0) model.onMark(mark(MarkType::StepBegin, (t - t0) / period, t));
+    std::vector<AccessEvidence> batch;
+    for (int i = 0; i < 4; ++i) {
+      if (offset < 400 * kMs) batch.push_back(sample(kRegionA + rng() % kPagesPerRegion * kPage));
+      else if (offset < 600 * kMs) batch.push_back(sample(kRegionB + rng() % kLargePages * kPage));
+    }
+    model.ingest(batch, t);
+    if ((t + kMs - t0) % (10 * kMs) == 0) model.advanceEpoch(t + kMs);
+  }
+  const uint64_t step = t0 + 20 * period;
+  model.onMark(mark(MarkType::StepBegin, 20, step));
+  model.advanceEpoch(step + kMs);
+  EXPECT_GE(model.snapshot().horizonNs, 400 * kMs);
+  const UnitHeat* large = unitAt(model.snapshot(), kRegionB);
+  ASSERT_TRUE(large);
+  ASSERT_GT(large->accessesPerPagePerStep, 0.0);
+  EXPECT_NEAR(large->expectedAccessesPerPage, large->accessesPerPagePerStep, 0.1 * large->accessesPerPagePerStep);
+}
+
+// Marks reach the daemon's model in a batch once per epoch, each with its own time, so a segment
+// of the kind prior is a whole step: it is spread over the step's buckets. All of it in the
+// bucket of the segment's midpoint made a weight tensor, in use all step, look unused but for a
+// spike half-way through.
+TEST(HeatModel, TheKindPriorOfAStepIsSpreadOverItsBuckets) {
+  auto config = baseConfig();
+  config.set_schedule_buckets(32);
+  HeatModel model(config);
+  ASSERT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion, RegionKind::Weight)).ok());
+  const uint64_t t0 = 1000 * kMs, period = 100 * kMs;
+  uint64_t nextStep = 0;
+  for (uint64_t e = 1; e <= 12; ++e) {
+    const uint64_t end = t0 + e * 1000 * kMs + 3 * kMs;  // 3 ms into a step
+    for (; t0 + nextStep * period <= end; ++nextStep) model.onMark(mark(MarkType::StepBegin, nextStep, t0 + nextStep * period));
+    model.advanceEpoch(end);
+    if (e < 10) continue;
+    const UnitHeat* w = unitAt(model.snapshot(), kRegionA);
+    ASSERT_TRUE(w);
+    EXPECT_EQ(w->nextUseInNs, 0u) << "epoch " << e;
+    EXPECT_GT(w->expectedAccessesPerPage, 0.5 * w->accessesPerPagePerStep) << "epoch " << e;
+  }
 }
 
 // CLOCK_MONOTONIC after half a year of uptime (above 2^53 ns a double has 2 ns steps): the spread

@@ -60,6 +60,37 @@ TEST(MarkPeriod, MissingMarksWithoutStepNumbers) {
   EXPECT_NEAR(static_cast<double>(*est.periodNs()), 50.0 * kMs, 0.02 * 50 * kMs);
 }
 
+// One boundary marked twice (two connections of one process, 2 ms apart; or a copy within a
+// millisecond without step numbers) is one boundary, not a step as long as the gap between the
+// copies.
+TEST(MarkPeriod, ABoundaryMarkedTwiceIsOneBoundary) {
+  MarkPeriodEstimator numbered;
+  for (uint64_t s = 0; s < 20; ++s) {
+    EXPECT_TRUE(numbered.add(s, 1000 * kMs + s * 100 * kMs));
+    EXPECT_EQ(numbered.add(s, 1000 * kMs + s * 100 * kMs + 2 * kMs), s == 0) << "step " << s;
+  }
+  ASSERT_TRUE(numbered.periodNs());
+  // The first step is 98 ms by its first copy (the second was taken: nothing was numbered yet).
+  EXPECT_NEAR(static_cast<double>(*numbered.periodNs()), 100.0 * kMs, 0.01 * 100 * kMs);
+
+  MarkPeriodEstimator unnumbered;
+  for (uint64_t s = 0; s < 20; ++s) {
+    (void)unnumbered.add(0, 1000 * kMs + s * 100 * kMs);
+    EXPECT_FALSE(unnumbered.add(0, 1000 * kMs + s * 100 * kMs + 50'000));
+  }
+  ASSERT_TRUE(unnumbered.periodNs());
+  EXPECT_EQ(*unnumbered.periodNs(), 100 * kMs);
+}
+
+// Step numbers that start again at 0 (a loop over the data's batches, per epoch of the data) keep
+// the period.
+TEST(MarkPeriod, StepNumbersThatRestartKeepThePeriod) {
+  MarkPeriodEstimator est;
+  for (uint64_t i = 0; i < 30; ++i) (void)est.add(i % 7, 1000 * kMs + i * 60 * kMs);
+  ASSERT_TRUE(est.periodNs());
+  EXPECT_EQ(*est.periodNs(), 60 * kMs);
+}
+
 // A stream where unit u is accessed during the u-th quarter of every period.
 void feedPeriodic(SamplePeriodDetector& det, uint64_t periodNs, uint64_t durationNs, double noise, uint64_t seed) {
   std::mt19937_64 rng(seed);
