@@ -427,16 +427,38 @@ int runDaemon(const DaemonOptions& options, config::DaemonConfig config) {
   return daemon.run();
 }
 
+bool prepareKernelTiering(const pb::SourcesConfig& sources) {
+  std::vector<std::string> lines;
+  const bool ok = sources::SourceSet::prepareKernelTiering(sources, sys::Fs(sources.procfs_root()), sys::Fs("/sys"), lines);
+  for (const auto& l : lines) {
+    if (ok) {
+      TT_LOG(Info) << l;
+    } else {
+      TT_LOG(Error) << l;
+    }
+  }
+  return ok;
+}
+
 bool restoreKernelTiering(const pb::SourcesConfig& sources) {
   const std::string& path = sources.kernel_tiering_state_file();
-  auto restored = sys::restoreKernelTiering(sys::Fs(sources.procfs_root()), sys::Fs("/sys"), path);
+  auto state = sys::loadKernelTieringState(path);
+  std::string leftAlone;
+  auto restored = sys::restoreKernelTiering(sys::Fs(sources.procfs_root()), sys::Fs("/sys"), path, &leftAlone);
   if (!restored) {
     TT_LOG(Error) << "kernel-tiering: restoring the values saved in " << path << ": " << restored.error().message();
     return false;
   }
   if (*restored) {
-    TT_LOG(Warn) << "kernel-tiering: the daemon exited without restoring it: restored " << (*restored)->describe()
-                 << " from " << path;
+    // The unit's own file is the normal case (ExecStartPre turned it off); any other means the
+    // daemon died with it off.
+    const std::string what = (*restored)->describe() + " from " + path +
+                             (leftAlone.empty() ? "" : ", but for what was changed while it ran: " + leftAlone);
+    if (state && *state && (*state)->byUnit) {
+      TT_LOG(Info) << "kernel-tiering: restored " << what;
+    } else {
+      TT_LOG(Warn) << "kernel-tiering: the daemon exited without restoring it: restored " << what;
+    }
   } else {
     TT_LOG(Info) << "kernel-tiering: nothing to restore (no " << path << ")";
   }

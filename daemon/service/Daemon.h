@@ -30,5 +30,8 @@ struct DaemonOptions {
 // crashed) and removes the file; logs what it did. False when the file is there but could not be
 // applied.
 [[nodiscard]] bool restoreKernelTiering(const tensortier::v1::SourcesConfig& sources);
+// `tensortierd --prepare-kernel-tiering` (the unit's ExecStartPre, with full privileges): see
+// sources::SourceSet::prepareKernelTiering. False when it could not do what the config asks.
+[[nodiscard]] bool prepareKernelTiering(const tensortier::v1::SourcesConfig& sources);
 
 }  // namespace tt::service

@@ -15,12 +15,15 @@ namespace {
 void usage(FILE* out) {
   std::fprintf(out,
                "usage: tensortierd [--config PATH] [--socket PATH] [--foreground] [--check-config] [--print-config]\n"
-               "                   [--restore-kernel-tiering] [--version]\n"
+               "                   [--prepare-kernel-tiering] [--restore-kernel-tiering] [--version]\n"
                "  --config PATH    config file (default %s; absent = built-in defaults)\n"
                "  --socket PATH    serve on this socket (overrides service.socket_path and socket activation)\n"
                "  --foreground     run in the foreground (the only mode: systemd runs it as Type=notify)\n"
                "  --check-config   parse and validate the config, print the verdict, exit 0 if valid\n"
                "  --print-config   print the effective config (defaults filled in) and exit\n"
+               "  --prepare-kernel-tiering\n"
+               "                   with sources.kernel_tiering DISABLE, turn the kernel's tiering off for the\n"
+               "                   service and exit (ExecStartPre, with the privileges the daemon lacks)\n"
                "  --restore-kernel-tiering\n"
                "                   write back the kernel tiering values a daemon that did not exit cleanly\n"
                "                   left in sources.kernel_tiering_state_file, if any, and exit (ExecStopPost)\n",
@@ -32,13 +35,14 @@ void usage(FILE* out) {
 int main(int argc, char** argv) {
   std::string configPath(tt::config::kDefaultConfigPath);
   std::optional<std::string> socketPath;
-  bool explicitConfig = false, checkOnly = false, printOnly = false, restoreOnly = false;
+  bool explicitConfig = false, checkOnly = false, printOnly = false, restoreOnly = false, prepareOnly = false;
   static const option longOptions[] = {{"config", required_argument, nullptr, 'c'},
                                        {"socket", required_argument, nullptr, 's'},
                                        {"foreground", no_argument, nullptr, 'f'},
                                        {"check-config", no_argument, nullptr, 'C'},
                                        {"print-config", no_argument, nullptr, 'P'},
                                        {"restore-kernel-tiering", no_argument, nullptr, 'R'},
+                                       {"prepare-kernel-tiering", no_argument, nullptr, 'K'},
                                        {"version", no_argument, nullptr, 'V'},
                                        {"help", no_argument, nullptr, 'h'},
                                        {nullptr, 0, nullptr, 0}};
@@ -50,6 +54,7 @@ int main(int argc, char** argv) {
       case 'C': checkOnly = true; break;
       case 'P': printOnly = true; break;
       case 'R': restoreOnly = true; break;
+      case 'K': prepareOnly = true; break;
       case 'V': std::printf("tensortierd %s\n", TT_VERSION); return 0;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
@@ -79,6 +84,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (restoreOnly) return tt::service::restoreKernelTiering(config.sources()) ? 0 : 1;
+  // Exit 0 whatever happened: the service should still start, and the daemon reports the state.
+  if (prepareOnly) {
+    (void)tt::service::prepareKernelTiering(config.sources());
+    return 0;
+  }
   if (checkOnly) {
     std::printf("%s: valid\n", haveFile ? configPath.c_str() : "built-in defaults");
     return 0;

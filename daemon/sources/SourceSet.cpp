@@ -112,16 +112,27 @@ std::unique_ptr<sys::KernelTieringGuard> SourceSet::openKernelTiering(const pb::
                                                                      const sys::Fs& procfs, const sys::Fs& sysfs,
                                                                      std::vector<std::string>& lines) {
   const std::string& statePath = c.kernel_tiering_state_file();
+  if (auto state = sys::loadKernelTieringState(statePath); state && *state && (*state)->byUnit) {
+    // The unit's ExecStartPre turned it off, and its ExecStopPost puts it back.
+    auto now = sys::readKernelTiering(procfs, sysfs);
+    lines.push_back("kernel-tiering: turned off by the service's ExecStartPre until it stops (now " +
+                    (now ? now->describe() : "unknown: " + now.error().message()) + "; was " +
+                    (*state)->values.describe() + ", saved in " + statePath + ")");
+    if (now && now->movesPages())
+      lines.push_back("kernel-tiering: turned on again since (by an admin?): the kernel will move pages too");
+    return nullptr;
+  }
   // A previous run that died with kernel tiering turned off left the original values behind: put
   // them back first, or the values it set would be taken for the kernel's own (and "restored").
   bool mayChange = true;
-  if (auto recovered = sys::restoreKernelTiering(procfs, sysfs, statePath); !recovered) {
+  std::string leftAlone;
+  if (auto recovered = sys::restoreKernelTiering(procfs, sysfs, statePath, &leftAlone); !recovered) {
     lines.push_back("kernel-tiering: could NOT restore the values a previous run saved in " + statePath + ": " +
                     recovered.error().message() + " (left as they are)");
     mayChange = false;  // saving now would overwrite the originals
   } else if (*recovered) {
     lines.push_back("kernel-tiering: a previous run exited without restoring it: restored " + (*recovered)->describe() +
-                    " from " + statePath);
+                    " from " + statePath + (leftAlone.empty() ? "" : ", but for what was changed since: " + leftAlone));
   }
   auto tiering = sys::readKernelTiering(procfs, sysfs);
   if (!tiering) {
@@ -144,6 +155,40 @@ std::unique_ptr<sys::KernelTieringGuard> SourceSet::openKernelTiering(const pb::
                     "; cooperating: its hint faults are evidence, its moves are counted (fault-trace)");
   }
   return nullptr;
+}
+
+bool SourceSet::prepareKernelTiering(const pb::SourcesConfig& c, const sys::Fs& procfs, const sys::Fs& sysfs,
+                                     std::vector<std::string>& lines) {
+  const std::string& statePath = c.kernel_tiering_state_file();
+  std::string leftAlone;
+  auto recovered = sys::restoreKernelTiering(procfs, sysfs, statePath, &leftAlone);
+  if (!recovered) {
+    lines.push_back("kernel-tiering: could NOT restore the values saved in " + statePath + ": " +
+                    recovered.error().message() + " (left as they are)");
+    return false;
+  }
+  if (*recovered)
+    lines.push_back("kernel-tiering: restored " + (*recovered)->describe() + " from " + statePath +
+                    (leftAlone.empty() ? "" : ", but for what was changed since: " + leftAlone));
+  if (c.kernel_tiering() != pb::DISABLE) return true;
+  auto tiering = sys::readKernelTiering(procfs, sysfs);
+  if (!tiering) {
+    lines.push_back("kernel-tiering: unknown: " + tiering.error().message());
+    return false;
+  }
+  if (!tiering->movesPages()) {
+    lines.push_back("kernel-tiering: off (" + tiering->describe() + ")");
+    return true;
+  }
+  auto g = sys::KernelTieringGuard::disable(procfs, sysfs, statePath, /*byUnit=*/true);
+  if (!g) {
+    lines.push_back("kernel-tiering: " + tiering->describe() + "; could NOT turn it off: " + g.error().message());
+    return false;
+  }
+  lines.push_back("kernel-tiering: turned off for the service (" + g->changes() + "; the old values saved in " +
+                  statePath + " for ExecStopPost)");
+  g->release();
+  return true;
 }
 
 std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const topology::Topology& topology) {

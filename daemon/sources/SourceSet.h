@@ -37,10 +37,18 @@ class SourceSet {
   [[nodiscard]] static std::unique_ptr<SourceSet> open(const tensortier::v1::SourcesConfig& config,
                                                        const topology::Topology& topology);
   // The kernel-tiering part of open(): restores what a previous run that died left saved, logs the
-  // state as one or two lines appended to `lines`, and turns it off (the guard) with DISABLE.
+  // state as one or two lines appended to `lines`, and turns it off (the guard) with DISABLE. A
+  // state file of the unit's (prepareKernelTiering) is left to the unit.
   [[nodiscard]] static std::unique_ptr<sys::KernelTieringGuard> openKernelTiering(
       const tensortier::v1::SourcesConfig& config, const sys::Fs& procfs, const sys::Fs& sysfs,
       std::vector<std::string>& lines);
+  // `tensortierd --prepare-kernel-tiering`, the unit's ExecStartPre, run with full privileges
+  // (the daemon's capabilities do not let it write kernel.numa_balancing): restores what a run
+  // that died left saved and, with DISABLE, turns kernel tiering off with a state file marked as
+  // the unit's, which its ExecStopPost restores from. What it did goes to `lines`; false when it
+  // could not do what the config asks (the service starts anyway and reports it).
+  static bool prepareKernelTiering(const tensortier::v1::SourcesConfig& config, const sys::Fs& procfs,
+                                   const sys::Fs& sysfs, std::vector<std::string>& lines);
   // From already-built sources (unit tests pass fakes).
   explicit SourceSet(std::vector<std::unique_ptr<Source>> sources,
                      const tensortier::v1::SourcesConfig& config = tensortier::v1::SourcesConfig(),

@@ -65,10 +65,11 @@ Result<void> writeDemotionEnabled(const Fs& sysfs, bool enabled) {
   return sysfs.writeFile(kDemotion, enabled ? "1" : "0");
 }
 
-Result<void> saveKernelTiering(const std::string& path, const KernelTiering& values) {
+Result<void> saveKernelTiering(const std::string& path, const KernelTiering& values, bool byUnit) {
   std::string text;
   if (values.numaBalancing) text += "numa_balancing=" + std::to_string(*values.numaBalancing) + "\n";
   if (values.demotionEnabled) text += std::string("demotion_enabled=") + (*values.demotionEnabled ? "1" : "0") + "\n";
+  if (byUnit) text += "owner=unit\n";
   const size_t slash = path.rfind('/');
   if (slash != std::string::npos && slash != 0) {
     const std::string dir = path.substr(0, slash);
@@ -92,19 +93,24 @@ Result<void> saveKernelTiering(const std::string& path, const KernelTiering& val
   return {};
 }
 
-Result<std::optional<KernelTiering>> loadKernelTiering(const std::string& path) {
+Result<std::optional<SavedKernelTiering>> loadKernelTieringState(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) return std::optional<KernelTiering>();
+    if (errno == ENOENT) return std::optional<SavedKernelTiering>();
     return errnoError("stat " + path);
   }
   std::ifstream in(path);
   if (!in) return systemError(EIO, "open " + path);
-  KernelTiering t;
+  SavedKernelTiering saved;
+  KernelTiering& t = saved.values;
   std::string line;
   while (std::getline(in, line)) {
     const std::string_view l = trim(line);
     if (l.empty()) continue;
+    if (l == "owner=unit") {
+      saved.byUnit = true;
+      continue;
+    }
     const size_t eq = l.find('=');
     auto value = eq == std::string_view::npos ? Result<uint64_t>(logicError("no '='")) : parseUint(l.substr(eq + 1));
     const std::string_view key = eq == std::string_view::npos ? l : l.substr(0, eq);
@@ -114,28 +120,66 @@ Result<std::optional<KernelTiering>> loadKernelTiering(const std::string& path) 
     if (key == "numa_balancing") t.numaBalancing = static_cast<int>(*value);
     else t.demotionEnabled = *value == 1;
   }
-  return std::optional<KernelTiering>(t);
+  return std::optional<SavedKernelTiering>(saved);
 }
 
+Result<std::optional<KernelTiering>> loadKernelTiering(const std::string& path) {
+  auto saved = loadKernelTieringState(path);
+  if (!saved) return saved.error();
+  return *saved ? std::optional<KernelTiering>((*saved)->values) : std::nullopt;
+}
+
+namespace {
+
+// Writes `saved` back where the knobs still hold what turning off wrote; appends the others to
+// `leftAlone`. False when a write failed (logged).
+bool writeBackUnchanged(const Fs& procfs, const Fs& sysfs, const KernelTiering& saved, std::string& leftAlone,
+                        Error* error) {
+  auto now = readKernelTiering(procfs, sysfs);
+  if (!now) {
+    if (error) *error = now.error();
+    return false;
+  }
+  auto note = [&](const std::string& what) { leftAlone += (leftAlone.empty() ? "" : ", ") + what; };
+  if (saved.numaBalancing.value_or(0) != 0 && now->numaBalancing) {
+    if (*now->numaBalancing != 0) {
+      note("numa_balancing (now " + std::to_string(*now->numaBalancing) + ")");
+    } else if (auto w = writeNumaBalancing(procfs, *saved.numaBalancing); !w) {
+      if (error) *error = w.error();
+      return false;
+    }
+  }
+  if (saved.demotion() && now->demotionEnabled) {
+    if (*now->demotionEnabled) {
+      note("demotion_enabled (now true)");
+    } else if (auto w = writeDemotionEnabled(sysfs, true); !w) {
+      if (error) *error = w.error();
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 Result<std::optional<KernelTiering>> restoreKernelTiering(const Fs& procfs, const Fs& sysfs,
-                                                          const std::string& statePath) {
+                                                          const std::string& statePath, std::string* leftAlone) {
   auto saved = loadKernelTiering(statePath);
   if (!saved) return saved.error();
   if (!*saved) return saved;
-  const KernelTiering& t = **saved;
-  if (t.numaBalancing)
-    if (auto w = writeNumaBalancing(procfs, *t.numaBalancing); !w) return w.error();
-  if (t.demotionEnabled)
-    if (auto w = writeDemotionEnabled(sysfs, *t.demotionEnabled); !w) return w.error();
+  std::string left;
+  Error error = logicError("");
+  if (!writeBackUnchanged(procfs, sysfs, **saved, left, &error)) return error;
+  if (leftAlone) *leftAlone = left;
   if (::unlink(statePath.c_str()) != 0 && errno != ENOENT) return errnoError("remove " + statePath);
   return saved;
 }
 
-Result<KernelTieringGuard> KernelTieringGuard::disable(Fs procfs, Fs sysfs, std::string statePath) {
+Result<KernelTieringGuard> KernelTieringGuard::disable(Fs procfs, Fs sysfs, std::string statePath, bool byUnit) {
   auto saved = readKernelTiering(procfs, sysfs);
   if (!saved) return saved.error();
   // Nothing is changed that could not be restored after a crash.
-  if (auto s = saveKernelTiering(statePath, *saved); !s)
+  if (auto s = saveKernelTiering(statePath, *saved, byUnit); !s)
     return withContext(s.error(), "saving the original values (nothing changed)");
   auto undo = [&] {
     if (saved->numaBalancing) (void)writeNumaBalancing(procfs, *saved->numaBalancing);
@@ -170,18 +214,13 @@ KernelTieringGuard::KernelTieringGuard(KernelTieringGuard&& other) noexcept
 
 KernelTieringGuard::~KernelTieringGuard() {
   if (!active_) return;
-  bool restored = true;
-  if (saved_.numaBalancing.value_or(0) != 0) {
-    if (auto w = writeNumaBalancing(procfs_, *saved_.numaBalancing); !w) {
-      TT_LOG(Error) << "restoring kernel.numa_balancing=" << *saved_.numaBalancing << ": " << w.error().message();
-      restored = false;
-    }
-  }
-  if (saved_.demotion()) {
-    if (auto w = writeDemotionEnabled(sysfs_, true); !w) {
-      TT_LOG(Error) << "restoring demotion_enabled=true: " << w.error().message();
-      restored = false;
-    }
+  std::string left;
+  Error error = logicError("");
+  const bool restored = writeBackUnchanged(procfs_, sysfs_, saved_, left, &error);
+  if (!restored) {
+    TT_LOG(Error) << "kernel-tiering: restoring " << saved_.describe() << ": " << error.message();
+  } else if (!left.empty()) {
+    TT_LOG(Warn) << "kernel-tiering: not restored, changed while the daemon ran: " << left;
   }
   // Kept when a write failed: the unit's ExecStopPost (or the next start) tries again from it.
   if (restored && ::unlink(statePath_.c_str()) != 0 && errno != ENOENT) {

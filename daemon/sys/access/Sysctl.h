@@ -8,6 +8,15 @@
 // the runtime directory, /run/tensortier) before anything is changed; a clean exit restores them
 // and removes the file; a daemon that died (crash, SIGKILL) leaves the file, and the next start or
 // `tensortierd --restore-kernel-tiering` (the unit's ExecStopPost) restores from it.
+//
+// Under the shipped unit the daemon cannot write kernel.numa_balancing: the kernel wants
+// CAP_SYS_ADMIN for it (sysctl_numa_balancing), which the unit does not grant. The unit's
+// ExecStartPre (`--prepare-kernel-tiering`) and ExecStopPost run with full privileges and do the
+// turning off and the restoring; their state file is marked as the unit's, and the daemon leaves
+// it to them.
+//
+// A knob is restored only while it still holds what was written (0, false): a value the admin
+// set while the daemon ran is theirs, not the daemon's to overwrite.
 #pragma once
 
 #include <optional>
@@ -36,16 +45,25 @@ struct KernelTiering {
 [[nodiscard]] Result<void> writeNumaBalancing(const Fs& procfs, int value);
 [[nodiscard]] Result<void> writeDemotionEnabled(const Fs& sysfs, bool enabled);
 
-// The state file: "numa_balancing=N" and "demotion_enabled=0|1" lines (absent knobs left out).
-// Written to a temporary file, synced and renamed over `path` (its directory is made if missing,
-// mode 0755), so it is either complete or absent.
-[[nodiscard]] Result<void> saveKernelTiering(const std::string& path, const KernelTiering& values);
+// The state file: "numa_balancing=N" and "demotion_enabled=0|1" lines (absent knobs left out),
+// and "owner=unit" when the unit's ExecStartPre wrote it. Written to a temporary file, synced and
+// renamed over `path` (its directory is made if missing, mode 0755), so it is either complete or
+// absent.
+struct SavedKernelTiering {
+  KernelTiering values;
+  bool byUnit = false;  // turned off by the unit's ExecStartPre; its ExecStopPost restores
+};
+[[nodiscard]] Result<void> saveKernelTiering(const std::string& path, const KernelTiering& values, bool byUnit = false);
 // std::nullopt when there is no file.
+[[nodiscard]] Result<std::optional<SavedKernelTiering>> loadKernelTieringState(const std::string& path);
 [[nodiscard]] Result<std::optional<KernelTiering>> loadKernelTiering(const std::string& path);
-// Writes the values saved in `statePath` back (exactly as saved) and removes the file; std::nullopt
-// when there is no file (nothing to restore). The file stays when a write fails, for a later try.
+// Writes the values saved in `statePath` back and removes the file; std::nullopt when there is no
+// file (nothing to restore). A knob is written only while it holds what turning off wrote
+// (numa_balancing 0, demotion false); one the admin changed since is left, and `leftAlone` (when
+// given) names it. The file stays when a write fails, for a later try.
 [[nodiscard]] Result<std::optional<KernelTiering>> restoreKernelTiering(const Fs& procfs, const Fs& sysfs,
-                                                                        const std::string& statePath);
+                                                                        const std::string& statePath,
+                                                                        std::string* leftAlone = nullptr);
 
 // While alive, the kernel moves no pages by itself: kernel.numa_balancing is 0 (classic balancing
 // as well as tiering mode: either migrates pages the daemon placed) and demotion is off. The
@@ -53,7 +71,9 @@ struct KernelTiering {
 // whatever happened in between; the file is removed once they are.
 class KernelTieringGuard {
  public:
-  [[nodiscard]] static Result<KernelTieringGuard> disable(Fs procfs, Fs sysfs, std::string statePath);
+  // `byUnit`: the unit's ExecStartPre, which hands the restoring to its ExecStopPost (release()).
+  [[nodiscard]] static Result<KernelTieringGuard> disable(Fs procfs, Fs sysfs, std::string statePath,
+                                                          bool byUnit = false);
   KernelTieringGuard(KernelTieringGuard&& other) noexcept;
   KernelTieringGuard& operator=(KernelTieringGuard&&) = delete;
   KernelTieringGuard(const KernelTieringGuard&) = delete;
@@ -61,6 +81,8 @@ class KernelTieringGuard {
   [[nodiscard]] const KernelTiering& saved() const { return saved_; }
   // What disable() changed: "numa_balancing 3 -> 0, demotion_enabled true -> false".
   [[nodiscard]] std::string changes() const;
+  // Leaves the values off and the state file in place: whoever reads it restores them.
+  void release() { active_ = false; }
 
  private:
   KernelTieringGuard(Fs procfs, Fs sysfs, std::string statePath, KernelTiering saved)

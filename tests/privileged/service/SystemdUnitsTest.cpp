@@ -52,9 +52,14 @@ TEST(SystemdUnits, ServiceIsNotifyWithWatchdogAndHardening) {
 
 // A daemon killed with kernel tiering turned off cannot restore it; systemd runs this after every
 // stop, and it restores from the state file the daemon saved first.
+// Both with full privileges ("+"): writing kernel.numa_balancing needs CAP_SYS_ADMIN, which the
+// daemon is not given (UnitCapabilities.NumaBalancingIsTheUnitCommandsNotTheDaemons).
 TEST(SystemdUnits, ExecStopPostRestoresKernelTiering) {
   const std::string s = unitText("tensortierd.service");
-  EXPECT_NE(s.find("\nExecStopPost=/usr/sbin/tensortierd --restore-kernel-tiering --config "
+  EXPECT_NE(s.find("\nExecStopPost=+/usr/sbin/tensortierd --restore-kernel-tiering --config "
+                   "/etc/tensortier/tensortierd.conf\n"),
+            std::string::npos);
+  EXPECT_NE(s.find("\nExecStartPre=+/usr/sbin/tensortierd --prepare-kernel-tiering --config "
                    "/etc/tensortier/tensortierd.conf\n"),
             std::string::npos);
   // It must be able to remove the state file, under the writable runtime directory.

@@ -556,6 +556,80 @@ TEST_F(KernelTieringGuardTest, NoChangeWithoutASavedCopy) {
   EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "2");
 }
 
+// A knob the admin set while the daemon ran is theirs: the exit restores only the knobs that still
+// hold what the daemon wrote, and says which it left.
+TEST_F(KernelTieringGuardTest, AKnobChangedWhileTheDaemonRanIsNotRestored) {
+  write("proc/sys/kernel/numa_balancing", "2\n");
+  write("sys/kernel/mm/numa/demotion_enabled", "1\n");
+  {
+    auto guard = sys::KernelTieringGuard::disable(procfs(), sysfs(), state());
+    ASSERT_TRUE(guard.ok()) << guard.error().message();
+    write("proc/sys/kernel/numa_balancing", "1\n");  // the admin, meanwhile
+  }
+  EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "1");
+  EXPECT_EQ(read("sys/kernel/mm/numa/demotion_enabled"), "1");
+  EXPECT_FALSE(fs::exists(state()));
+}
+
+// The same after a crash, from the state file (ExecStopPost, or the next start).
+TEST_F(KernelTieringGuardTest, RestoringFromTheStateFileLeavesWhatTheAdminChanged) {
+  write("proc/sys/kernel/numa_balancing", "0\n");
+  write("sys/kernel/mm/numa/demotion_enabled", "1\n");  // turned back on by the admin
+  ASSERT_TRUE(sys::saveKernelTiering(state(), {2, true}).ok());
+  std::string left;
+  auto r = sys::restoreKernelTiering(procfs(), sysfs(), state(), &left);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "2");
+  EXPECT_EQ(read("sys/kernel/mm/numa/demotion_enabled"), "1");
+  EXPECT_EQ(left, "demotion_enabled (now true)");
+  EXPECT_FALSE(fs::exists(state()));
+}
+
+// Under the unit the daemon cannot write kernel.numa_balancing (CAP_SYS_ADMIN): the unit's
+// ExecStartPre turns tiering off with full privileges and marks the state file as its own; the
+// daemon then leaves both alone (no restore at start, none at exit), and ExecStopPost restores.
+TEST_F(KernelTieringGuardTest, TheUnitTurnsItOffAndBackAndTheDaemonLeavesThatToIt) {
+  write("proc/sys/kernel/numa_balancing", "3\n");
+  write("sys/kernel/mm/numa/demotion_enabled", "1\n");
+  std::vector<std::string> lines;
+  ASSERT_TRUE(SourceSet::prepareKernelTiering(config(tensortier::v1::DISABLE), procfs(), sysfs(), lines));
+  EXPECT_TRUE(has(lines, "turned off for the service (numa_balancing 3 -> 0, demotion_enabled true -> false")) << lines.at(0);
+  EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "0");
+  EXPECT_EQ(read("sys/kernel/mm/numa/demotion_enabled"), "0");
+  auto saved = sys::loadKernelTieringState(state());
+  ASSERT_TRUE(saved.ok() && saved->has_value());
+  EXPECT_TRUE((*saved)->byUnit);
+  EXPECT_EQ((*saved)->values.numaBalancing, 3);
+
+  lines.clear();
+  {
+    auto guard = SourceSet::openKernelTiering(config(tensortier::v1::DISABLE), procfs(), sysfs(), lines);
+    EXPECT_EQ(guard.get(), nullptr) << "the daemon would restore at exit what the unit restores";
+    EXPECT_TRUE(has(lines, "turned off by the service's ExecStartPre")) << lines.at(0);
+    EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "0");
+    EXPECT_TRUE(fs::exists(state()));
+  }
+  EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "0");
+  // ExecStopPost.
+  auto r = sys::restoreKernelTiering(procfs(), sysfs(), state());
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "3");
+  EXPECT_EQ(read("sys/kernel/mm/numa/demotion_enabled"), "1");
+  EXPECT_FALSE(fs::exists(state()));
+}
+
+// COOPERATE: the unit's ExecStartPre changes nothing (but restores what a dead run left).
+TEST_F(KernelTieringGuardTest, TheUnitLeavesItOnWhenCooperating) {
+  write("proc/sys/kernel/numa_balancing", "2\n");
+  write("sys/kernel/mm/numa/demotion_enabled", "1\n");
+  std::vector<std::string> lines;
+  EXPECT_TRUE(SourceSet::prepareKernelTiering(config(tensortier::v1::COOPERATE), procfs(), sysfs(), lines));
+  EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "2");
+  EXPECT_EQ(read("sys/kernel/mm/numa/demotion_enabled"), "1");
+  EXPECT_FALSE(fs::exists(state()));
+}
+
 // Nothing to do when the kernel moves no pages by itself.
 TEST_F(KernelTieringGuardTest, KernelThatMovesNothingIsLeftAlone) {
   write("proc/sys/kernel/numa_balancing", "0\n");
