@@ -25,6 +25,9 @@ struct Builder {
   static void act(LayerSpec& layer, const std::string& name, uint64_t elements) {
     layer.activations.push_back(TensorSpec{layer.name + "." + name, RegionKind::Activation, elements});
   }
+  // The output of the last layer built so far (its last activation): what the next layer reads
+  // unless it names its inputs.
+  [[nodiscard]] std::string lastOutput() const { return model.layers.back().activations.back().name; }
 };
 
 // VGG-16, configuration D of Simonyan & Zisserman, "Very Deep Convolutional Networks for
@@ -74,7 +77,9 @@ ModelSpec vgg16(uint32_t batch) {
 // ResNet-50 (He et al., "Deep Residual Learning for Image Recognition", CVPR'16) as
 // torchvision.models.resnet50 builds it (v1.5: stride on the 3x3 conv): 25,557,032 parameters.
 // A conv+BN pair saves the conv output and the BN output (ReLU in place); the block's residual add
-// saves its output. BN running statistics are buffers, not parameters, and are left out.
+// reads the last BN's output and the identity (the block's input, or the downsample's output when
+// the block has one, which reads the block's input too) and saves its output. BN running statistics
+// are buffers, not parameters, and are left out.
 ModelSpec resnet50(uint32_t batch) {
   Builder b;
   b.model.name = "resnet50";
@@ -111,11 +116,18 @@ ModelSpec resnet50(uint32_t batch) {
       const std::string name = "layer" + std::to_string(s) + "." + std::to_string(blk);
       const uint64_t hIn = blk == 0 ? stage.hIn : stage.hOut;
       const uint64_t w = stage.width;
+      const std::string blockInput = b.lastOutput();  // maxpool's or the previous block's output
       convBn(name + ".1", in, w, 1, hIn);
       convBn(name + ".2", w, w, 3, stage.hOut);
       convBn(name + ".3", w, 4 * w, 1, stage.hOut);
-      if (blk == 0) convBn(name + ".downsample", in, 4 * w, 1, stage.hOut);
+      std::string identity = blockInput;
+      if (blk == 0) {
+        convBn(name + ".downsample", in, 4 * w, 1, stage.hOut);
+        b.model.layers.back().inputs = {blockInput};
+        identity = b.lastOutput();
+      }
       auto& add = b.layer(name + ".add", n * static_cast<double>(4 * w * stage.hOut * stage.hOut));
+      add.inputs = {name + ".3.bn", identity};
       Builder::act(add, "out", batch * 4 * w * stage.hOut * stage.hOut);
       in = 4 * w;
     }
@@ -134,18 +146,30 @@ ModelSpec resnet50(uint32_t batch) {
 
 // One transformer encoder/decoder block's sub-layers, the same shapes for BERT and GPT-2:
 // qkv projection, attention (scores and softmax probabilities saved, a x s x s per sample), output
-// projection, two MLP layers (4h), and the two LayerNorms (post-LN for BERT, pre-LN for GPT-2).
+// projection, two MLP layers (4h), the two LayerNorms (post-LN for BERT, pre-LN for GPT-2) and the
+// two residual adds. Post-LN (BERT, Hugging Face BertSelfOutput / BertOutput) adds the sub-layer's
+// input inside the LayerNorm, LayerNorm(x + sublayer(x)): the LayerNorm reads both. Pre-LN (GPT-2,
+// Hugging Face GPT2Block) adds into a residual stream of its own, x + sublayer(LayerNorm(x)): an
+// add layer reads both and saves the sum, which the next LayerNorm and the next add read.
 void transformerBlock(Builder& b, const std::string& prefix, uint64_t batch, uint64_t s, uint64_t h,
                       uint64_t heads, bool preLayerNorm) {
   const double n = static_cast<double>(batch);
   const uint64_t tokens = batch * s;
   const double sd = static_cast<double>(s);
   const double hd = static_cast<double>(h);
-  auto layerNorm = [&](const std::string& name) {
+  const std::string blockInput = b.lastOutput();
+  auto layerNorm = [&](const std::string& name) -> LayerSpec& {
     b.param(name + ".weight", h);
     b.param(name + ".bias", h);
     auto& l = b.layer(name, static_cast<double>(tokens) * 8 * hd);
     l.params = {name + ".weight", name + ".bias"};
+    Builder::act(l, "out", tokens * h);
+    return l;
+  };
+  auto residualAdd = [&](const std::string& name, const std::string& skip) {
+    const std::string sublayer = b.lastOutput();
+    auto& l = b.layer(name, static_cast<double>(tokens) * hd);
+    l.inputs = {sublayer, skip};
     Builder::act(l, "out", tokens * h);
   };
   if (preLayerNorm) layerNorm(prefix + ".ln_1");
@@ -169,10 +193,14 @@ void transformerBlock(Builder& b, const std::string& prefix, uint64_t batch, uin
     Builder::act(l, "out", tokens * h);
   }
   if (preLayerNorm) {
+    residualAdd(prefix + ".attn.add", blockInput);
     layerNorm(prefix + ".ln_2");
   } else {
-    layerNorm(prefix + ".attn.ln");
+    const std::string sublayer = b.lastOutput();
+    layerNorm(prefix + ".attn.ln").inputs = {sublayer, blockInput};
   }
+  // The MLP's residual: the attention's sum (GPT-2) or its LayerNorm's output (BERT).
+  const std::string mlpSkip = preLayerNorm ? prefix + ".attn.add.out" : prefix + ".attn.ln.out";
   b.param(prefix + ".mlp.fc.weight", h * 4 * h);
   b.param(prefix + ".mlp.fc.bias", 4 * h);
   {
@@ -188,7 +216,11 @@ void transformerBlock(Builder& b, const std::string& prefix, uint64_t batch, uin
     l.params = {prefix + ".mlp.proj.weight", prefix + ".mlp.proj.bias"};
     Builder::act(l, "out", tokens * h);
   }
-  if (!preLayerNorm) layerNorm(prefix + ".out.ln");
+  if (preLayerNorm) {
+    residualAdd(prefix + ".mlp.add", mlpSkip);
+  } else {
+    layerNorm(prefix + ".out.ln").inputs = {prefix + ".mlp.proj.out", mlpSkip};
+  }
 }
 
 // BERT-base (Devlin et al., NAACL'19; Hugging Face bert-base-uncased config: L=12, H=768, A=12,
@@ -314,7 +346,11 @@ std::vector<std::string> modelNames() { return {"vgg16", "resnet50", "bert-base"
 Result<ModelSpec> buildModel(const std::string& name, uint32_t batch, uint32_t sequence) {
   if (name == "vgg16") return vgg16(batch != 0 ? batch : 32);
   if (name == "resnet50") return resnet50(batch != 0 ? batch : 32);
-  if (name == "bert-base") return bertBase(batch != 0 ? batch : 32, sequence != 0 ? sequence : 128);
+  if (name == "bert-base") {
+    // 512 learned positions: a longer sequence has no position embedding to read.
+    if (sequence > 512) return logicError("bert-base: sequence " + std::to_string(sequence) + " > 512 positions");
+    return bertBase(batch != 0 ? batch : 32, sequence != 0 ? sequence : 128);
+  }
   if (name == "gpt2-small") {
     if (sequence > 1024) return logicError("gpt2-small: sequence " + std::to_string(sequence) + " > 1024 positions");
     return gpt2Small(batch != 0 ? batch : 8, sequence != 0 ? sequence : 512);
@@ -332,8 +368,9 @@ Result<Trace> generateModelTrace(const std::string& name, const ModelTraceOption
   auto built = buildModel(name, options.batch, options.sequence);
   if (!built) return built.error();
   const ModelSpec& model = *built;
-  if (options.scaleDivisor == 0 || options.flopsPerNs <= 0) {
-    return logicError("trace generator: scale divisor and throughput must be positive");
+  if (options.scaleDivisor == 0 || options.scaleDivisor > kMaxScaleDivisor || options.flopsPerNs <= 0) {
+    return logicError("trace generator: scale divisor must be in 1.." + std::to_string(kMaxScaleDivisor) +
+                      " and throughput positive");
   }
   const uint32_t scale = options.scaleDivisor;
 
@@ -374,10 +411,12 @@ Result<Trace> generateModelTrace(const std::string& name, const ModelTraceOption
     moment2[p.name] = addRegion(p.name + ".exp_avg_sq", RegionKind::OptimizerState, p.elements);
   }
   std::vector<std::vector<size_t>> acts(model.layers.size());
+  std::map<std::string, size_t> activation;
   uint64_t maxActivation = model.inputElements;
   for (size_t l = 0; l < model.layers.size(); ++l) {
     for (const auto& a : model.layers[l].activations) {
       acts[l].push_back(addRegion(a.name, RegionKind::Activation, a.elements));
+      activation[a.name] = acts[l].back();
       maxActivation = std::max(maxActivation, a.elements);
     }
   }
@@ -389,17 +428,29 @@ Result<Trace> generateModelTrace(const std::string& name, const ModelTraceOption
       if (weight.count(p) == 0) return logicError(model.name + ": layer " + l.name + " uses unknown tensor " + p);
     }
   }
-  const auto& regions = trace.regions;
+  const auto& regions = trace.regions;  // complete: pointers into it stay valid
   auto region = [&](size_t index) -> const TraceRegion* { return &regions[index]; };
   auto outputOf = [&](size_t layer) -> const TraceRegion* {
     return acts[layer].empty() ? region(inputIndex) : region(acts[layer].back());
   };
-  auto inputOf = [&](size_t layer) -> const TraceRegion* {
-    for (size_t l = layer; l-- > 0;) {
-      if (!acts[l].empty()) return region(acts[l].back());
+  // What each layer reads: the activations it names, else the previous layer's output.
+  std::vector<std::vector<const TraceRegion*>> inputs(model.layers.size());
+  for (size_t l = 0; l < model.layers.size(); ++l) {
+    const auto& layer = model.layers[l];
+    for (const auto& tensor : layer.inputs) {
+      const auto it = activation.find(tensor);
+      if (it == activation.end()) return logicError(model.name + ": layer " + layer.name + " reads unknown tensor " + tensor);
+      inputs[l].push_back(region(it->second));
     }
-    return region(inputIndex);
-  };
+    if (!layer.inputs.empty()) continue;
+    inputs[l].push_back(region(inputIndex));
+    for (size_t p = l; p-- > 0;) {
+      if (!acts[p].empty()) {
+        inputs[l].back() = region(acts[p].back());
+        break;
+      }
+    }
+  }
   auto computeNs = [&](double flops) {
     return std::max<uint64_t>(1, static_cast<uint64_t>(flops / scale / options.flopsPerNs));
   };
@@ -438,7 +489,7 @@ Result<Trace> generateModelTrace(const std::string& name, const ModelTraceOption
     for (size_t l = 0; l < model.layers.size(); ++l) {
       const auto& layer = model.layers[l];
       std::vector<Touch> touches;
-      touches.push_back(Touch{inputOf(l), all, false});
+      for (const TraceRegion* in : inputs[l]) touches.push_back(Touch{in, all, false});
       for (size_t p = 0; p < layer.params.size(); ++p) {
         const TraceRegion* w = region(weight[layer.params[p]]);
         if (p == 0 && layer.vocab != 0) {
@@ -479,11 +530,14 @@ Result<Trace> generateModelTrace(const std::string& name, const ModelTraceOption
       std::vector<Touch> touches;
       touches.push_back(Touch{gradOut, outputOf(l)->pages, false});
       for (size_t a : acts[l]) touches.push_back(Touch{region(a), all, false});
-      touches.push_back(Touch{inputOf(l), all, false});
+      for (const TraceRegion* in : inputs[l]) touches.push_back(Touch{in, all, false});
       for (const auto& p : layer.params) touches.push_back(Touch{region(weight[p]), all, false});
       // Dense gradients, embeddings included (PyTorch's default, sparse=False).
       for (const auto& p : layer.params) touches.push_back(Touch{region(grad[p]), all, true});
-      if (l > 0) touches.push_back(Touch{gradIn, inputOf(l)->pages, true});
+      // A gradient per input (both operands of a residual add), none for the input batch.
+      for (const TraceRegion* in : inputs[l]) {
+        if (in != region(inputIndex)) touches.push_back(Touch{gradIn, in->pages, true});
+      }
       const uint64_t duration = computeNs(2 * layer.forwardFlops);
       emitOp(trace.accesses, now, duration, touches);
       now += duration;

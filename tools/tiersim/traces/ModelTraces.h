@@ -1,9 +1,10 @@
 // Synthetic page-access traces of DNN training steps, built from real model shapes.
 //
-// Per step: forward, layer by layer, reads the layer's input activation and weights and writes its
+// Per step: forward, layer by layer, reads the layer's inputs (the previous layer's output, or the
+// tensors LayerSpec::inputs names: a residual add reads both operands) and weights and writes its
 // saved activations; backward, in reverse layer order, reads the output gradient, the saved
-// activations and the weights, writes the weight gradients and the input gradient (two ping-pong
-// workspace buffers); the optimizer (Adam, two moments) reads weight, gradient and both moments of
+// activations, the inputs and the weights, writes the weight gradients and a gradient per input
+// (two ping-pong workspace buffers); the optimizer (Adam, two moments) reads weight, gradient and both moments of
 // every parameter tensor and writes weight and moments. Each touch of a tensor streams it once: one
 // record of 64 cache lines per 4 KiB page, spread evenly over the op's compute time (FLOPs /
 // throughput). Before step 0 the model's construction writes the weights once (first touch).
@@ -14,7 +15,8 @@
 //
 // Scale: `scaleDivisor` S divides every tensor's bytes, every op's FLOPs and the number of
 // embedding lookups, so a step is S times smaller and faster while every tensor keeps its share of
-// footprint and traffic; per-page access counts per step are unchanged. The sweep uses S = 16.
+// footprint and traffic; per-page access counts per step are unchanged. The sweep uses S = 16; S is
+// at most kMaxScaleDivisor (Trace.h).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +48,10 @@ struct LayerSpec {
   std::vector<std::string> params;       // parameter tensor names (shared tensors appear once in
                                          // ModelSpec::params, possibly in several layers)
   std::vector<TensorSpec> activations;   // saved for backward, whole batch
+  // The activations (TensorSpec::name) the layer reads, in order; empty: the previous layer's
+  // output (the input batch for the first layer). A residual add names both operands, a block's
+  // downsample the block's input.
+  std::vector<std::string> inputs;
   double forwardFlops = 0;               // whole batch
   // Embedding lookup: the first param is a table of `vocab` rows; forward reads `lookups` rows.
   uint64_t vocab = 0;
