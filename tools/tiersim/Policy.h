@@ -98,8 +98,10 @@ class Policy {
   [[nodiscard]] virtual TierId firstTouchTier(PageId page, const std::vector<TierInfo>& tiers) const;
 
   // A sampled access, as a PMU / BPF source would deliver it (the simulator samples at its
-  // configured rate, e.g. 1 in 100, and scales nothing: count is the record's own count). A
-  // record of `count` lines is delivered once, with probability 1 - (1 - 1/N)^count for 1 in N.
+  // configured rate, e.g. 1 in N, and scales nothing: count is the record's own count). Each call
+  // is one sample, standing for N cache-line accesses: a record of L lines (count x the trace's
+  // own sample period) is delivered Binomial(L, 1/N) times, so L/N times on average, at least
+  // once with probability 1 - (1 - 1/N)^L.
   virtual void onSample(const SimAccess& access) = 0;
 
   // What a kernel NUMA-hinting scan would see: an access to a slow-tier page, at the simulator's

@@ -63,6 +63,7 @@ class Replay {
   [[nodiscard]] Copy* queuedCopy(PageId page);
   [[nodiscard]] uint64_t roomFor(TierId tier) const;
   void scanForHints(double nowNs);
+  [[nodiscard]] uint64_t samplesOf(uint64_t lines);
   void onAccess(const SimAccess& access);
   void onMark(const IterationMark& mark);
   TierId placeFirstTouch(PageId page);
@@ -99,11 +100,14 @@ class Replay {
   uint64_t epoch_ = 0;
   PageId scanCursor_ = 0;
   double scanCarryPages_ = 0;
-  uint32_t lastSampleCount_ = 0;
-  double lastSampleProbability_ = 0;
+  uint64_t lastSampleLines_ = 0;   // the record size the two below are for
+  double lastNoSample_ = 1;        // probability that a record of that many lines yields no sample
+  double lastLogNoSample_ = 0;     // its log
 
+  // The step being accumulated: from the previous StepEnd (the first step: its StepBegin) on.
   StepAccumulator step_;
   bool inStep_ = false;
+  bool stepsBegun_ = false;
   uint64_t stepNumber_ = 0;
   double stepStartSimNs_ = 0;
   uint64_t stepStartTraceNs_ = 0;
@@ -337,11 +341,20 @@ void Replay::onMark(const IterationMark& traceMark) {
   const double simNow = now(traceMark.timestampNs);
   mark.timestampNs = static_cast<uint64_t>(simNow);
   if (mark.type == MarkType::StepBegin) {
+    // A step runs from the previous step's end to its own: what happens between a StepEnd and
+    // the next StepBegin (epochs due there and the copies they start, or a recording's gap
+    // between steps) belongs to the step it leads into, so every simulated ns and migrated byte
+    // from the first StepBegin to the last StepEnd is in exactly one step. Before the first step
+    // nothing is counted; a step that began and never ended is not reported (its time is dropped
+    // when the next one begins).
+    if (!stepsBegun_ || inStep_) {
+      stepStartSimNs_ = simNow;
+      stepStartTraceNs_ = traceMark.timestampNs;
+      step_ = StepAccumulator{};
+    }
+    stepsBegun_ = true;
     inStep_ = true;
     stepNumber_ = mark.step;
-    stepStartSimNs_ = simNow;
-    stepStartTraceNs_ = traceMark.timestampNs;
-    step_ = StepAccumulator{};
   }
   policy_.onMark(mark);
   if (mark.type == MarkType::StepEnd && inStep_) {
@@ -357,7 +370,45 @@ void Replay::onMark(const IterationMark& traceMark) {
     stats.totalLines = step_.totalLines;
     result_.steps.push_back(stats);
     inStep_ = false;
+    stepStartSimNs_ = simNow;
+    stepStartTraceNs_ = traceMark.timestampNs;
+    step_ = StepAccumulator{};
   }
+}
+
+uint64_t Replay::samplesOf(uint64_t lines) {
+  // Each of the record's lines is a sample with probability p = 1/period, so the record yields
+  // Binomial(lines, p) samples, drawn by inversion from one uniform: one draw per record whatever it
+  // yields, so the same seed gives the same samples. The draw gives a record no sample exactly when
+  // it gave none when a record yielded one sample at most (uniform >= 1 - (1-p)^lines).
+  const double u = 1.0 - uniform01(rng_);  // (0, 1]
+  const uint32_t period = config_.samplePeriod;
+  if (lines == 0) return 0;
+  if (period == 1) return lines;
+  const double p = 1.0 / period;
+  if (lines != lastSampleLines_) {
+    lastSampleLines_ = lines;
+    lastLogNoSample_ = static_cast<double>(lines) * std::log1p(-p);
+    lastNoSample_ = std::exp(lastLogNoSample_);
+  }
+  if (u <= lastNoSample_) return 0;
+  // Up the distribution from 0 in the log domain (the probability of 0 underflows for a record of
+  // millions of lines): as many steps as samples, so the cost is that of delivering them.
+  const double n = static_cast<double>(lines);
+  const double mean = n * p;
+  const double logOdds = std::log(p / (1.0 - p));
+  double logTerm = lastLogNoSample_;
+  double cumulative = lastNoSample_;
+  uint64_t k = 0;
+  while (cumulative < u && k < lines) {
+    logTerm += std::log((n - static_cast<double>(k)) / static_cast<double>(k + 1)) + logOdds;
+    ++k;
+    const double term = std::exp(logTerm);
+    cumulative += term;
+    // Rounding can leave the sum a hair under 1: past the mean, a vanishing term ends the walk.
+    if (static_cast<double>(k) > mean && term < 1e-17) break;
+  }
+  return k;
 }
 
 void Replay::onAccess(const SimAccess& access) {
@@ -381,16 +432,14 @@ void Replay::onAccess(const SimAccess& access) {
   accessed_[page] = 1;
 
   if (config_.samplePeriod > 0) {
-    if (access.count != lastSampleCount_) {
-      lastSampleCount_ = access.count;
-      lastSampleProbability_ =
-          1.0 - std::pow(1.0 - 1.0 / config_.samplePeriod, static_cast<double>(access.count));
-    }
-    if (uniform01(rng_) < lastSampleProbability_) {
+    // The record stands for `lines` accesses (count x the trace's own period), as the cost model
+    // charges them: a sampler sees each of them, not the record.
+    const uint64_t samples = samplesOf(lines);
+    if (samples > 0) {
       SimAccess sample = access;
       sample.timeNs = static_cast<uint64_t>(now(access.timeNs));
-      ++result_.samples;
-      policy_.onSample(sample);
+      result_.samples += samples;
+      for (uint64_t i = 0; i < samples; ++i) policy_.onSample(sample);
     }
   }
   if (!hintArmedAt_.empty() && hintArmedAt_[page] != 0) {
@@ -516,6 +565,12 @@ Result<SimResult> simulate(const Trace& trace, Policy& policy, const SimConfig& 
     if (tier.spec.readBandwidthBytesPerNs <= 0 || tier.spec.writeBandwidthBytesPerNs <= 0) {
       return logicError("tiersim: tier '" + tier.spec.name + "' has no bandwidth");
     }
+  }
+  // A copy at no (or no number of) bytes per ns never completes: the replay would charge it for
+  // ever. An infinite rate is bounded by the tiers' bandwidth, but is no engine either.
+  if (!(config.migrationCopyBytesPerNs > 0) || !std::isfinite(config.migrationCopyBytesPerNs)) {
+    return logicError("tiersim: migration copy bandwidth " + std::to_string(config.migrationCopyBytesPerNs) +
+                      " bytes/ns (--copy-gbps) must be positive and finite");
   }
   if (auto valid = validateTrace(trace); !valid) return valid.error();
   Replay replay(trace, policy, config);

@@ -22,8 +22,9 @@ struct SimConfig {
   double computeOverlap = 0;               // 0: step = compute + stall; 1: max(compute, stall)
   uint64_t windowNs = 20'000;              // cost-model window, trace (compute) time
   uint64_t epochNs = 1'000'000;            // policy epoch, simulated time
-  // Sampled accesses: each cache-line access is a sample with probability 1/samplePeriod (a
-  // record of `count` lines is delivered once with probability 1-(1-1/period)^count). 0 = none.
+  // Sampled accesses: each cache-line access is a sample with probability 1/samplePeriod. A
+  // record stands for count x Trace::samplePeriod lines and is delivered once per sample they give:
+  // Binomial(lines, 1/samplePeriod) times, mean lines/samplePeriod. 0 = none.
   uint32_t samplePeriod = 199;
   // NUMA-balancing scanner (TPP-like policies): bytes of address space made hint-faulting per
   // simulated second, and the cost the application pays per hint fault. 0 = no scanner.
@@ -49,10 +50,14 @@ struct SimConfig {
   bool unboundedFastTier = false;
 };
 
+// A step runs from the previous step's StepEnd (the first step: its StepBegin) to its own StepEnd:
+// what happens between a StepEnd and the next StepBegin (an epoch due there and its copies, a
+// recording's gap between steps) is the next step's. So every simulated ns and every migrated
+// byte from the first StepBegin to the last StepEnd is counted in exactly one step.
 struct StepStats {
   uint64_t step = 0;
-  double timeNs = 0;          // simulated, StepBegin to StepEnd
-  double computeNs = 0;       // trace time, StepBegin to StepEnd
+  double timeNs = 0;          // simulated, previous StepEnd (or StepBegin) to StepEnd
+  double computeNs = 0;       // trace time, the same span
   double stallNs = 0;         // memory stall added
   double migrationNs = 0;     // migration copy time on the critical path (copies started in the step)
   double hintFaultNs = 0;
@@ -81,7 +86,8 @@ struct SimResult {
 };
 
 // Runs one replay. Deterministic: the same trace, policy state and config (seed) give the same
-// result. Errors: a trace that fails validateTrace, or a config with fewer than two tiers.
+// result. Errors: a trace that fails validateTrace, a config with fewer than two tiers (or more
+// than three), a tier without bandwidth, or a copy engine rate that is not positive and finite.
 [[nodiscard]] Result<SimResult> simulate(const Trace& trace, Policy& policy, const SimConfig& config,
                                          bool offline);
 

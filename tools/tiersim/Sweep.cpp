@@ -52,7 +52,8 @@ const std::vector<PolicyEntry>& policyRegistry() {
 #ifdef TT_TIERSIM_HAVE_TENSORTIER
     r.push_back({"tensortier", false, false, false, 0, [](const PolicyContext& c) {
                    // The daemon's defaults: a default-constructed PolicyConfig.
-                   return makeTensortierPolicy(tensortier::v1::PolicyConfig{}, c.samplePeriod, c.memoryParallelism);
+                   return makeTensortierPolicy(tensortier::v1::PolicyConfig{}, c.samplePeriod, c.memoryParallelism,
+                                               c.scaleDivisor);
                  }});
 #endif
     return r;

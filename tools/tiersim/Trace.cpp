@@ -30,6 +30,18 @@ uint64_t footprintPages(const Trace& trace) {
 }
 
 Result<void> validateTrace(const Trace& trace) {
+  if (trace.totalPages > kMaxTracePages) {
+    return logicError("trace '" + trace.name + "': " + std::to_string(trace.totalPages) + " pages, above the " +
+                      std::to_string(kMaxTracePages) + " a replay can keep state for");
+  }
+  if (trace.scaleDivisor == 0 || trace.scaleDivisor > kMaxScaleDivisor) {
+    return logicError("trace '" + trace.name + "': scale divisor " + std::to_string(trace.scaleDivisor) +
+                      " outside 1.." + std::to_string(kMaxScaleDivisor));
+  }
+  if (trace.samplePeriod == 0 || trace.samplePeriod > kMaxTraceSamplePeriod) {
+    return logicError("trace '" + trace.name + "': sample period " + std::to_string(trace.samplePeriod) +
+                      " outside 1.." + std::to_string(kMaxTraceSamplePeriod));
+  }
   std::vector<std::pair<PageId, uint64_t>> spans;
   for (const auto& region : trace.regions) {
     if (region.pages == 0 || region.firstPage + region.pages > trace.totalPages) {
@@ -129,6 +141,15 @@ Result<Trace> readTraceFile(const std::string& path, ReadTraceStats* stats) {
     return logicError("trace file " + path + ": page size " + std::to_string(header.page_size()) +
                       " (only 4096 is supported)");
   }
+  // Bounds before anything is sized by them (see Trace.h).
+  if (header.scale_divisor() > kMaxScaleDivisor) {
+    return logicError("trace file " + path + ": scale_divisor " + std::to_string(header.scale_divisor()) +
+                      " above " + std::to_string(kMaxScaleDivisor));
+  }
+  if (header.sample_period() > kMaxTraceSamplePeriod) {
+    return logicError("trace file " + path + ": sample_period " + std::to_string(header.sample_period()) +
+                      " above " + std::to_string(kMaxTraceSamplePeriod));
+  }
   Trace trace;
   trace.name = header.name();
   trace.samplePeriod = std::max<uint32_t>(1, header.sample_period());
@@ -214,6 +235,10 @@ Result<Trace> readTraceFile(const std::string& path, ReadTraceStats* stats) {
     }
     const uint64_t vpn = r.start() / kBasePageSize;
     const uint64_t pages = r.length() / kBasePageSize;
+    if (pages > kMaxTracePages) {
+      return logicError("trace file " + path + ": region '" + r.name() + "' length " + std::to_string(r.length()) +
+                        " bytes, above the " + std::to_string(kMaxTracePages) + " pages a replay can keep state for");
+    }
     if (!spans.empty() && spans.back().firstVpn + spans.back().pages > vpn) {
       auto& last = spans.back();
       last.pages = std::max(last.pages, vpn + pages - last.firstVpn);
@@ -233,7 +258,11 @@ Result<Trace> readTraceFile(const std::string& path, ReadTraceStats* stats) {
   for (size_t i = 0; i < spans.size(); ++i) {
     spans[i].firstPage = next;
     trace.regions[i].firstPage = next;
-    next += spans[i].pages;
+    next += spans[i].pages;  // each at most kMaxTracePages: no overflow
+  }
+  if (next > kMaxTracePages) {
+    return logicError("trace file " + path + ": the regions' lengths add up to " + std::to_string(next) +
+                      " pages, above the " + std::to_string(kMaxTracePages) + " a replay can keep state for");
   }
   trace.totalPages = next;
 

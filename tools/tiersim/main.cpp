@@ -7,6 +7,7 @@
 //   tiersim run   (--model M | --trace FILE) --policy P [--fraction F] [same knobs]
 //   tiersim gen   --model M --out FILE [--steps N] [--scale S] [--batch B] [--sequence S]
 //   tiersim info  --trace FILE
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -101,7 +102,7 @@ int main(int argc, char** argv) {
   }
   options.steps = static_cast<uint32_t>(number("steps", options.steps));
   options.warmupSteps = static_cast<uint32_t>(number("warmup", options.warmupSteps));
-  options.scaleDivisor = static_cast<uint32_t>(number("scale", options.scaleDivisor));
+  const double scale = number("scale", options.scaleDivisor);
   options.jobs = static_cast<uint32_t>(number("jobs", options.jobs));
   options.seed = static_cast<uint64_t>(number("seed", static_cast<double>(options.seed)));
   options.middleFraction = number("middle-fraction", options.middleFraction);
@@ -112,10 +113,23 @@ int main(int argc, char** argv) {
   options.base.samplePeriod = static_cast<uint32_t>(number("sample-period", options.base.samplePeriod));
   options.base.migrationCopyBytesPerNs = number("copy-gbps", options.base.migrationCopyBytesPerNs);
   if (!bad.empty()) return usage(bad);
-  if (options.steps == 0 || options.scaleDivisor == 0) return usage("--steps and --scale must be positive");
-  if (options.warmupSteps >= options.steps) return usage("--warmup must be smaller than --steps");
+  if (options.steps == 0) return usage("--steps must be positive");
+  // Checked as a double: a value out of uint32_t's range has no conversion (see kMaxScaleDivisor).
+  if (!(scale >= 1 && scale <= kMaxScaleDivisor)) {
+    return usage("--scale must be in 1.." + std::to_string(kMaxScaleDivisor));
+  }
+  options.scaleDivisor = static_cast<uint32_t>(scale);
+  // A copy at no bandwidth never ends: the replay would wait on the first one for ever.
+  if (!(options.base.migrationCopyBytesPerNs > 0) || !std::isfinite(options.base.migrationCopyBytesPerNs)) {
+    return usage("--copy-gbps must be positive and finite");
+  }
+  // Only the commands that replay generated steps summarise after a warm-up (gen writes them all;
+  // a trace file has steps of its own, and the summary takes them all when there are no more).
+  auto warmupFits = [&] { return options.warmupSteps < options.steps; };
+  const char* const warmupProblem = "--warmup must be smaller than --steps";
 
   if (command == "sweep") {
+    if (!warmupFits()) return usage(warmupProblem);
     // --check 1: fail (exit 1) when any policy beats the all-DRAM bound, which the cost model
     // rules out (every slow-tier cost per line is at least DRAM's; migrations and faults only add).
     const bool check = take("check", "0") == "1";
@@ -194,6 +208,7 @@ int main(int argc, char** argv) {
                      "compare between policies, not with the recorded run\n";
       }
     } else if (!model.empty() && command == "run") {
+      if (!warmupFits()) return usage(warmupProblem);
       ModelTraceOptions traceOptions;
       traceOptions.steps = options.steps;
       traceOptions.scaleDivisor = options.scaleDivisor;

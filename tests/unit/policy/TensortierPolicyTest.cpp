@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "Simulator.h"
+#include "Sweep.h"
 #include "core/Log.h"
 #include "Trace.h"
 
@@ -25,6 +26,8 @@ constexpr uint64_t kStepNs = 10'000 * kUs;
 Trace twoPhaseTrace(uint32_t steps) {
   Trace t;
   t.name = "two-phase";
+  // 10 ms steps: a model scaled 1/16 as in the sweep, whose periods the policy scales to match.
+  t.scaleDivisor = 16;
   t.totalPages = 2 * kPagesPerTensor;
   t.regions.push_back({0, 0, kPagesPerTensor, tt::RegionKind::Weight, "A"});
   t.regions.push_back({1, kPagesPerTensor, kPagesPerTensor, tt::RegionKind::Activation, "B"});
@@ -79,7 +82,7 @@ TEST(TensortierPolicy, LearnsTheTwoPhaseScheduleAndSwapsAheadOfNeed) {
   config.migrationOverlap = 0.9;
   config.warmupSteps = 15;
   if (std::getenv("TT_DEBUG_ADAPTER")) tt::log::setLevel(tt::log::Level::Debug);
-  auto policy = makeTensortierPolicy(tensortier::v1::PolicyConfig{});
+  auto policy = makeTensortierPolicy(tensortier::v1::PolicyConfig{}, 199, 64, trace.scaleDivisor);
   ASSERT_EQ(policy->name(), "tensortier");
   auto result = simulate(trace, *policy, config, false);
   ASSERT_TRUE(result) << result.error().message();
@@ -100,6 +103,55 @@ TEST(TensortierPolicy, LearnsTheTwoPhaseScheduleAndSwapsAheadOfNeed) {
   std::cout << "never-move: fast hit " << reference->fastHitFraction << ", mean step " << reference->meanStepNs / 1e6 << " ms\n";
   std::cout << "two-phase trace: fast hit " << result->fastHitFraction << ", mean step "
             << result->meanStepNs / 1e6 << " ms, promoted " << result->promotedPages << " pages\n";
+}
+
+// A trace of `steps` steps of 64 ms / scale each, every page read once per step: the same
+// training run at another scale divisor, as the generator makes it (time divided by the scale).
+Trace scaledTrace(uint32_t scale, uint32_t steps) {
+  Trace t;
+  t.name = "scaled";
+  t.scaleDivisor = scale;
+  t.totalPages = 64;
+  t.regions.push_back({0, 0, 64, tt::RegionKind::Weight, "w"});
+  const uint64_t stepNs = 64'000'000 / scale;
+  for (uint64_t s = 0; s < steps; ++s) {
+    tt::IterationMark begin;
+    begin.type = tt::MarkType::StepBegin;
+    begin.step = s;
+    begin.timestampNs = s * stepNs;
+    t.marks.push_back(begin);
+    for (uint64_t p = 0; p < 64; ++p) t.accesses.push_back({s * stepNs + p * stepNs / 64, p, 64, false});
+    tt::IterationMark end = begin;
+    end.type = tt::MarkType::StepEnd;
+    end.timestampNs = (s + 1) * stepNs;
+    t.marks.push_back(end);
+  }
+  return t;
+}
+
+// The planning period scales with the trace, as the baselines' periods do: the sweep's registry
+// and configuration at scale 1 and 1/16 give the same number of plans per step.
+TEST(TensortierPolicy, PlansAsOftenPerStepAtEveryScale) {
+  const PolicyEntry* entry = findPolicy("tensortier");
+  ASSERT_NE(entry, nullptr);
+  constexpr uint32_t kSteps = 6;
+  auto plansPerStep = [&](uint32_t scale) {
+    const Trace trace = scaledTrace(scale, kSteps);
+    SweepOptions options;
+    options.scaleDivisor = scale;
+    auto config = makeSimConfig(options, trace, 0.5, *entry);
+    EXPECT_TRUE(config.ok());
+    if (!config.ok()) return 0.0;
+    auto policy = entry->make(makePolicyContext(trace, *config));
+    auto result = simulate(trace, *policy, *config, entry->offline);
+    EXPECT_TRUE(result.ok());
+    return static_cast<double>(tensortierPlans(*policy)) / kSteps;
+  };
+  const double full = plansPerStep(1);
+  const double sixteenth = plansPerStep(16);
+  // 64 ms steps, a plan every 4 ms at the first 1 ms epoch past it: 16 a step.
+  EXPECT_NEAR(full, 16, 0.5);
+  EXPECT_NEAR(sixteenth, full, 0.5);
 }
 
 }  // namespace

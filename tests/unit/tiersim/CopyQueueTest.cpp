@@ -271,6 +271,69 @@ TEST(TiersimCopyQueue, ANewerMoveReplacesTheQueuedOne) {
   EXPECT_EQ(seen.back().tierOf, (std::vector<TierId>{0, 0, 0, 1}));
 }
 
+// Two steps over ten slow pages, read at t = 0..9 (a 3050 ns stall) and, when `rereadNs` is not 0,
+// again from `rereadNs` (another 3050 ns, charged when step 0's last window closes with it). A
+// policy promotes the ten pages at its first epoch (100 us): 10 x 2048 ns of copies with no
+// overlap, all charged when they start.
+SimResult twoStepsWithPromotions(uint64_t end0, uint64_t begin1, uint64_t rereadNs, std::vector<IterationMark>* marks) {
+  std::vector<SimAccess> accesses;
+  for (PageId p = 0; p < 10; ++p) accesses.push_back(SimAccess{p, p, 1, false});
+  if (rereadNs != 0) {
+    for (PageId p = 0; p < 10; ++p) accesses.push_back(SimAccess{rereadNs + p, p, 1, false});
+  }
+  Trace trace = oneStepTrace(10, end0, accesses);
+  trace.marks.push_back(test::stepMark(MarkType::StepBegin, 1, begin1));
+  trace.marks.push_back(test::stepMark(MarkType::StepEnd, 1, begin1 + 100'000));
+  ScriptedPolicy policy;
+  policy.firstTouch = [](PageId) { return TierId{1}; };
+  policy.epoch = [](const EpochContext& c, std::vector<PageMove>& out) {
+    if (c.epoch != 1) return;
+    for (PageId p = 0; p < 10; ++p) out.push_back({p, 0});
+  };
+  auto result = simulate(trace, policy, twoTierConfig(10), false);
+  EXPECT_TRUE(result.ok()) << result.error().message();
+  if (marks != nullptr) *marks = policy.marks;
+  return result.ok() ? *result : SimResult{};
+}
+
+TEST(TiersimCopyQueue, CopiesBetweenTwoStepsAreChargedToExactlyOneStep) {
+  // Step 0 ends at 96 us of trace time; its last window's stall, charged as it ends, takes
+  // simulated time past the 100 us epoch, which therefore runs at the instant between step 0's end
+  // and step 1's begin, before step 1 begins: its copies start and charge their time there. That
+  // time and those bytes belong to step 1, the step the gap leads into.
+  std::vector<IterationMark> marks;
+  const SimResult result = twoStepsWithPromotions(96'000, 96'000, 95'500, &marks);
+  ASSERT_EQ(result.steps.size(), 2U);
+  ASSERT_EQ(result.promotedPages, 10U);
+  const auto& steps = result.steps;
+  EXPECT_DOUBLE_EQ(steps[0].timeNs + steps[1].timeNs, result.totalTimeNs) << "every ns in one step";
+  EXPECT_DOUBLE_EQ(steps[0].timeNs, 96'000 + 20 * 305.0);
+  EXPECT_DOUBLE_EQ(steps[0].migrationNs, 0);
+  EXPECT_EQ(steps[0].migratedBytes, 0U);
+  EXPECT_DOUBLE_EQ(steps[1].timeNs, 100'000 + 10 * kCopyNs);
+  EXPECT_DOUBLE_EQ(steps[1].computeNs, 100'000);
+  EXPECT_DOUBLE_EQ(steps[1].migrationNs, 10 * kCopyNs);
+  EXPECT_EQ(steps[1].migratedBytes, 10U * 4096);
+  // The policy sees step 1 begin once the copies charged before it have run.
+  ASSERT_EQ(marks.size(), 4U);
+  EXPECT_EQ(marks[2].timestampNs, static_cast<uint64_t>(96'000 + 20 * 305.0 + 10 * kCopyNs));
+}
+
+TEST(TiersimCopyQueue, AGapBetweenStepsBelongsToTheNextStep) {
+  // A recording's steps need not meet: step 1 begins 500 ns after step 0 ends. The epoch due in
+  // the gap and its copies, and the gap itself, are step 1's.
+  const SimResult result = twoStepsWithPromotions(97'000, 97'500, 0, nullptr);
+  ASSERT_EQ(result.steps.size(), 2U);
+  ASSERT_EQ(result.promotedPages, 10U);
+  const auto& steps = result.steps;
+  EXPECT_DOUBLE_EQ(steps[0].timeNs + steps[1].timeNs, result.totalTimeNs);
+  EXPECT_DOUBLE_EQ(steps[0].timeNs, 97'000 + 10 * 305.0);
+  EXPECT_DOUBLE_EQ(steps[1].computeNs, 100'500);
+  EXPECT_DOUBLE_EQ(steps[1].timeNs, 100'500 + 10 * kCopyNs);
+  EXPECT_DOUBLE_EQ(steps[1].migrationNs, 10 * kCopyNs);
+  EXPECT_EQ(steps[0].migratedBytes + steps[1].migratedBytes, 10U * 4096);
+}
+
 TEST(TiersimCopyQueue, SameSeedGivesTheSameResultWithQueuedCopies) {
   ModelTraceOptions options;
   options.steps = 3;

@@ -221,6 +221,57 @@ TEST(TiersimTraceFile, ACorruptLengthInTheMiddleIsAnErrorNotACut) {
   EXPECT_NE(damaged.error().message().find("above the largest chunk"), std::string::npos) << damaged.error().message();
 }
 
+// A file that asks for more than a replay can hold (a region of 2^50 bytes: per-page state that
+// cannot be allocated; a scale divisor of 10^6: policy periods of a nanosecond) is an error that
+// names the field when it is read, not a crash or a hang when it is replayed.
+TEST(TiersimTraceFile, RejectsWhatAReplayCannotHold) {
+  TempFile file;
+  auto readWith = [&](const std::vector<RegionInfo>& regions, uint32_t scaleDivisor, uint32_t samplePeriod) {
+    TraceWriter writer;
+    TraceWriter::Header header;
+    header.name = "bounds";
+    header.tgid = 1234;
+    header.computeOnlyTime = true;
+    header.scaleDivisor = scaleDivisor;
+    header.samplePeriod = samplePeriod;
+    header.regions = regions;
+    EXPECT_TRUE(writer.open(file.path(), header).ok());
+    EXPECT_TRUE(writer.addAccess(0, 0x7f0000000000, 1, false).ok());
+    EXPECT_TRUE(writer.close().ok());
+    return readTraceFile(file.path());
+  };
+  auto expectError = [](const Result<Trace>& read, const std::string& what) {
+    ASSERT_FALSE(read.ok()) << what;
+    EXPECT_NE(read.error().message().find(what), std::string::npos) << read.error().message();
+  };
+  const uint64_t base = 0x7f0000000000;
+  const RegionInfo small{1, 1234, base, 4096, RegionKind::Weight, "w", 0};
+  expectError(readWith({RegionInfo{2, 1234, base, uint64_t{1} << 50, RegionKind::Activation, "huge", 0}}, 1, 1),
+              "region 'huge' length 1125899906842624 bytes");
+  // Each region within the bound, together above it.
+  const uint64_t half = (kMaxTracePages / 2 + 1) * 4096;
+  expectError(readWith({RegionInfo{2, 1234, base, half, RegionKind::Activation, "a", 0},
+                        RegionInfo{3, 1234, base + half, half, RegionKind::Activation, "b", 0}},
+                       1, 1),
+              "lengths add up to " + std::to_string(kMaxTracePages + 2) + " pages");
+  expectError(readWith({small}, 1'000'000, 1), "scale_divisor 1000000");
+  expectError(readWith({small}, 1, 1U << 30), "sample_period 1073741824");
+  // At the bounds: read (replaying 1 TiB of address space is another matter, but a file may say so).
+  auto atBounds = readWith({RegionInfo{2, 1234, base, kMaxTracePages * 4096, RegionKind::Activation, "max", 0}},
+                           kMaxScaleDivisor, kMaxTraceSamplePeriod);
+  ASSERT_TRUE(atBounds.ok()) << atBounds.error().message();
+  EXPECT_EQ(atBounds->totalPages, kMaxTracePages);
+  EXPECT_EQ(atBounds->scaleDivisor, kMaxScaleDivisor);
+  EXPECT_EQ(atBounds->samplePeriod, kMaxTraceSamplePeriod);
+  // The generator keeps to the same scale bound.
+  ModelTraceOptions options;
+  options.steps = 1;
+  options.scaleDivisor = kMaxScaleDivisor + 1;
+  auto generated = generateModelTrace("resnet50", options);
+  ASSERT_FALSE(generated.ok());
+  EXPECT_NE(generated.error().message().find("scale divisor"), std::string::npos) << generated.error().message();
+}
+
 // Marks close a chunk as accesses do, so no chunk outgrows what readers accept: 250000 marks of
 // about 80 bytes (20 MB) would be one chunk above kMaxChunkBytes otherwise.
 TEST(TiersimTraceFile, ManyMarksWithoutAccessesStayReadable) {

@@ -13,8 +13,10 @@ namespace tt::tiersim {
 namespace {
 
 // The daemon plans once per epoch loop tick; here at most once per this much simulated time (the
-// simulator's epochs are much shorter than the daemon's).
-constexpr uint64_t kPlanEveryNs = 250'000;
+// simulator's epochs are much shorter than the daemon's), at full scale. Divided by the trace's
+// scale divisor S like every baseline's periods (Baselines.h), so a trace S times faster gets as
+// many plans per step: 4 ms / 16 = 250 us at the sweep's S = 16, what it was before it scaled.
+constexpr uint64_t kPlanEveryUnscaledNs = 4'000'000;
 
 // The simulator's page table, as the planner's PlacementQuery: prefix sums rebuilt once per plan.
 class SimPlacement : public policy::PlacementQuery {
@@ -49,11 +51,15 @@ class SimPlacement : public policy::PlacementQuery {
 
 class TensortierPolicy : public Policy {
  public:
-  TensortierPolicy(const tensortier::v1::PolicyConfig& config, uint32_t samplePeriod, double memoryParallelism)
+  TensortierPolicy(const tensortier::v1::PolicyConfig& config, uint32_t samplePeriod, double memoryParallelism,
+                   uint32_t scaleDivisor)
       : heat_(config),
         planner_(config),
         samplePeriod_(std::max<uint32_t>(1, samplePeriod)),
-        memoryParallelism_(memoryParallelism > 0 ? memoryParallelism : 64) {}
+        memoryParallelism_(memoryParallelism > 0 ? memoryParallelism : 64),
+        planEveryNs_(std::max<uint64_t>(1, kPlanEveryUnscaledNs / std::max<uint32_t>(1, scaleDivisor))) {}
+
+  [[nodiscard]] uint64_t plans() const { return plans_; }
 
   [[nodiscard]] std::string name() const override { return "tensortier"; }
 
@@ -100,9 +106,9 @@ class TensortierPolicy : public Policy {
     AccessEvidence e;
     e.tgid = kSimTgid;
     e.page = kSimBase + access.page * kBasePageSize;
-    // The simulator delivers 1 in samplePeriod_ cache-line accesses and does not scale counts: a
-    // sample stands for max(count, period) lines.
-    e.weight = static_cast<uint32_t>(std::max<double>(access.count, samplePeriod_));
+    // The simulator delivers 1 in samplePeriod_ cache-line accesses, one call per sample (a record
+    // of many lines gives several), and does not scale counts: a sample stands for period lines.
+    e.weight = static_cast<uint32_t>(samplePeriod_);
     e.kind = access.write ? AccessKind::Store : AccessKind::Load;
     heat_.ingest(std::span<const AccessEvidence>(&e, 1), access.timeNs);
   }
@@ -111,9 +117,10 @@ class TensortierPolicy : public Policy {
 
   void onEpoch(const EpochContext& context, std::vector<PageMove>& moves) override {
     if (context.nowNs < nextPlanNs_ || context.tierOf == nullptr || context.present == nullptr) return;
-    const uint64_t interval = lastPlanNs_ > 0 ? context.nowNs - lastPlanNs_ : kPlanEveryNs;
+    const uint64_t interval = lastPlanNs_ > 0 ? context.nowNs - lastPlanNs_ : planEveryNs_;
     lastPlanNs_ = context.nowNs;
-    nextPlanNs_ = context.nowNs + kPlanEveryNs;
+    nextPlanNs_ = context.nowNs + planEveryNs_;
+    ++plans_;
     const double bandwidth = context.promoteBytesPerNs * 1e9;
     if (bandwidth > 0) heat_.setMigrationBandwidth(bandwidth);
     heat_.advanceEpoch(context.nowNs);
@@ -126,7 +133,7 @@ class TensortierPolicy : public Policy {
     plan.slowPenaltyNs = slowPenaltyNs_;
     // A sample stands for cache-line accesses (onSample), so one pass over a page is 64 of them.
     plan.accessesPerPagePass = static_cast<double>(kBasePageSize) / kCacheLineBytes;
-    plan.intervalNs = std::max(interval, kPlanEveryNs);
+    plan.intervalNs = std::max(interval, planEveryNs_);
     const MigrationPlan migration = planner_.plan(heat_.snapshot(), placement_, topology_, plan);
     if (log::enabled(log::Level::Debug)) {
       const auto& st = planner_.lastStats();
@@ -161,15 +168,22 @@ class TensortierPolicy : public Policy {
   double slowPenaltyNs_ = 1;
   double samplePeriod_;
   double memoryParallelism_;
+  uint64_t planEveryNs_;
   uint64_t nextPlanNs_ = 0;
   uint64_t lastPlanNs_ = 0;
+  uint64_t plans_ = 0;
 };
 
 }  // namespace
 
 std::unique_ptr<Policy> makeTensortierPolicy(const tensortier::v1::PolicyConfig& config, uint32_t samplePeriod,
-                                             double memoryParallelism) {
-  return std::make_unique<TensortierPolicy>(config, samplePeriod, memoryParallelism);
+                                             double memoryParallelism, uint32_t scaleDivisor) {
+  return std::make_unique<TensortierPolicy>(config, samplePeriod, memoryParallelism, scaleDivisor);
+}
+
+uint64_t tensortierPlans(const Policy& policy) {
+  const auto* tensortier = dynamic_cast<const TensortierPolicy*>(&policy);
+  return tensortier != nullptr ? tensortier->plans() : 0;
 }
 
 }  // namespace tt::tiersim
