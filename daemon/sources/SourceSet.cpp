@@ -151,8 +151,13 @@ std::unique_ptr<sys::KernelTieringGuard> SourceSet::openKernelTiering(const pb::
   } else if (c.kernel_tiering() == pb::DISABLE) {
     lines.push_back("kernel-tiering: " + tiering->describe() + "; not turned off (see above): the kernel will move pages too");
   } else {
-    lines.push_back("kernel-tiering: " + tiering->describe() +
-                    "; cooperating: its hint faults are evidence, its moves are counted (fault-trace)");
+    lines.push_back("kernel-tiering: " + tiering->describe() + "; cooperating: " +
+                    (c.fault_trace().enabled() && c.fault_trace().first_touch()
+                         ? "its hint faults are evidence, its moves are counted (fault-trace)"
+                         : c.fault_trace().enabled()
+                               ? "its moves are counted (fault-trace); its hint faults are not evidence "
+                                 "(fault_trace.first_touch is off, and hint faults are not-present faults too)"
+                               : "neither its hint faults nor its moves are seen (fault_trace is off)"));
   }
   return nullptr;
 }

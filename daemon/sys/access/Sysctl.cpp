@@ -1,6 +1,7 @@
 #include "sys/access/Sysctl.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +16,14 @@ namespace tt::sys {
 namespace {
 constexpr const char* kNumaBalancing = "sys/kernel/numa_balancing";
 constexpr const char* kDemotion = "kernel/mm/numa/demotion_enabled";
+
+Result<void> makeParentDirectory(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return {};
+  const std::string dir = path.substr(0, slash);
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return errnoError("mkdir " + dir);
+  return {};
+}
 }  // namespace
 
 std::string KernelTiering::describe() const {
@@ -70,11 +79,7 @@ Result<void> saveKernelTiering(const std::string& path, const KernelTiering& val
   if (values.numaBalancing) text += "numa_balancing=" + std::to_string(*values.numaBalancing) + "\n";
   if (values.demotionEnabled) text += std::string("demotion_enabled=") + (*values.demotionEnabled ? "1" : "0") + "\n";
   if (byUnit) text += "owner=unit\n";
-  const size_t slash = path.rfind('/');
-  if (slash != std::string::npos && slash != 0) {
-    const std::string dir = path.substr(0, slash);
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return errnoError("mkdir " + dir);
-  }
+  if (auto d = makeParentDirectory(path); !d) return d.error();
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return errnoError("create " + tmp);
@@ -162,11 +167,32 @@ bool writeBackUnchanged(const Fs& procfs, const Fs& sysfs, const KernelTiering& 
 
 }  // namespace
 
+Result<KernelTieringLock> KernelTieringLock::acquire(const std::string& statePath) {
+  if (auto d = makeParentDirectory(statePath); !d) return d.error();
+  const std::string path = statePath + ".lock";
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return errnoError("open " + path);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return systemError(err, err == EWOULDBLOCK ? "another tensortierd has the kernel's tiering in its care (it holds " +
+                                                     path + ")"
+                                               : "flock " + path);
+  }
+  return KernelTieringLock(fd);
+}
+
+KernelTieringLock::~KernelTieringLock() {
+  if (fd_ >= 0) ::close(fd_);  // the lock goes with the descriptor
+}
+
 Result<std::optional<KernelTiering>> restoreKernelTiering(const Fs& procfs, const Fs& sysfs,
                                                           const std::string& statePath, std::string* leftAlone) {
   auto saved = loadKernelTiering(statePath);
   if (!saved) return saved.error();
   if (!*saved) return saved;
+  auto lock = KernelTieringLock::acquire(statePath);
+  if (!lock) return lock.error();
   std::string left;
   Error error = logicError("");
   if (!writeBackUnchanged(procfs, sysfs, **saved, left, &error)) return error;
@@ -176,6 +202,8 @@ Result<std::optional<KernelTiering>> restoreKernelTiering(const Fs& procfs, cons
 }
 
 Result<KernelTieringGuard> KernelTieringGuard::disable(Fs procfs, Fs sysfs, std::string statePath, bool byUnit) {
+  auto lock = KernelTieringLock::acquire(statePath);
+  if (!lock) return withContext(lock.error(), "nothing changed");
   auto saved = readKernelTiering(procfs, sysfs);
   if (!saved) return saved.error();
   // Nothing is changed that could not be restored after a crash.
@@ -197,7 +225,7 @@ Result<KernelTieringGuard> KernelTieringGuard::disable(Fs procfs, Fs sysfs, std:
       return w.error();
     }
   }
-  return KernelTieringGuard(std::move(procfs), std::move(sysfs), std::move(statePath), *saved);
+  return KernelTieringGuard(std::move(procfs), std::move(sysfs), std::move(statePath), *saved, std::move(*lock));
 }
 
 std::string KernelTieringGuard::changes() const {
@@ -208,7 +236,8 @@ std::string KernelTieringGuard::changes() const {
 }
 
 KernelTieringGuard::KernelTieringGuard(KernelTieringGuard&& other) noexcept
-    : procfs_(other.procfs_), sysfs_(other.sysfs_), statePath_(other.statePath_), saved_(other.saved_) {
+    : procfs_(other.procfs_), sysfs_(other.sysfs_), statePath_(other.statePath_), saved_(other.saved_),
+      lock_(std::move(other.lock_)) {
   other.active_ = false;
 }
 

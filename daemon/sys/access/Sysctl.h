@@ -17,6 +17,11 @@
 //
 // A knob is restored only while it still holds what was written (0, false): a value the admin
 // set while the daemon ran is theirs, not the daemon's to overwrite.
+//
+// One process at a time has the values in its care: whoever turns them off or restores them holds
+// an flock(2) on the state file's ".lock" sibling (a daemon for as long as its guard lives). A
+// second daemon (another socket, same config) would otherwise restore the first one's saved
+// values at its start while the first still runs, and remove its record.
 #pragma once
 
 #include <optional>
@@ -58,12 +63,27 @@ struct SavedKernelTiering {
 [[nodiscard]] Result<std::optional<SavedKernelTiering>> loadKernelTieringState(const std::string& path);
 [[nodiscard]] Result<std::optional<KernelTiering>> loadKernelTiering(const std::string& path);
 // Writes the values saved in `statePath` back and removes the file; std::nullopt when there is no
-// file (nothing to restore). A knob is written only while it holds what turning off wrote
+// file (nothing to restore). An error, changing nothing, while another process holds the lock. A knob is written only while it holds what turning off wrote
 // (numa_balancing 0, demotion false); one the admin changed since is left, and `leftAlone` (when
 // given) names it. The file stays when a write fails, for a later try.
 [[nodiscard]] Result<std::optional<KernelTiering>> restoreKernelTiering(const Fs& procfs, const Fs& sysfs,
                                                                         const std::string& statePath,
                                                                         std::string* leftAlone = nullptr);
+
+// The lock above. Released by the kernel when its holder dies, so a crash leaves none behind.
+class KernelTieringLock {
+ public:
+  // Fails (EWOULDBLOCK, naming the lock file) while another process holds it.
+  [[nodiscard]] static Result<KernelTieringLock> acquire(const std::string& statePath);
+  KernelTieringLock(KernelTieringLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  KernelTieringLock& operator=(KernelTieringLock&&) = delete;
+  KernelTieringLock(const KernelTieringLock&) = delete;
+  ~KernelTieringLock();
+
+ private:
+  explicit KernelTieringLock(int fd) : fd_(fd) {}
+  int fd_;
+};
 
 // While alive, the kernel moves no pages by itself: kernel.numa_balancing is 0 (classic balancing
 // as well as tiering mode: either migrates pages the daemon placed) and demotion is off. The
@@ -85,12 +105,14 @@ class KernelTieringGuard {
   void release() { active_ = false; }
 
  private:
-  KernelTieringGuard(Fs procfs, Fs sysfs, std::string statePath, KernelTiering saved)
-      : procfs_(std::move(procfs)), sysfs_(std::move(sysfs)), statePath_(std::move(statePath)), saved_(saved) {}
+  KernelTieringGuard(Fs procfs, Fs sysfs, std::string statePath, KernelTiering saved, KernelTieringLock lock)
+      : procfs_(std::move(procfs)), sysfs_(std::move(sysfs)), statePath_(std::move(statePath)), saved_(saved),
+        lock_(std::move(lock)) {}
   Fs procfs_;
   Fs sysfs_;
   std::string statePath_;
   KernelTiering saved_;
+  KernelTieringLock lock_;
   bool active_ = true;
 };
 

@@ -619,6 +619,49 @@ TEST_F(KernelTieringGuardTest, TheUnitTurnsItOffAndBackAndTheDaemonLeavesThatToI
   EXPECT_FALSE(fs::exists(state()));
 }
 
+// A second daemon (another socket, same config) started while the first has tiering turned off
+// neither restores the first one's saved values nor removes its record; the first restores them
+// at its exit as it would have.
+TEST_F(KernelTieringGuardTest, ASecondDaemonLeavesTheFirstOnesValuesAlone) {
+  write("proc/sys/kernel/numa_balancing", "2\n");
+  write("sys/kernel/mm/numa/demotion_enabled", "1\n");
+  {
+    std::vector<std::string> first;
+    auto a = SourceSet::openKernelTiering(config(tensortier::v1::DISABLE), procfs(), sysfs(), first);
+    ASSERT_NE(a.get(), nullptr);
+    for (auto mode : {tensortier::v1::COOPERATE, tensortier::v1::DISABLE}) {
+      std::vector<std::string> second;
+      auto b = SourceSet::openKernelTiering(config(mode), procfs(), sysfs(), second);
+      EXPECT_EQ(b.get(), nullptr);
+      EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "0");
+      EXPECT_EQ(read("sys/kernel/mm/numa/demotion_enabled"), "0");
+      EXPECT_TRUE(fs::exists(state()));
+      EXPECT_TRUE(has(second, "another tensortierd has the kernel's tiering in its care")) << second.at(0);
+    }
+    // ExecStopPost of a unit while the other daemon runs: the same.
+    EXPECT_FALSE(sys::restoreKernelTiering(procfs(), sysfs(), state()).ok());
+    EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "0");
+  }
+  EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "2");
+  EXPECT_EQ(read("sys/kernel/mm/numa/demotion_enabled"), "1");
+  EXPECT_FALSE(fs::exists(state()));
+}
+
+// The start line says what cooperating gets: hint faults are not-present faults, which the fault
+// trace drops with first_touch off.
+TEST_F(KernelTieringGuardTest, CooperatingSaysWhetherHintFaultsAreEvidence) {
+  write("proc/sys/kernel/numa_balancing", "2\n");
+  write("sys/kernel/mm/numa/demotion_enabled", "0\n");
+  auto c = config(tensortier::v1::COOPERATE);
+  std::vector<std::string> lines;
+  (void)SourceSet::openKernelTiering(c, procfs(), sysfs(), lines);
+  EXPECT_TRUE(has(lines, "its hint faults are evidence")) << lines.at(0);
+  c.mutable_fault_trace()->set_first_touch(false);
+  lines.clear();
+  (void)SourceSet::openKernelTiering(c, procfs(), sysfs(), lines);
+  EXPECT_TRUE(has(lines, "its hint faults are not evidence")) << lines.at(0);
+}
+
 // COOPERATE: the unit's ExecStartPre changes nothing (but restores what a dead run left).
 TEST_F(KernelTieringGuardTest, TheUnitLeavesItOnWhenCooperating) {
   write("proc/sys/kernel/numa_balancing", "2\n");
