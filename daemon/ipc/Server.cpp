@@ -8,6 +8,7 @@
 #include "core/Log.h"
 #include "ipc/FrameCodec.h"
 #include "sys/service/PeerCred.h"
+#include "sys/Fs.h"
 #include "sys/service/SocketFile.h"
 
 namespace tt::ipc {
@@ -141,7 +142,7 @@ Server::Server(asio::io_context& io, registry::Registry& registry, ProtocolHandl
 Server::~Server() { stop(); }
 
 Result<void> Server::listen(const std::string& path) {
-  if (auto dir = sys::ensureSocketDirectory(path); !dir) return dir.error();
+  if (auto dir = sys::ensureParentDirectory(path); !dir) return dir.error();
   if (auto stale = sys::removeStaleSocket(path); !stale) return stale.error();
   error_code ec;
   acceptor_.open(local(), ec);

@@ -81,4 +81,12 @@ Result<void> Fs::writeFile(std::string_view relative, std::string_view content) 
   return {};
 }
 
+Result<void> ensureParentDirectory(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return {};
+  const std::string dir = path.substr(0, slash);
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return errnoError("mkdir " + dir);
+  return {};
+}
+
 }  // namespace tt::sys

@@ -42,4 +42,8 @@ class Fs {
   std::string root_;
 };
 
+// Creates the parent directory of `path` (mode 0755) if missing; one level only (its own parent,
+// such as /run, exists): the runtime directory of the socket and of the kernel-tiering state.
+[[nodiscard]] Result<void> ensureParentDirectory(const std::string& path);
+
 }  // namespace tt::sys

@@ -16,14 +16,6 @@ namespace tt::sys {
 namespace {
 constexpr const char* kNumaBalancing = "sys/kernel/numa_balancing";
 constexpr const char* kDemotion = "kernel/mm/numa/demotion_enabled";
-
-Result<void> makeParentDirectory(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos || slash == 0) return {};
-  const std::string dir = path.substr(0, slash);
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return errnoError("mkdir " + dir);
-  return {};
-}
 }  // namespace
 
 std::string KernelTiering::describe() const {
@@ -79,7 +71,7 @@ Result<void> saveKernelTiering(const std::string& path, const KernelTiering& val
   if (values.numaBalancing) text += "numa_balancing=" + std::to_string(*values.numaBalancing) + "\n";
   if (values.demotionEnabled) text += std::string("demotion_enabled=") + (*values.demotionEnabled ? "1" : "0") + "\n";
   if (byUnit) text += "owner=unit\n";
-  if (auto d = makeParentDirectory(path); !d) return d.error();
+  if (auto d = ensureParentDirectory(path); !d) return d.error();
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return errnoError("create " + tmp);
@@ -168,7 +160,7 @@ bool writeBackUnchanged(const Fs& procfs, const Fs& sysfs, const KernelTiering& 
 }  // namespace
 
 Result<KernelTieringLock> KernelTieringLock::acquire(const std::string& statePath) {
-  if (auto d = makeParentDirectory(statePath); !d) return d.error();
+  if (auto d = ensureParentDirectory(statePath); !d) return d.error();
   const std::string path = statePath + ".lock";
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return errnoError("open " + path);

@@ -9,14 +9,6 @@
 
 namespace tt::sys {
 
-Result<void> ensureSocketDirectory(const std::string& socketPath) {
-  const size_t slash = socketPath.rfind('/');
-  if (slash == std::string::npos || slash == 0) return {};
-  const std::string dir = socketPath.substr(0, slash);
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return errnoError("mkdir " + dir);
-  return {};
-}
-
 Result<void> removeStaleSocket(const std::string& socketPath) {
   struct stat st {};
   if (::lstat(socketPath.c_str(), &st) != 0) {

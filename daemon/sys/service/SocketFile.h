@@ -11,9 +11,6 @@
 
 namespace tt::sys {
 
-// Creates the socket's parent directory (mode 0755) if missing; one level only (/run exists).
-[[nodiscard]] Result<void> ensureSocketDirectory(const std::string& socketPath);
-
 // Removes `socketPath` if it is a socket nobody listens on (connect gives ECONNREFUSED); refuses
 // (EADDRINUSE) when a daemon is still serving there, and leaves non-socket files alone (EEXIST).
 [[nodiscard]] Result<void> removeStaleSocket(const std::string& socketPath);
