@@ -871,10 +871,12 @@ void HeatModel::applyKindPrior(pid_t tgid, Process& proc, uint64_t nowNs) {
 void HeatModel::updateClock(pid_t tgid, Process& proc, uint64_t nowNs) {
   (void)tgid;
   if (auto period = proc.marks.periodNs()) {
-    // Steps, or epochs when those are longer: marks reach the model in a batch once per epoch.
+    // Steps, or epochs when those are longer (marks reach the model in a batch once per epoch),
+    // or the usual time between marks when that is longer still (a client marking every k-th step).
     const uint64_t lastMark = *proc.marks.lastMarkNs();
     const uint64_t epochNs = started_ && nowNs > lastEpochNs_ ? nowNs - lastEpochNs_ : 0;
-    if (nowNs <= lastMark || nowNs - lastMark <= kStaleMarkSteps * std::max(*period, epochNs)) {
+    const uint64_t unit = std::max({*period, epochNs, proc.marks.typicalGapNs()});
+    if (nowNs <= lastMark || nowNs - lastMark <= kStaleMarkSteps * unit) {
       // The anchor is the step start as last corrected by a phase mark (see onMark).
       proc.clock = StepClock{*period, proc.stepOpen ? proc.stepStartNs : lastMark, PeriodSource::Marks, 1.0};
       return;
@@ -1014,19 +1016,14 @@ std::vector<HeatModel::Blend> HeatModel::blendPrior(const Process& proc, UnitMap
     return measured > 0 ? share * measured / prior : 1.0;
   };
   const double heatWeight = priorWeight(measuredDensity, priorDensity);
-  const double processScheduleWeight = priorWeight(measuredStep, priorStep);
+  // One scale per process, as for heat: a unit sampled once must not rank below one never sampled
+  // (a scale per unit would put its prior at its own thin level).
+  const double scheduleWeight = priorWeight(measuredStep, priorStep);
   std::vector<Blend> out;
   out.reserve(map.size());
   for (auto& [start, u] : map) {
     Blend b;
     b.heat = u.heat + heatWeight * u.priorHeat;
-    // A unit with a measured schedule of its own gets the prior's shape at its own level: scaled
-    // to the process's strongest unit, the prior of a large tensor sampled thinly outweighed its
-    // own schedule in every bucket the kind is active in (its first use and next burst were then
-    // "now"). Units without one are scaled to the process, as their heat is.
-    double scheduleWeight = processScheduleWeight;
-    if (const double own = u.scheduleValid ? sum(u.schedule) : 0; own > 0 && !u.priorSchedule.empty())
-      scheduleWeight = priorWeight(own, sum(u.priorSchedule));
     b.scheduleValid = u.scheduleValid || (u.priorScheduleValid && scheduleWeight > 0);
     b.schedule.assign(buckets_, 0);
     for (uint32_t k = 0; k < buckets_; ++k) {
@@ -1078,15 +1075,20 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
       // measured bandwidth, plus the configured slack and the time until the next plan, than
       // the time left until j. Not the first bucket that fits: a quiet next bucket would then
       // end the look-ahead before a large tensor needed later, which must start moving now. A
-      // unit's first need is its first bucket above 5% of its peak, as for its burst below.
+      // unit's first need is its first bucket above 5% of its peak, as for its burst below, in
+      // its own measured schedule when it has one: the kind prior (scaled to the process's
+      // strongest unit, so a unit sampled once does not rank below one never sampled) would
+      // put a thinly sampled large tensor's first need in every bucket its kind is active in.
       std::vector<double> firstNeedBytes(buckets_, 0);
       size_t i = 0;
       for (auto& [start, u] : map) {
         const Blend& bl = blends[i++];
         if (!bl.scheduleValid) continue;
-        const double threshold = 0.05 * *std::max_element(bl.schedule.begin(), bl.schedule.end());
+        const bool measured = u.scheduleValid && std::any_of(u.schedule.begin(), u.schedule.end(), [](double v) { return v > 0; });
+        const std::vector<double>& need = measured ? u.schedule : bl.schedule;
+        const double threshold = 0.05 * *std::max_element(need.begin(), need.end());
         for (uint32_t j = 0; j < buckets_; ++j)
-          if (bl.schedule[(b0 + j) % buckets_] > threshold) {
+          if (need[(b0 + j) % buckets_] > threshold) {
             firstNeedBytes[j] += static_cast<double>(u.length);
             break;
           }

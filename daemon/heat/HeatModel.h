@@ -138,8 +138,8 @@ struct HeatSnapshot {
 // and a few more; names beyond these are not re-anchored on).
 inline constexpr size_t kMaxPhasesPerStep = 16;
 
-// Steps (or epochs, when longer) without a mark after which a period learned from marks is
-// dropped: the client stopped
+// Steps (or epochs, or the usual gap between marks, when longer) without a mark after which a
+// period learned from marks is dropped: the client stopped
 // marking (an evaluation loop without marks, a finished training loop), and the period it left
 // would otherwise be kept for good, over what a hint or the sample stream now say.
 inline constexpr uint64_t kStaleMarkSteps = 16;

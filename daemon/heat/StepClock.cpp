@@ -91,6 +91,14 @@ std::optional<uint64_t> MarkPeriodEstimator::periodNs() const {
   return static_cast<uint64_t>(std::llround(period));
 }
 
+uint64_t MarkPeriodEstimator::typicalGapNs() const {
+  if (marks_.size() < 2) return 0;
+  std::vector<uint64_t> gaps;
+  for (size_t i = 1; i < marks_.size(); ++i) gaps.push_back(marks_[i].timeNs - marks_[i - 1].timeNs);
+  std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
+  return gaps[gaps.size() / 2];
+}
+
 // ---- samples --------------------------------------------------------------------------------------
 
 SamplePeriodDetector::SamplePeriodDetector(const SamplePeriodParams& params)

@@ -51,6 +51,9 @@ class MarkPeriodEstimator {
     return marks_.empty() ? std::nullopt : std::optional<uint64_t>(marks_.back().timeNs);
   }
   [[nodiscard]] size_t marks() const { return marks_.size(); }
+  // The median time between two marks kept (a client may mark every k-th step only); 0 with
+  // fewer than two.
+  [[nodiscard]] uint64_t typicalGapNs() const;
 
  private:
   struct Mark {

@@ -452,6 +452,48 @@ TEST(HeatModel, APeriodFromMarksIsDroppedWhenTheMarksStop) {
   }
 }
 
+// A client that marks every 100th step of 200 ms (every 20 s) keeps its period between marks: the
+// marks are stale after 16 of their usual gaps, not 16 steps.
+TEST(HeatModel, MarksEveryHundredStepsKeepTheirPeriod) {
+  HeatModel model(baseConfig());
+  const uint64_t t0 = 1000 * kMs;
+  uint64_t nextMark = 0;
+  for (uint64_t t = t0; t <= t0 + 100'000 * kMs; t += 1000 * kMs) {
+    for (; t0 + nextMark * 20'000 * kMs <= t; ++nextMark)
+      model.onMark(mark(MarkType::StepBegin, nextMark * 100, t0 + nextMark * 20'000 * kMs));
+    model.advanceEpoch(t);
+    if (nextMark < 2) continue;
+    const auto clock = model.clockOf(kTgid);
+    EXPECT_EQ(clock.source, tt::heat::PeriodSource::Marks) << "at " << (t - t0) / kMs << " ms";
+    EXPECT_EQ(clock.periodNs, 200 * kMs) << "at " << (t - t0) / kMs << " ms";
+  }
+}
+
+// With one scale for the kind prior per process, a unit sampled once does not rank below one of the
+// same kind never sampled.
+TEST(HeatModel, ASampledUnitDoesNotRankBelowAnUnsampledOneOfTheSameKind) {
+  HeatModel model(baseConfig());
+  constexpr uint64_t kRegionC = 0x30000000;
+  ASSERT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion, RegionKind::Weight)).ok());
+  ASSERT_TRUE(model.addRegion(region(2, kRegionB, kPagesPerRegion, RegionKind::Weight)).ok());
+  ASSERT_TRUE(model.addRegion(region(3, kRegionC, kPagesPerRegion, RegionKind::Weight)).ok());
+  std::mt19937_64 rng(2);
+  const uint64_t t0 = 1000 * kMs, period = 100 * kMs;
+  for (uint64_t t = t0; t < t0 + 10 * period; t += kMs) {
+    if ((t - t0) % period == 0) model.onMark(mark(MarkType::StepBegin, (t - t0) / period, t));
+    std::vector<AccessEvidence> batch;
+    for (int i = 0; i < 4; ++i) batch.push_back(sample(kRegionA + rng() % kPagesPerRegion * kPage));
+    if (t == t0 + 5 * period + 30 * kMs) batch.push_back(sample(kRegionB));
+    model.ingest(batch, t);
+    if ((t + kMs - t0) % (10 * kMs) == 0) model.advanceEpoch(t + kMs);
+  }
+  const UnitHeat* b = unitAt(model.snapshot(), kRegionB);
+  const UnitHeat* c = unitAt(model.snapshot(), kRegionC);
+  ASSERT_TRUE(b && c);
+  EXPECT_GE(b->accessesPerPagePerStep, c->accessesPerPagePerStep);
+  EXPECT_GE(b->features[tt::heat::kReuse], c->features[tt::heat::kReuse]);
+}
+
 // A period found in the sample stream is dropped once the stream stops repeating.
 TEST(HeatModel, APeriodFromSamplesIsDroppedWhenTheStreamStopsRepeating) {
   HeatModel model(baseConfig());
