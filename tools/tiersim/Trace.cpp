@@ -67,6 +67,11 @@ Result<void> validateTrace(const Trace& trace) {
     if (i > 0 && access.timeNs < trace.accesses[i - 1].timeNs) {
       return logicError("trace '" + trace.name + "': access " + std::to_string(i) + " goes back in time");
     }
+    if (uint64_t{access.count} * trace.samplePeriod > kMaxRecordLines) {
+      return logicError("trace '" + trace.name + "': access " + std::to_string(i) + " stands for " +
+                        std::to_string(uint64_t{access.count} * trace.samplePeriod) + " lines (count x sample period), above " +
+                        std::to_string(kMaxRecordLines));
+    }
   }
   for (size_t i = 1; i < trace.marks.size(); ++i) {
     if (trace.marks[i].timestampNs < trace.marks[i - 1].timestampNs) {

@@ -41,6 +41,10 @@ inline constexpr uint32_t kMaxScaleDivisor = 1024;
 // A recording's sample period (a record stands for count x period lines, which the cost model
 // charges and the replay samples): 2^24, above any PMU sampling period in use (10^2 to 10^5).
 inline constexpr uint32_t kMaxTraceSamplePeriod = 1U << 24;
+// Lines one record stands for (count x sample period): 2^26, 4 GiB of traffic. The replay samples
+// each line (with --sample-period 1 it delivers every one), so without a bound one record of
+// 2^31 x 2^24 lines would run for days.
+inline constexpr uint64_t kMaxRecordLines = uint64_t{1} << 26;
 
 // Footprint in pages: the sum of the regions (equals totalPages for generated traces).
 [[nodiscard]] uint64_t footprintPages(const Trace& trace);

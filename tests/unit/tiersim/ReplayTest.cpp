@@ -205,6 +205,12 @@ TEST(TiersimReplay, RejectsATraceItCannotHoldOrFinish) {
   auto scaledResult = simulate(scaled, policy, twoTierConfig(1), false);
   ASSERT_FALSE(scaledResult.ok());
   EXPECT_NE(scaledResult.error().message().find("scale divisor"), std::string::npos) << scaledResult.error().message();
+  // A record of 2^31 samples of a 2^24 period is 2^55 lines, each sampled: no end in sight.
+  Trace heavy = oneStepTrace(4, 1000, {SimAccess{0, 0, 0x7FFFFFFF, false}});
+  heavy.samplePeriod = 1U << 24;
+  auto heavyResult = simulate(heavy, policy, twoTierConfig(1), false);
+  ASSERT_FALSE(heavyResult.ok());
+  EXPECT_NE(heavyResult.error().message().find("lines"), std::string::npos) << heavyResult.error().message();
 }
 
 TEST(TiersimReplay, RejectsACopyEngineWithoutBandwidth) {
