@@ -25,8 +25,9 @@ void usage(FILE* out) {
                "                   with sources.kernel_tiering DISABLE, turn the kernel's tiering off for the\n"
                "                   service and exit (ExecStartPre, with the privileges the daemon lacks)\n"
                "  --restore-kernel-tiering\n"
-               "                   write back the kernel tiering values a daemon that did not exit cleanly\n"
-               "                   left in sources.kernel_tiering_state_file, if any, and exit (ExecStopPost)\n",
+               "                   write back the kernel tiering values saved in sources.kernel_tiering_state_file\n"
+               "                   (by --prepare-kernel-tiering, or by a daemon that did not exit cleanly), if any,\n"
+               "                   and exit (ExecStopPost)\n",
                std::string(tt::config::kDefaultConfigPath).c_str());
 }
 

@@ -129,7 +129,8 @@ Result<std::optional<KernelTiering>> loadKernelTiering(const std::string& path) 
 namespace {
 
 // Writes `saved` back where the knobs still hold what turning off wrote; appends the others to
-// `leftAlone`. False when a write failed (logged).
+// `leftAlone`. Each knob is tried whatever happened to the other; false (and the first error in
+// `error`) when a write failed.
 bool writeBackUnchanged(const Fs& procfs, const Fs& sysfs, const KernelTiering& saved, std::string& leftAlone,
                         Error* error) {
   auto now = readKernelTiering(procfs, sysfs);
@@ -137,24 +138,27 @@ bool writeBackUnchanged(const Fs& procfs, const Fs& sysfs, const KernelTiering& 
     if (error) *error = now.error();
     return false;
   }
+  bool ok = true;
+  auto fail = [&](const Error& e) {
+    if (ok && error) *error = e;
+    ok = false;
+  };
   auto note = [&](const std::string& what) { leftAlone += (leftAlone.empty() ? "" : ", ") + what; };
   if (saved.numaBalancing.value_or(0) != 0 && now->numaBalancing) {
     if (*now->numaBalancing != 0) {
       note("numa_balancing (now " + std::to_string(*now->numaBalancing) + ")");
     } else if (auto w = writeNumaBalancing(procfs, *saved.numaBalancing); !w) {
-      if (error) *error = w.error();
-      return false;
+      fail(w.error());
     }
   }
   if (saved.demotion() && now->demotionEnabled) {
     if (*now->demotionEnabled) {
       note("demotion_enabled (now true)");
     } else if (auto w = writeDemotionEnabled(sysfs, true); !w) {
-      if (error) *error = w.error();
-      return false;
+      fail(w.error());
     }
   }
-  return true;
+  return ok;
 }
 
 }  // namespace
