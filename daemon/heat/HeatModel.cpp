@@ -896,11 +896,6 @@ void HeatModel::updateClock(pid_t tgid, Process& proc, uint64_t nowNs) {
     proc.clock = StepClock{period, anchor, PeriodSource::Hint, 1.0};
     return;
   }
-  // A clock from a hint that was turned off (a live config change) is not kept either.
-  if (proc.clock.source == PeriodSource::Hint) {
-    proc.clock = StepClock{};
-    proc.stepOpen = false;
-  }
   // The autocorrelation is the costly part: re-run it every 16 epochs until a period is found,
   // then every 64 to follow slow drift, and again after 16 when one found nothing.
   ++proc.epochsSinceEstimate;
