@@ -1,6 +1,7 @@
 #include "sources/SourceSet.h"
 
 #include <algorithm>
+#include <optional>
 
 #include <google/protobuf/text_format.h>
 
@@ -108,11 +109,29 @@ perf_event_attr softwareFaultAttr(uint64_t period) {
   return a;
 }
 
+namespace {
+
+// Restores what a state file holds under its lock, which stays in `held` for the caller to turn
+// tiering off under; with no file (`fileThere` false: nothing to restore) no lock is taken.
+Result<std::optional<sys::KernelTiering>> restoreUnderLock(const sys::Fs& procfs, const sys::Fs& sysfs,
+                                                          const std::string& statePath, bool fileThere,
+                                                          std::optional<sys::KernelTieringLock>& held,
+                                                          std::string* leftAlone) {
+  if (!fileThere) return std::optional<sys::KernelTiering>();
+  auto lock = sys::KernelTieringLock::acquire(statePath);
+  if (!lock) return lock.error();
+  held.emplace(std::move(*lock));
+  return sys::restoreKernelTiering(procfs, sysfs, statePath, *held, leftAlone);
+}
+
+}  // namespace
+
 std::unique_ptr<sys::KernelTieringGuard> SourceSet::openKernelTiering(const pb::SourcesConfig& c,
                                                                      const sys::Fs& procfs, const sys::Fs& sysfs,
                                                                      std::vector<std::string>& lines) {
   const std::string& statePath = c.kernel_tiering_state_file();
-  if (auto state = sys::loadKernelTieringState(statePath); state && *state && (*state)->byUnit) {
+  auto state = sys::loadKernelTieringState(statePath);
+  if (state && *state && (*state)->byUnit) {
     // The unit's ExecStartPre turned it off, and its ExecStopPost puts it back.
     auto now = sys::readKernelTiering(procfs, sysfs);
     lines.push_back("kernel-tiering: turned off by the service's ExecStartPre until it stops (now " +
@@ -124,9 +143,12 @@ std::unique_ptr<sys::KernelTieringGuard> SourceSet::openKernelTiering(const pb::
   }
   // A previous run that died with kernel tiering turned off left the original values behind: put
   // them back first, or the values it set would be taken for the kernel's own (and "restored").
+  // The lock taken for that is held on through turning it off again, so no other daemon comes in
+  // between; with no file it is taken only to turn tiering off.
   bool mayChange = true;
   std::string leftAlone;
-  if (auto recovered = sys::restoreKernelTiering(procfs, sysfs, statePath, &leftAlone); !recovered) {
+  std::optional<sys::KernelTieringLock> held;
+  if (auto recovered = restoreUnderLock(procfs, sysfs, statePath, !state || *state, held, &leftAlone); !recovered) {
     lines.push_back("kernel-tiering: could NOT restore the values a previous run saved in " + statePath + ": " +
                     recovered.error().message() + " (left as they are)");
     mayChange = false;  // saving now would overwrite the originals
@@ -140,7 +162,8 @@ std::unique_ptr<sys::KernelTieringGuard> SourceSet::openKernelTiering(const pb::
   } else if (!tiering->movesPages()) {
     lines.push_back("kernel-tiering: off (" + tiering->describe() + ")");
   } else if (c.kernel_tiering() == pb::DISABLE && mayChange) {
-    auto g = sys::KernelTieringGuard::disable(procfs, sysfs, statePath);
+    auto g = held ? sys::KernelTieringGuard::disable(procfs, sysfs, statePath, std::move(*held))
+                  : sys::KernelTieringGuard::disable(procfs, sysfs, statePath);
     if (g) {
       lines.push_back("kernel-tiering: was " + tiering->describe() + "; turned off until the daemon exits (" +
                       g->changes() + "; the old values saved in " + statePath + ")");
@@ -166,7 +189,9 @@ bool SourceSet::prepareKernelTiering(const pb::SourcesConfig& c, const sys::Fs& 
                                      std::vector<std::string>& lines) {
   const std::string& statePath = c.kernel_tiering_state_file();
   std::string leftAlone;
-  auto recovered = sys::restoreKernelTiering(procfs, sysfs, statePath, &leftAlone);
+  std::optional<sys::KernelTieringLock> held;
+  auto state = sys::loadKernelTieringState(statePath);
+  auto recovered = restoreUnderLock(procfs, sysfs, statePath, !state || *state, held, &leftAlone);
   if (!recovered) {
     lines.push_back("kernel-tiering: could NOT restore the values saved in " + statePath + ": " +
                     recovered.error().message() + " (left as they are)");
@@ -185,7 +210,8 @@ bool SourceSet::prepareKernelTiering(const pb::SourcesConfig& c, const sys::Fs& 
     lines.push_back("kernel-tiering: off (" + tiering->describe() + ")");
     return true;
   }
-  auto g = sys::KernelTieringGuard::disable(procfs, sysfs, statePath, /*byUnit=*/true);
+  auto g = held ? sys::KernelTieringGuard::disable(procfs, sysfs, statePath, std::move(*held), /*byUnit=*/true)
+                : sys::KernelTieringGuard::disable(procfs, sysfs, statePath, /*byUnit=*/true);
   if (!g) {
     lines.push_back("kernel-tiering: " + tiering->describe() + "; could NOT turn it off: " + g.error().message());
     return false;

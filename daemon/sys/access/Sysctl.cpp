@@ -184,11 +184,19 @@ KernelTieringLock::~KernelTieringLock() {
 
 Result<std::optional<KernelTiering>> restoreKernelTiering(const Fs& procfs, const Fs& sysfs,
                                                           const std::string& statePath, std::string* leftAlone) {
+  if (auto saved = loadKernelTiering(statePath); !saved || !*saved) return saved;
+  auto lock = KernelTieringLock::acquire(statePath);
+  if (!lock) return lock.error();
+  return restoreKernelTiering(procfs, sysfs, statePath, *lock, leftAlone);
+}
+
+Result<std::optional<KernelTiering>> restoreKernelTiering(const Fs& procfs, const Fs& sysfs,
+                                                          const std::string& statePath,
+                                                          const KernelTieringLock& /*held*/, std::string* leftAlone) {
+  // Read (again) under the lock: a holder before it may have restored and removed it.
   auto saved = loadKernelTiering(statePath);
   if (!saved) return saved.error();
   if (!*saved) return saved;
-  auto lock = KernelTieringLock::acquire(statePath);
-  if (!lock) return lock.error();
   std::string left;
   Error error = logicError("");
   if (!writeBackUnchanged(procfs, sysfs, **saved, left, &error)) return error;
@@ -200,6 +208,11 @@ Result<std::optional<KernelTiering>> restoreKernelTiering(const Fs& procfs, cons
 Result<KernelTieringGuard> KernelTieringGuard::disable(Fs procfs, Fs sysfs, std::string statePath, bool byUnit) {
   auto lock = KernelTieringLock::acquire(statePath);
   if (!lock) return withContext(lock.error(), "nothing changed");
+  return disable(std::move(procfs), std::move(sysfs), std::move(statePath), std::move(*lock), byUnit);
+}
+
+Result<KernelTieringGuard> KernelTieringGuard::disable(Fs procfs, Fs sysfs, std::string statePath,
+                                                       KernelTieringLock held, bool byUnit) {
   auto saved = readKernelTiering(procfs, sysfs);
   if (!saved) return saved.error();
   // Nothing is changed that could not be restored after a crash.
@@ -221,7 +234,7 @@ Result<KernelTieringGuard> KernelTieringGuard::disable(Fs procfs, Fs sysfs, std:
       return w.error();
     }
   }
-  return KernelTieringGuard(std::move(procfs), std::move(sysfs), std::move(statePath), *saved, std::move(*lock));
+  return KernelTieringGuard(std::move(procfs), std::move(sysfs), std::move(statePath), *saved, std::move(held));
 }
 
 std::string KernelTieringGuard::changes() const {

@@ -62,15 +62,8 @@ struct SavedKernelTiering {
 // std::nullopt when there is no file.
 [[nodiscard]] Result<std::optional<SavedKernelTiering>> loadKernelTieringState(const std::string& path);
 [[nodiscard]] Result<std::optional<KernelTiering>> loadKernelTiering(const std::string& path);
-// Writes the values saved in `statePath` back and removes the file; std::nullopt when there is no
-// file (nothing to restore). An error, changing nothing, while another process holds the lock. A knob is written only while it holds what turning off wrote
-// (numa_balancing 0, demotion false); one the admin changed since is left, and `leftAlone` (when
-// given) names it. The file stays when a write fails, for a later try.
-[[nodiscard]] Result<std::optional<KernelTiering>> restoreKernelTiering(const Fs& procfs, const Fs& sysfs,
-                                                                        const std::string& statePath,
-                                                                        std::string* leftAlone = nullptr);
-
-// The lock above. Released by the kernel when its holder dies, so a crash leaves none behind.
+// The lock on a state file (its path + ".lock"), held while its values are changed or restored.
+// Released by the kernel when its holder dies, so a crash leaves none behind.
 class KernelTieringLock {
  public:
   // Fails (EWOULDBLOCK, naming the lock file) while another process holds it.
@@ -85,6 +78,21 @@ class KernelTieringLock {
   int fd_;
 };
 
+// Writes the values saved in `statePath` back and removes the file; std::nullopt when there is no
+// file (nothing to restore). An error, changing nothing, while another process holds the lock. A
+// knob is written only while it holds what turning off wrote (numa_balancing 0, demotion false);
+// one the admin changed since is left, and `leftAlone` (when given) names it. The file stays when
+// a write fails, for a later try.
+[[nodiscard]] Result<std::optional<KernelTiering>> restoreKernelTiering(const Fs& procfs, const Fs& sysfs,
+                                                                        const std::string& statePath,
+                                                                        std::string* leftAlone = nullptr);
+// The same under a lock the caller already holds (a start that restores and then turns tiering
+// off again holds it across both, so no other daemon can come in between).
+[[nodiscard]] Result<std::optional<KernelTiering>> restoreKernelTiering(const Fs& procfs, const Fs& sysfs,
+                                                                        const std::string& statePath,
+                                                                        const KernelTieringLock& held,
+                                                                        std::string* leftAlone = nullptr);
+
 // While alive, the kernel moves no pages by itself: kernel.numa_balancing is 0 (classic balancing
 // as well as tiering mode: either migrates pages the daemon placed) and demotion is off. The
 // values found at construction are saved to `statePath` first and written back on destruction,
@@ -94,6 +102,9 @@ class KernelTieringGuard {
   // `byUnit`: the unit's ExecStartPre, which hands the restoring to its ExecStopPost (release()).
   [[nodiscard]] static Result<KernelTieringGuard> disable(Fs procfs, Fs sysfs, std::string statePath,
                                                           bool byUnit = false);
+  // The same under a lock the caller acquired, which the guard then keeps.
+  [[nodiscard]] static Result<KernelTieringGuard> disable(Fs procfs, Fs sysfs, std::string statePath,
+                                                          KernelTieringLock held, bool byUnit = false);
   KernelTieringGuard(KernelTieringGuard&& other) noexcept;
   KernelTieringGuard& operator=(KernelTieringGuard&&) = delete;
   KernelTieringGuard(const KernelTieringGuard&) = delete;

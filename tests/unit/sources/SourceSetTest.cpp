@@ -647,6 +647,32 @@ TEST_F(KernelTieringGuardTest, ASecondDaemonLeavesTheFirstOnesValuesAlone) {
   EXPECT_FALSE(fs::exists(state()));
 }
 
+// A start that finds a crashed run's values restores them and turns tiering off again under one
+// hold of the lock (openKernelTiering, prepareKernelTiering): the restore runs under the caller's
+// lock, which the guard then keeps, so no other daemon can act in between.
+TEST_F(KernelTieringGuardTest, RestoreAndTurningOffAgainShareOneHoldOfTheLock) {
+  write("proc/sys/kernel/numa_balancing", "0\n");
+  write("sys/kernel/mm/numa/demotion_enabled", "0\n");
+  ASSERT_TRUE(sys::saveKernelTiering(state(), {3, true}).ok());
+  auto lock = sys::KernelTieringLock::acquire(state());
+  ASSERT_TRUE(lock.ok()) << lock.error().message();
+  EXPECT_FALSE(sys::restoreKernelTiering(procfs(), sysfs(), state()).ok()) << "a second taker of the lock is refused";
+  EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "0");
+  auto restored = sys::restoreKernelTiering(procfs(), sysfs(), state(), *lock);
+  ASSERT_TRUE(restored.ok()) << restored.error().message();
+  ASSERT_TRUE(restored->has_value());
+  EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "3");
+  EXPECT_FALSE(fs::exists(state()));
+  {
+    auto guard = sys::KernelTieringGuard::disable(procfs(), sysfs(), state(), std::move(*lock));
+    ASSERT_TRUE(guard.ok()) << guard.error().message();
+    EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "0");
+    EXPECT_FALSE(sys::KernelTieringLock::acquire(state()).ok()) << "the guard keeps the lock it was given";
+  }
+  EXPECT_EQ(read("proc/sys/kernel/numa_balancing"), "3");
+  EXPECT_TRUE(sys::KernelTieringLock::acquire(state()).ok()) << "and lets it go with it";
+}
+
 // The start line says what cooperating gets: hint faults are not-present faults, which the fault
 // trace drops with first_touch off.
 TEST_F(KernelTieringGuardTest, CooperatingSaysWhetherHintFaultsAreEvidence) {
