@@ -62,6 +62,10 @@ uint64_t PeriodController::update(const EpochCost& epoch) {
     period_ = clamp(current);  // limits may have moved under it
   }
   if (epoch.throttled) period_ = clamp(std::max(static_cast<double>(period_), 2 * current));
+  // A throttled or lossy epoch's raised period is a floor for a while: the cost estimate of the
+  // next, quieter epoch would halve it straight back into the throttling or loss (throttled at P,
+  // cheap at 2P, back to P: every other epoch throttled).
+  const bool hold = epoch.throttled || epoch.lost > 0;
   if (epoch.lost > 0) {
     // The overflow count is events / period, an estimate, and a ring's LOST record comes an epoch
     // late (the kernel writes it when the ring has room again), so `delivered` can be off by the
@@ -71,6 +75,8 @@ uint64_t PeriodController::update(const EpochCost& epoch) {
     const double delivered = taken - static_cast<double>(epoch.lost);
     const double factor = delivered > 0 ? std::min(taken / (kSetpoint * delivered), 2 / kSetpoint) : 2 / kSetpoint;
     period_ = clamp(std::max(static_cast<double>(period_), current * factor));
+  }
+  if (hold) {
     lossFloor_ = period_;
     lossEpochsLeft_ = kLossMemoryEpochs;
   } else if (lossEpochsLeft_ > 0 && --lossEpochsLeft_ == 0) {

@@ -26,7 +26,9 @@
 // of events, so the heat they give is too low: an epoch that lost samples raises the period so that
 // the kernel takes half of what it delivered (kSetpoint), by at most 4x per epoch (the counts are
 // estimates), and for kLossMemoryEpochs epochs after the last loss no halving goes below that
-// period, which would lose them again every other epoch.
+// period, which would lose them again every other epoch. An epoch the kernel throttled (which it
+// does per tick, so a period a quieter epoch calls cheap can still be throttled) is held the same
+// way after its at-least-doubling.
 //
 // A storm shorter than an epoch (a first-touch storm of 65536 faults takes ~0.5 s here; the
 // daemon's epoch is 1 s) is over before any per-epoch control can act, so sources that know the

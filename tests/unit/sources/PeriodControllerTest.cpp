@@ -124,8 +124,10 @@ TEST(PeriodController, StormFloorBoundsASingleThreadsSamplingShareBeforeAnyEpoch
 
 // The kernel throttling the events means it dropped samples the period asked for, which the
 // overflow count does not show: an epoch that was throttled at least doubles the period, even
-// when the estimated cost is under the budget, and a quiet epoch after it lets it fall again.
-TEST(PeriodController, AThrottledEpochAtLeastDoublesThePeriod) {
+// when the estimated cost is under the budget, and holds it for kLossMemoryEpochs quiet epochs
+// before halvings resume (the throttling is per tick, so the quiet epoch at the raised period
+// says nothing about the lower one).
+TEST(PeriodController, AThrottledEpochAtLeastDoublesThePeriodAndHoldsIt) {
   const PeriodLimits l = limits();
   PeriodController c(64, l);
   const SimLoad quiet{1000};
@@ -134,11 +136,36 @@ TEST(PeriodController, AThrottledEpochAtLeastDoublesThePeriod) {
   e.throttled = true;
   EXPECT_GE(c.update(e), 128U);
   const uint64_t raised = c.period();
-  EXPECT_LT(c.update(epochAt(c.period(), quiet)), raised);
+  for (int i = 0; i < PeriodController::kLossMemoryEpochs; ++i)
+    EXPECT_EQ(c.update(epochAt(c.period(), quiet)), raised) << "halved back into the throttling, epoch " << i;
+  EXPECT_LT(c.update(epochAt(c.period(), quiet)), raised) << "the throttling is long past: halvings resume";
   PeriodController capped(l.maxPeriod, l);
   EpochCost t = epochAt(capped.period(), quiet);
   t.throttled = true;
   EXPECT_EQ(capped.update(t), l.maxPeriod) << "never past max_period";
+}
+
+// A load the kernel throttles at period P whose cost at 2P is under a quarter of the budget: the
+// period does not swing between the two every epoch (throttled at P, cheap at 2P, halved to P).
+TEST(PeriodController, ThrottlingAtALowerPeriodDoesNotMakeItSwingEveryEpoch) {
+  const PeriodLimits l = limits();
+  PeriodController c(256, l);
+  const SimLoad load{1e6};
+  const double kernelMaxPerSec = 3000;  // the kernel's per-CPU sample rate limit, in effect
+  int throttledEpochs = 0;
+  int changes = 0;
+  for (int i = 0; i < 20; ++i) {
+    const uint64_t before = c.period();
+    EpochCost e = epochAt(before, load);
+    e.throttled = 1e6 / static_cast<double>(before) > kernelMaxPerSec;
+    if (e.throttled) {
+      e.overflows = static_cast<uint64_t>(kernelMaxPerSec);
+      ++throttledEpochs;
+    }
+    if (c.update(e) != before) ++changes;
+  }
+  EXPECT_LE(throttledEpochs, 3) << "20 epochs";
+  EXPECT_LE(changes, 4) << "20 epochs";
 }
 
 // Samples lost to a full ring were taken and paid for but delivered to nobody, and each delivered
