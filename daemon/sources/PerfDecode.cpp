@@ -88,8 +88,8 @@ Result<PerfRecord> decodeRecord(std::span<const uint8_t> bytes, uint64_t sampleT
     }
     case PERF_RECORD_LOST_SAMPLES: {
       // Samples the PMU driver could not deliver (PEBS records it dropped), not ring space: lost
-      // evidence all the same.
-      rec.type = RecordType::Lost;
+      // evidence all the same, on either path (they never reached the program).
+      rec.type = RecordType::LostSamples;
       if (!r.u64(rec.lost)) return truncated("lost_samples");
       return rec;
     }

@@ -25,12 +25,14 @@ struct PerfSample {
   uint64_t physAddr = 0;
 };
 
-enum class RecordType { Sample, Lost, Throttle, Unthrottle, Other };
+// Lost: records a full ring dropped (PERF_RECORD_LOST: samples, or on a control ring mostly
+// throttle records); LostSamples: samples the PMU driver dropped (PERF_RECORD_LOST_SAMPLES).
+enum class RecordType { Sample, Lost, LostSamples, Throttle, Unthrottle, Other };
 
 struct PerfRecord {
   RecordType type = RecordType::Other;
   PerfSample sample;     // type == Sample
-  uint64_t lost = 0;     // type == Lost: records the kernel dropped (ring full) or samples the PMU driver did (LOST_SAMPLES)
+  uint64_t lost = 0;     // type == Lost / LostSamples: how many
   uint64_t time = 0;     // Throttle/Unthrottle
 };
 

@@ -40,7 +40,19 @@ void RingRecords::handle(std::span<const uint8_t> record, uint64_t sampleType, A
       pending_.add(static_cast<pid_t>(s.pid), s.addr, kind, scaledWeight(1, period), by, hasSrc ? latency : 0);
       return;
     }
-    case RecordType::Lost: counters.lost += rec->lost; return;
+    case RecordType::Lost:
+      // On an in-kernel path event's control ring (one page) what overflows is the kernel's
+      // THROTTLE / UNTHROTTLE pairs, two per tick while throttled: the program took every sample.
+      // Counted as lost samples they would set the loss rule (up to 4x, held) on the period
+      // instead of the throttle rule; a rare sample past the program among them is covered by
+      // that rule too.
+      if ((sampleType & PERF_SAMPLE_TID) == 0) {
+        ++counters.throttled;
+        return;
+      }
+      counters.lost += rec->lost;
+      return;
+    case RecordType::LostSamples: counters.lost += rec->lost; return;
     case RecordType::Throttle: ++counters.throttled; return;
     case RecordType::Unthrottle:
     case RecordType::Other: return;

@@ -192,7 +192,8 @@ TEST(PerfDecode, RejectsTruncatedAndMismatchedRecords) {
 }
 
 // PEBS drivers report samples they had to drop in PERF_RECORD_LOST_SAMPLES (lost, then sample_id
-// fields when sample_id_all is set): counted as lost like a full ring's records.
+// fields when sample_id_all is set): lost samples, told apart from a full ring's lost records
+// (which on an in-kernel path event's control ring are throttle records, RingRecordsTest).
 TEST(PerfDecode, LostSamplesRecordsCountAsLost) {
   // Header, lost = 42, then a sample_id field (7).
   std::vector<uint8_t> whole(24, 0);
@@ -202,7 +203,7 @@ TEST(PerfDecode, LostSamplesRecordsCountAsLost) {
   std::memcpy(whole.data() + sizeof head, fields, sizeof fields);
   auto rec = decodeRecord(whole, PERF_SAMPLE_ADDR);
   ASSERT_TRUE(rec.ok());
-  EXPECT_EQ(rec->type, RecordType::Lost);
+  EXPECT_EQ(rec->type, RecordType::LostSamples);
   EXPECT_EQ(rec->lost, 42U);
   // Its header cut to 4 bytes of body: too short for the count.
   std::vector<uint8_t> cut(whole.begin(), whole.begin() + 12);

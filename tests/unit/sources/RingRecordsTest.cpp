@@ -69,6 +69,38 @@ TEST(RingRecords, ASampleOnAnInKernelEventsRingCountsAsLost) {
   EXPECT_EQ(c.lost, 1U);
 }
 
+// An in-kernel path event's control ring is one page, and what fills it is the kernel's THROTTLE
+// and UNTHROTTLE records, two per tick while throttled: the LOST record that follows counts lost
+// throttle records, not samples (the program took every sample), and tells the period controller
+// the events are throttled. Samples the PMU driver dropped (LOST_SAMPLES) never reached the
+// program: lost on either path. On the ring path a LOST record counts lost samples.
+TEST(RingRecords, LostRecordsOnAnInKernelEventsRingAreThrottlingNotLostSamples) {
+  const auto stream = test::readPerfStream(test::fixture("perf/pebs_ldlat.hex"));
+  const uint64_t trimmed = aggregatedSampleType(stream.sampleType);
+  auto record = [](uint32_t type, uint64_t first, uint64_t second) {
+    std::vector<uint8_t> r(sizeof(perf_event_header) + 16, 0);
+    perf_event_header h{type, 0, static_cast<uint16_t>(r.size())};
+    std::memcpy(r.data(), &h, sizeof h);
+    std::memcpy(r.data() + sizeof h, &first, sizeof first);
+    std::memcpy(r.data() + sizeof h + 8, &second, sizeof second);
+    return r;
+  };
+  const auto lost = record(PERF_RECORD_LOST, /*id=*/7, /*lost=*/1800);
+  const auto lostSamples = record(PERF_RECORD_LOST_SAMPLES, /*lost=*/42, /*sample_id=*/7);
+  RingRecords ring("pmu");
+  SourceCounters inKernel;
+  ring.handle(lost, trimmed, AccessKind::Load, 100, inKernel);
+  EXPECT_EQ(inKernel.lost, 0U);
+  EXPECT_EQ(inKernel.throttled, 1U);
+  ring.handle(lostSamples, trimmed, AccessKind::Load, 100, inKernel);
+  EXPECT_EQ(inKernel.lost, 42U);
+  SourceCounters ringPath;
+  ring.handle(lost, stream.sampleType, AccessKind::Load, 100, ringPath);
+  ring.handle(lostSamples, stream.sampleType, AccessKind::Load, 100, ringPath);
+  EXPECT_EQ(ringPath.lost, 1842U);
+  EXPECT_EQ(ringPath.throttled, 0U);
+}
+
 // IBS samples loads and stores alike: the op in data_src decides; a sample without a data address
 // is dropped. Without swfilt the ibs_op PMU also samples kernel mode, and a kernel address is
 // never a page of a tracked process: it is dropped before it is counted.
