@@ -223,9 +223,7 @@ void SamplingSource::open() {
   }
   std::string fallbackWhy;
   if (options_.aggregation == Aggregation::InKernel) {
-    auto pidMax = sys::bpf::readPidMax("/proc");
-    auto agg = pidMax ? sys::bpf::PerfSampleAgg::load(*pidMax, options_.mapEntries)
-                      : Result<std::unique_ptr<sys::bpf::PerfSampleAgg>>(pidMax.error());
+    auto agg = sys::bpf::PerfSampleAgg::load(sys::bpf::kPidMaxLimit, options_.mapEntries);
     if (!agg) {
       fallbackWhy = "BPF unavailable (" + agg.error().message() + "), ";
     } else if (auto opened = openEvents(kControlRingPages, true); !opened) {

@@ -56,12 +56,7 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::open(const Options& options, con
   skel->rodata->report_write_protect = options.reportWriteProtect;
   uint32_t ring = 4096;
   while (ring < options.ringBytes) ring <<= 1;
-  uint32_t pidMax = options.pidMax;
-  if (pidMax == 0) {
-    auto read = readPidMax("/proc");
-    if (!read) return read.error();
-    pidMax = *read;
-  }
+  const uint32_t pidMax = options.pidMax == 0 ? kPidMaxLimit : options.pidMax;
   self->pidMax_ = pidMax;
   if (bpf_map__set_max_entries(skel->maps.events, ring) != 0 ||
       bpf_map__set_max_entries(skel->maps.tracked_bits, tgidBitmapWords(pidMax)) != 0 ||

@@ -43,7 +43,7 @@ class FaultTrace {
  public:
   struct Options {
     uint32_t ringBytes = 1U << 20;
-    uint32_t pidMax = 0;  // kernel.pid_max: the tgid bitmap's size; 0 = read /proc/sys/kernel/pid_max
+    uint32_t pidMax = 0;  // the tgid bitmap covers tgids below it; 0 = kPidMaxLimit (TgidBitmap.h)
     bool reportFirstTouch = true;
     // Count write-protect faults (as stores). Off leaves them to soft-dirty, which write-protects
     // every page each epoch and reports the same writes (the daemon keeps it on: SourceSet).

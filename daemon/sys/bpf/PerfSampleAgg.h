@@ -46,7 +46,7 @@ enum class DataSrcReader : uint8_t {
 
 class PerfSampleAgg {
  public:
-  // Opens and loads the programs; the tgid bitmap covers tgids below `pidMax` (kernel.pid_max),
+  // Opens and loads the programs; the tgid bitmap covers tgids below `pidMax` (kPidMaxLimit),
   // the count map holds up to `maxChunks` 2 MiB chunks per epoch. The data_src reader is the most
   // capable one the kernel loads, up to `mostCapable` (the benchmark compares them). Needs
   // CAP_BPF/CAP_PERFMON (root).

@@ -1,7 +1,8 @@
 // The tracked-tgid filter the BPF programs share: a BPF array of u64 words, bit (tgid % 64) of
-// word (tgid / 64), sized from kernel.pid_max. An array lookup is inlined by the verifier, so the
-// per-event filter costs a load, not a hash lookup (perf_sample_agg: 236 -> 142 ns per sample),
-// and it has no entry limit. Only one daemon thread writes it (read-modify-write of one word).
+// word (tgid / 64), sized for every tgid the kernel can hand out (kPidMaxLimit). An array lookup
+// is inlined by the verifier, so the per-event filter costs a load, not a hash lookup
+// (perf_sample_agg: 236 -> 142 ns per sample), and it has no entry limit. Only one daemon thread
+// writes it (read-modify-write of one word).
 #pragma once
 
 #include <sys/types.h>
@@ -13,8 +14,11 @@
 
 namespace tt::sys::bpf {
 
-// kernel.pid_max from procfs (`procRoot` normally "/proc").
-[[nodiscard]] Result<uint32_t> readPidMax(const std::string& procRoot);
+// The kernel's PID_MAX_LIMIT on 64-bit: the most kernel.pid_max can ever be raised to. The daemon
+// sizes its bitmaps for it (512 KiB each), not for the pid_max it finds at start: an admin or a
+// sysctl.d reload may raise pid_max later (systemd's default is this value), and a bitmap cannot
+// grow without reloading the program, so a process given a larger pid could never be tracked.
+inline constexpr uint32_t kPidMaxLimit = 1U << 22;
 
 // Words of a bitmap covering tgids below `pidMax`.
 [[nodiscard]] inline uint32_t tgidBitmapWords(uint32_t pidMax) { return (pidMax + 63) / 64; }

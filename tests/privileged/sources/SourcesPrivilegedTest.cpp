@@ -674,14 +674,33 @@ class SysctlOverride {
   bool ok_ = false;
 };
 
+// The tgid bitmaps cover every tgid the kernel can hand out, not the kernel.pid_max found at start
+// (32768 on this host): an admin may raise pid_max while the daemon runs, and the bitmap cannot
+// grow without a reload. The largest possible tgid can be tracked by both programs; one past it
+// is refused.
+TEST(SourcesPrivileged, TgidsAboveTheCurrentPidMaxCanBeTracked) {
+  TT_REQUIRE_ROOT();
+  const pid_t largest = static_cast<pid_t>(sys::bpf::kPidMaxLimit - 1);
+  auto agg = sys::bpf::PerfSampleAgg::load(sys::bpf::kPidMaxLimit, 64);
+  ASSERT_TRUE(agg.ok()) << agg.error().message();
+  EXPECT_TRUE((*agg)->track(largest).ok());
+  EXPECT_TRUE((*agg)->untrack(largest).ok());
+  EXPECT_FALSE((*agg)->track(largest + 1).ok());
+  sys::bpf::FaultTrace::Options o;  // pidMax 0: the default
+  auto trace = sys::bpf::FaultTrace::start(o);
+  ASSERT_TRUE(trace.ok()) << trace.error().message();
+  auto tracked = (*trace)->track(largest);
+  EXPECT_TRUE(tracked.ok()) << tracked.error().message();
+  EXPECT_TRUE((*trace)->untrack(largest).ok());
+  EXPECT_FALSE((*trace)->track(largest + 1).ok());
+}
+
 // Where neither data_src reader loads, events that record data_src get the cookie-kinded program:
 // samples are still counted, as the event's kind, and data_src is not read (on 6.3+ a reader would
 // have read "not available" from every one of them).
 TEST(SourcesPrivileged, WithoutADataSrcReaderSamplesAreCountedWithoutTier) {
   TT_REQUIRE_ROOT();
-  auto pidMax = sys::bpf::readPidMax("/proc");
-  ASSERT_TRUE(pidMax.ok()) << pidMax.error().message();
-  auto agg = sys::bpf::PerfSampleAgg::load(*pidMax, 1024, sys::bpf::DataSrcReader::None);
+  auto agg = sys::bpf::PerfSampleAgg::load(sys::bpf::kPidMaxLimit, 1024, sys::bpf::DataSrcReader::None);
   ASSERT_TRUE(agg.ok()) << agg.error().message();
   EXPECT_EQ((*agg)->dataSrcReader(), sys::bpf::DataSrcReader::None);
   auto cpus = sys::perf::onlineCpus(sys::Fs("/sys"));

@@ -549,9 +549,7 @@ void cost() {
 class TierReaderRun {
  public:
   explicit TierReaderRun(sys::bpf::DataSrcReader reader) {
-    auto pidMax = sys::bpf::readPidMax("/proc");
-    if (!pidMax) return;
-    auto agg = sys::bpf::PerfSampleAgg::load(*pidMax, 16384, reader);
+    auto agg = sys::bpf::PerfSampleAgg::load(sys::bpf::kPidMaxLimit, 16384, reader);
     if (!agg || (*agg)->dataSrcReader() != reader) return;
     agg_ = std::move(*agg);
     auto cpus = sys::perf::onlineCpus(sys::Fs("/sys"));
@@ -1327,9 +1325,7 @@ class PathRig {
       program_ = c == Consumer::RingKept ? drop_->progs.tt_keep_sample : drop_->progs.tt_drop_sample;
     }
     if (c == Consumer::InKernel) {
-      auto pidMax = sys::bpf::readPidMax("/proc");
-      if (!pidMax) return;
-      auto agg = sys::bpf::PerfSampleAgg::load(*pidMax, 16384);
+      auto agg = sys::bpf::PerfSampleAgg::load(sys::bpf::kPidMaxLimit, 16384);
       if (!agg) return;
       agg_ = std::move(*agg);
       if (!agg_->track(sys::perf::currentTgid())) return;
