@@ -292,6 +292,17 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
     s->open();
     sources.push_back(std::move(s));
   }
+  // A source the config leaves out says so too: at start and in the CLI "disabled" is then not
+  // mistaken for "not tried".
+  const std::pair<bool, const char*> configured[] = {
+      {c.pmu().enabled(), "pmu: not opened: disabled (sources.pmu.enabled: false)"},
+      {c.fault_trace().enabled(), "fault-trace: not opened: disabled (sources.fault_trace.enabled: false)"},
+      {c.software_faults().enabled(), "software-faults: not opened: disabled (sources.software_faults.enabled: false)"},
+      {c.soft_dirty().enabled(), "soft-dirty: not opened: disabled (sources.soft_dirty.enabled: false)"},
+      {c.damon().enabled(), "damon: not opened: disabled (sources.damon.enabled: false)"},
+  };
+  for (const auto& [enabled, line] : configured)
+    if (!enabled) lines.emplace_back(line);
   auto set = std::make_unique<SourceSet>(std::move(sources), c, std::move(lines));
   set->tieringGuard_ = std::move(guard);
   for (const auto& line : set->statusLines()) {
@@ -455,7 +466,7 @@ void SourceSet::shutdown() {
 }
 
 Result<void> SourceSet::addProcess(pid_t tgid) {
-  // The BPF filters are bitmaps over kernel.pid_max, with no entry limit of their own: the
+  // The BPF filters are bitmaps over every possible tgid, with no entry limit of their own: the
   // configured bound is kept here, for every source alike.
   if (!tracked_.tracked(tgid) && tracked_.size() >= config_.max_tracked_processes())
     return systemError(EUSERS, "tracking pid " + std::to_string(tgid) + ": " + std::to_string(tracked_.size()) +

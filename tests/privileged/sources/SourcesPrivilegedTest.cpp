@@ -418,7 +418,10 @@ TEST(SourcesPrivileged, SoftwareFaultSamplingIsTheFallbackForTheFaultTrace) {
     noTrace.mutable_fault_trace()->set_enabled(false);
     auto set = SourceSet::open(noTrace, topology::Topology{});
     EXPECT_EQ(names(*set), std::set<std::string>{"software-faults"});
-    EXPECT_FALSE(mentions(*set, "not opened"));
+    EXPECT_FALSE(mentions(*set, "software-faults: not opened"));
+    // What the config left out says so, at start and in the CLI.
+    EXPECT_TRUE(mentions(*set, "fault-trace: not opened: disabled (sources.fault_trace.enabled: false)"));
+    EXPECT_TRUE(mentions(*set, "pmu: not opened: disabled (sources.pmu.enabled: false)"));
   }
 }
 
