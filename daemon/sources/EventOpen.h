@@ -13,9 +13,11 @@
 
 #include <linux/perf_event.h>
 
+#include <cerrno>
 #include <functional>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "core/Result.h"
 
@@ -61,6 +63,39 @@ template <class Handle>
   }
   if (!ev) return ev.error();
   return OpenedOnCpu<Handle>{std::move(lead), std::move(*ev)};
+}
+
+template <class Handle>
+struct OpenedOnCpus {
+  std::vector<OpenedOnCpu<Handle>> opened;  // one per CPU of `cpus`
+  std::vector<int> cpus;
+  std::vector<int> skipped;  // CPUs the event's PMU does not cover
+};
+
+// Opens `attr` (led by `leader`, when given) on each of `cpus` (openOnCpu). A CPU refused with
+// ENOENT or ENODEV is skipped and listed: the event's PMU does not cover it (on hybrid Intel parts
+// the P-core PMU, cpu_core, refuses the E-cores: x86_pmu_event_init checks supported_cpus), and
+// sampling the CPUs it does cover is what the plan can give. Any other refusal, or every CPU
+// skipped, fails the whole open.
+template <class Handle>
+[[nodiscard]] Result<OpenedOnCpus<Handle>> openOnCpus(perf_event_attr& attr, const perf_event_attr* leader,
+                                                      const std::vector<int>& cpus, const EventOpener<Handle>& opener,
+                                                      std::optional<Error>& physAddrRefusal) {
+  OpenedOnCpus<Handle> out;
+  std::optional<Error> lastSkip;
+  for (int cpu : cpus) {
+    auto ev = openOnCpu<Handle>(attr, leader, cpu, opener, physAddrRefusal);
+    if (!ev && (ev.error().code == ENOENT || ev.error().code == ENODEV)) {
+      out.skipped.push_back(cpu);
+      lastSkip = ev.error();
+      continue;
+    }
+    if (!ev) return withContext(ev.error(), "cpu " + std::to_string(cpu));
+    out.opened.push_back(std::move(*ev));
+    out.cpus.push_back(cpu);
+  }
+  if (out.opened.empty() && lastSkip) return withContext(*lastSkip, "on every cpu");
+  return out;
 }
 
 }  // namespace tt::sources

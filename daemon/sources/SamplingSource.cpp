@@ -176,6 +176,7 @@ Result<void> SamplingSource::openEvents(uint32_t ringPages, bool forProgram) {
 }
 
 void SamplingSource::closeEvents() {
+  skippedCpus_.clear();
   events_.clear();
   leaders_.clear();
   eventSampleType_.clear();
@@ -195,20 +196,26 @@ Result<void> SamplingSource::openEachEvent(uint32_t ringPages, bool forProgram) 
   for (size_t k = 0; k < options_.events.size(); ++k) {
     const AccessKind kind = k < options_.eventKinds.size() ? options_.eventKinds[k] : options_.defaultKind;
     const bool led = k < options_.groupLeaders.size() && options_.groupLeaders[k].has_value();
-    for (int cpu : *cpus) {
-      perf_event_attr& configured = options_.events[k];  // PHYS_ADDR dropped here stays dropped on reopen
-      configured.disabled = 1;
-      perf_event_attr trimmed = forProgram ? aggregatedAttr(configured) : configured;
-      perf_event_attr& a = forProgram ? trimmed : configured;
-      std::optional<Error> physRefused;
-      auto ev = openOnCpu<Handle>(a, led ? &*options_.groupLeaders[k] : nullptr, cpu, opener, physRefused);
-      if (!ev) return ev.error();
-      if (physRefused) {
-        physAddrDropped_ = physRefused->message();
-        TT_LOG(Warn) << options_.name << ": PERF_SAMPLE_PHYS_ADDR refused, sampling without it: " << physAddrDropped_;
-      }
-      if (ev->leader) leaders_.push_back(std::move(*ev->leader));
-      events_.push_back(std::move(ev->event));
+    perf_event_attr& configured = options_.events[k];  // PHYS_ADDR dropped here stays dropped on reopen
+    configured.disabled = 1;
+    perf_event_attr trimmed = forProgram ? aggregatedAttr(configured) : configured;
+    perf_event_attr& a = forProgram ? trimmed : configured;
+    std::optional<Error> physRefused;
+    auto evs = openOnCpus<Handle>(a, led ? &*options_.groupLeaders[k] : nullptr, *cpus, opener, physRefused);
+    if (!evs) return evs.error();
+    if (physRefused) {
+      physAddrDropped_ = physRefused->message();
+      TT_LOG(Warn) << options_.name << ": PERF_SAMPLE_PHYS_ADDR refused, sampling without it: " << physAddrDropped_;
+    }
+    if (!evs->skipped.empty()) {
+      std::string list;
+      for (int cpu : evs->skipped) list += (list.empty() ? "" : ",") + std::to_string(cpu);
+      skippedCpus_ += (skippedCpus_.empty() ? "" : "; ") + std::string("event ") + std::to_string(k) + " not on cpus " +
+                      list + " (its PMU does not cover them)";
+    }
+    for (auto& ev : evs->opened) {
+      if (ev.leader) leaders_.push_back(std::move(*ev.leader));
+      events_.push_back(std::move(ev.event));
       eventSampleType_.push_back(a.sample_type);
       eventKind_.push_back(kind);
     }
@@ -306,6 +313,7 @@ void SamplingSource::open() {
       d << ", no tier: data_src readers did not load (" << agg_->dataSrcReaderError() << ")";
   }
   if (!physAddrDropped_.empty()) d << ", no physical addresses (PERF_SAMPLE_PHYS_ADDR refused: " << physAddrDropped_ << ")";
+  if (!skippedCpus_.empty()) d << ", " << skippedCpus_;
   status_ = {true, d.str()};
   lastCounts_.assign(events_.size(), 0);
   uint64_t events = 0, overflows = 0;

@@ -180,6 +180,7 @@ class SamplingSource final : public Source {
   std::vector<std::unique_ptr<sys::perf::PerfEvent>> events_;
   std::vector<std::unique_ptr<sys::perf::PerfEvent>> leaders_;  // group leaders (no samples)
   std::string physAddrDropped_;  // why the events sample without PHYS_ADDR, when they had to
+  std::string skippedCpus_;      // CPUs an event's PMU did not cover (hybrid parts), for the status
   std::vector<uint64_t> eventSampleType_;  // parallel to events_
   std::vector<AccessKind> eventKind_;       // parallel to events_
   std::unique_ptr<sys::bpf::PerfSampleAgg> agg_;

@@ -336,5 +336,48 @@ TEST(KernelAddress, TopBitMarksTheKernelHalf) {
   EXPECT_FALSE(isKernelAddress(0x7fffffffffffffffULL));
 }
 
+// On hybrid Intel parts the P-core PMU's events are refused on the E-cores (ENOENT: the CPU is not
+// in the PMU's supported_cpus): the event opens on the CPUs its PMU covers, the others are listed,
+// and only a refusal of another kind, or of every CPU, fails the open.
+TEST(EventOpen, CpusTheEventsPmuDoesNotCoverAreSkippedAndListed) {
+  std::vector<int> asked;
+  int nextFd = 100;
+  auto refusing = [&](std::function<std::optional<Error>(int cpu)> refuse) {
+    return EventOpener<int>{[&, refuse](const perf_event_attr&, int cpu, int, bool) -> Result<int> {
+                              asked.push_back(cpu);
+                              if (auto e = refuse(cpu)) return *e;
+                              return nextFd++;
+                            },
+                            [](const int& fd) { return fd; }};
+  };
+  const std::vector<int> cpus = {0, 1, 2, 3, 4, 5, 6, 7};
+  perf_event_attr a = loadAttr(false);
+  std::optional<Error> refused;
+  auto eCoresRefused = refusing([](int cpu) -> std::optional<Error> {
+    if (cpu >= 4) return systemError(ENOENT, "perf_event_open");
+    return std::nullopt;
+  });
+  auto r = openOnCpus<int>(a, nullptr, cpus, eCoresRefused, refused);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_EQ(r->cpus, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(r->opened.size(), 4U);
+  EXPECT_EQ(r->skipped, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(asked, cpus) << "every CPU is tried";
+
+  auto otherRefusal = refusing([](int cpu) -> std::optional<Error> {
+    if (cpu == 5) return systemError(EBUSY, "perf_event_open");
+    return std::nullopt;
+  });
+  auto busy = openOnCpus<int>(a, nullptr, cpus, otherRefusal, refused);
+  ASSERT_FALSE(busy.ok());
+  EXPECT_EQ(busy.error().code, EBUSY);
+  EXPECT_NE(busy.error().message().find("cpu 5"), std::string::npos) << busy.error().message();
+
+  auto noneCovered = refusing([](int) -> std::optional<Error> { return systemError(ENODEV, "perf_event_open"); });
+  auto none = openOnCpus<int>(a, nullptr, cpus, noneCovered, refused);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.error().code, ENODEV);
+}
+
 }  // namespace
 }  // namespace tt::sources
