@@ -72,12 +72,35 @@ void refill(const SelectionProblem& problem, const std::vector<size_t>& order, s
   (void)problem;
 }
 
+// Work budget of one improve() call, in candidate examinations (see exchangeWorkLimit in the
+// header). The floor leaves small instances their full passes (random ones of up to 200 items
+// take under 15 thousand examinations); the per-item share keeps the bound linear in the item
+// count; the per-item cap stops one chosen item whose most valuable rivals all fail to fit from
+// spending the budget of the others (uncut, the scan for one item of a thousand-item instance
+// can pass several thousand pairs that do not fit).
+constexpr uint64_t kExchangeWorkFloor = uint64_t{1} << 22;
+constexpr uint64_t kExchangeWorkPerItem = 64;
+constexpr uint64_t kExchangeCandidatesPerItem = 4096;
+
 // Exchange passes: replace one chosen item by one or two unchosen ones when that gains value and
 // fits, then refill. Each accepted exchange strictly increases the objective; rounds are capped.
-void improve(const SelectionProblem& problem, const std::vector<size_t>& order, std::vector<uint8_t>& chosen, Usage& use) {
+// The planner runs this on every block of every plan, and the daemon's watchdog keep-alives go
+// out only between plans, so the work is bounded (exchangeWorkLimit): a pass stops scanning for
+// a chosen item once the value order says nothing further can beat the best exchange found (an
+// exact cut: the same exchanges as a full scan), after kExchangeCandidatesPerItem examinations of
+// its own, and for good once the budget is spent. Every step keeps the selection feasible, and
+// no unchosen item fits after any step, so stopping early only forgoes exchanges. Adds the
+// examinations made to `work`.
+void improve(const SelectionProblem& problem, const std::vector<size_t>& order, std::vector<uint8_t>& chosen, Usage& use,
+             uint64_t& work) {
   const size_t n = problem.items.size();
+  const uint64_t limit = exchangeWorkLimit(order.size());
+  // A refill costs order.size() and follows an exchange found within passLimit, so the total
+  // stays within limit.
+  const uint64_t passLimit = limit - order.size();
+  uint64_t spent = 0;
   std::vector<size_t> out;
-  for (int round = 0; round < 16; ++round) {
+  for (int round = 0; round < 16 && spent < passLimit; ++round) {
     bool improved = false;
     out.clear();
     for (size_t i : order)
@@ -86,18 +109,35 @@ void improve(const SelectionProblem& problem, const std::vector<size_t>& order, 
     std::sort(out.begin(), out.end(), [&](size_t a, size_t b) { return problem.items[a].value > problem.items[b].value; });
     // The smallest unchosen item: where the budget has less room than that, no item fits, and
     // the pair search below need not look (with equal blocks and a full budget it scanned every
-    // pair for every chosen item: cubic, seconds for a few thousand blocks).
+    // pair for every chosen item: cubic, seconds for a few thousand blocks). `out` only loses
+    // members during the round, so it stays a lower bound; the refill also sees the items
+    // exchanged out, hence smallestUnchosen.
     uint64_t smallestOut = UINT64_MAX;
     for (size_t i : out) smallestOut = std::min(smallestOut, problem.items[i].sizeBytes);
+    uint64_t smallestUnchosen = smallestOut;
     auto noneFits = [&] { return use.total + smallestOut > problem.budgetBytes; };
-    for (size_t in = 0; in < n; ++in) {
+    for (size_t in = 0; in < n && spent < passLimit; ++in) {
       if (!chosen[in]) continue;
+      ++spent;
       use.remove(in);
       const double base = problem.items[in].value;
       double bestGain = 1e-12 * std::max(1.0, std::abs(base));
       std::pair<size_t, size_t> best{SIZE_MAX, SIZE_MAX};
-      for (size_t a = 0; a < out.size(); ++a) {
+      const uint64_t room = use.total < problem.budgetBytes ? problem.budgetBytes - use.total : 0;
+      // Two candidates take at least twice the smallest's size; short of that only single
+      // exchanges can fit, and the value bound below counts one candidate, not two.
+      const bool pairsMayFit = room / 2 >= smallestOut;
+      uint64_t examined = 0;
+      for (size_t a = 0; a < out.size() && room >= smallestOut; ++a) {
         const size_t ia = out[a];
+        // Sorted by value: no candidate from here on, alone or with a partner after it, gains
+        // more than this, so the rest of the scan could not change the choice.
+        const double reach = pairsMayFit && a + 1 < out.size() ? problem.items[ia].value + problem.items[out[a + 1]].value
+                                                               : problem.items[ia].value;
+        if (reach - base <= bestGain) break;
+        if (examined >= kExchangeCandidatesPerItem || spent >= passLimit) break;
+        ++examined;
+        ++spent;
         if (chosen[ia] || !use.fits(ia)) continue;
         if (problem.items[ia].value - base > bestGain) {
           bestGain = problem.items[ia].value - base;
@@ -107,6 +147,9 @@ void improve(const SelectionProblem& problem, const std::vector<size_t>& order, 
         for (size_t b = a + 1; b < out.size() && !noneFits(); ++b) {
           const size_t ib = out[b];
           if (problem.items[ia].value + problem.items[ib].value - base <= bestGain) break;  // sorted by value
+          if (examined >= kExchangeCandidatesPerItem || spent >= passLimit) break;
+          ++examined;
+          ++spent;
           if (!chosen[ib] && use.fits(ib)) {
             bestGain = problem.items[ia].value + problem.items[ib].value - base;
             best = {ia, ib};
@@ -120,17 +163,23 @@ void improve(const SelectionProblem& problem, const std::vector<size_t>& order, 
         continue;
       }
       chosen[in] = 0;
+      smallestUnchosen = std::min(smallestUnchosen, problem.items[in].sizeBytes);
       chosen[best.first] = 1;
       use.add(best.first);
       if (best.second != SIZE_MAX) {
         chosen[best.second] = 1;
         use.add(best.second);
       }
-      refill(problem, order, chosen, use);
+      // Where not even the smallest unchosen item fits, the refill would add nothing.
+      if (use.total + smallestUnchosen <= problem.budgetBytes) {
+        spent += order.size();
+        refill(problem, order, chosen, use);
+      }
       improved = true;
     }
     if (!improved) break;
   }
+  work += spent;
 }
 
 // Dynamic programming on sizes rounded up to a capacity unit (so every DP solution is feasible):
@@ -210,6 +259,10 @@ std::vector<uint8_t> roundedDp(const SelectionProblem& problem, const std::vecto
 
 }  // namespace
 
+uint64_t exchangeWorkLimit(size_t candidates) {
+  return kExchangeWorkFloor + kExchangeWorkPerItem * static_cast<uint64_t>(candidates);
+}
+
 Selection selectHeuristic(const SelectionProblem& problem) {
   const size_t n = problem.items.size();
   std::vector<size_t> order;
@@ -223,7 +276,7 @@ Selection selectHeuristic(const SelectionProblem& problem) {
   {
     Usage use(problem);
     refill(problem, order, s.chosen, use);
-    improve(problem, order, s.chosen, use);
+    improve(problem, order, s.chosen, use, s.exchangeWork);
     s.objective = objectiveOf(problem, s.chosen);
   }
   // A second candidate from rounded dynamic programming, for instances small enough to afford it.
@@ -233,7 +286,7 @@ Selection selectHeuristic(const SelectionProblem& problem) {
     for (size_t i = 0; i < n; ++i)
       if (dp[i]) use.add(i);
     refill(problem, order, dp, use);
-    improve(problem, order, dp, use);
+    improve(problem, order, dp, use, s.exchangeWork);
     const double value = objectiveOf(problem, dp);
     if (value > s.objective && feasible(problem, dp)) {
       s.chosen = std::move(dp);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <iostream>
 #include <random>
 
@@ -138,6 +140,85 @@ TEST(Selection, PlannerInstancesFromHeatAreWithinTwoPercentOfTheIlp) {
     ASSERT_TRUE(feasible(inst.problem, greedy.chosen));
     EXPECT_GE(greedy.objective, 0.98 * exact->objective) << "round " << round;
   }
+}
+
+// Equal blocks of 2 MiB, a budget for a third of them, no quotas: the daemon's common shape (one
+// chunk size, a fast tier a fraction of the registered memory). The optimum keeps the most
+// valuable third.
+SelectionProblem equalBlocks(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::lognormal_distribution<double> value(0, 1);
+  SelectionProblem p;
+  for (size_t i = 0; i < n; ++i) {
+    SelectionItem it;
+    it.sizeBytes = 512 * kPage;
+    it.value = value(rng) * 1e6;
+    it.group = static_cast<uint32_t>(i % 4);
+    p.items.push_back(it);
+  }
+  p.budgetBytes = n / 3 * 512 * kPage;
+  p.groupQuotaBytes = {0, 0, 0, 0};
+  return p;
+}
+
+// The sum of the `k` largest values: the optimum when every item has the same size (or when no
+// exchange can pay, as below).
+double topValues(const SelectionProblem& p, size_t k, const std::function<bool(const SelectionItem&)>& among) {
+  std::vector<double> v;
+  for (const auto& it : p.items)
+    if (among(it)) v.push_back(it.value);
+  std::sort(v.begin(), v.end(), std::greater<>());
+  double sum = 0;
+  for (size_t i = 0; i < std::min(k, v.size()); ++i) sum += v[i];
+  return sum;
+}
+
+TEST(Selection, ExchangeWorkGrowsLinearlyWithTheNumberOfEqualBlocks) {
+  // The exchange passes used to scan every unchosen block for every chosen one: 100k blocks took
+  // half a minute, past the daemon's watchdog. Work is counted, not timed (speed lives in benchmarks).
+  uint64_t work[2] = {0, 0};
+  const size_t sizes[2] = {100'000, 200'000};
+  for (int k = 0; k < 2; ++k) {
+    const SelectionProblem p = equalBlocks(sizes[k], 5);
+    const auto s = tt::policy::selectHeuristic(p);
+    ASSERT_TRUE(feasible(p, s.chosen));
+    const double best = topValues(p, sizes[k] / 3, [](const SelectionItem&) { return true; });
+    EXPECT_NEAR(s.objective, best, 1e-9 * best) << sizes[k] << " blocks";
+    // The value order ends each chosen block's scan at once (no unchosen block is worth more), so
+    // the work limit, far above this, is not what bounds it and no exchange is forgone.
+    EXPECT_LE(s.exchangeWork, sizes[k]);
+    work[k] = s.exchangeWork;
+  }
+  EXPECT_GT(work[0], 0u);
+  // Linear growth doubles the work; the old quadratic scan quadrupled it.
+  EXPECT_LE(work[1], work[0] * 5 / 2) << "100k: " << work[0] << ", 200k: " << work[1];
+}
+
+TEST(Selection, ExchangeWorkStaysWithinItsLimitWhenTheMostValuableItemsNeverFit) {
+  // The value order cannot cut this scan short: every chosen 1-page item, taken out, leaves room
+  // for one page, and the unchosen items ahead of the small ones in value order are 64 pages
+  // each. Only the work limit bounds it (a full scan would be 100k x 100k examinations per round).
+  uint64_t work[2] = {0, 0};
+  const size_t halves[2] = {100'000, 200'000};
+  for (int k = 0; k < 2; ++k) {
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<double> u01(0, 1);
+    SelectionProblem p;
+    for (size_t i = 0; i < halves[k]; ++i) {
+      p.items.push_back({1000 + 1000 * u01(rng), kPage, 0});            // dense, chosen first
+      p.items.push_back({10'000 + 10'000 * u01(rng), 64 * kPage, 0});  // valuable, never worth the room
+    }
+    p.budgetBytes = halves[k] / 2 * kPage;
+    const auto s = tt::policy::selectHeuristic(p);
+    ASSERT_TRUE(feasible(p, s.chosen));
+    // 64 small items are worth at least 64,000, any large one at most 20,000: the best half of
+    // the small ones is the optimum, and the density greedy takes it.
+    const double best = topValues(p, halves[k] / 2, [](const SelectionItem& it) { return it.sizeBytes == kPage; });
+    EXPECT_NEAR(s.objective, best, 1e-9 * best) << halves[k] << " small items";
+    EXPECT_LE(s.exchangeWork, tt::policy::exchangeWorkLimit(p.items.size()));
+    work[k] = s.exchangeWork;
+  }
+  EXPECT_LE(work[1], work[0] * 5 / 2) << "200k items: " << work[0] << ", 400k: " << work[1];
 }
 
 }  // namespace
