@@ -28,6 +28,7 @@ bool parseHeader(std::string_view line, Vma& vma) {
   for (int field = 0; field < 4; ++field) {
     rest = trim(rest);
     const size_t next = rest.find(' ');
+    if (field == 0) vma.writable = rest.size() > 1 && rest[1] == 'w';
     rest = next == std::string_view::npos ? std::string_view{} : rest.substr(next);
   }
   vma.path = std::string(trim(rest));
@@ -82,6 +83,11 @@ Result<std::vector<Vma>> parseSmaps(std::string_view text) {
 
 Result<std::vector<Vma>> readSmaps(const Fs& procfs, pid_t pid) {
   return procfs.readParsed(std::to_string(pid) + "/smaps", parseSmaps);
+}
+
+Result<std::vector<Vma>> readVmasFromMaps(const Fs& procfs, pid_t pid) {
+  // A maps line is an smaps header line, and maps has no field lines.
+  return procfs.readParsed(std::to_string(pid) + "/maps", parseSmaps);
 }
 
 }  // namespace tt::sys

@@ -19,6 +19,7 @@ struct Vma {
   uint64_t start = 0;
   uint64_t end = 0;             // exclusive
   std::string path;             // backing file, "[heap]", "[stack]" or empty for anonymous
+  bool writable = false;        // 'w' in the permissions
   uint64_t rssBytes = 0;
   uint64_t anonHugeBytes = 0;   // AnonHugePages: bytes mapped by PMD-sized THPs
   bool thpEligible = false;     // THPeligible: 1
@@ -30,5 +31,12 @@ struct Vma {
 
 // Reads and parses `<pid>/smaps` under `procfs` (rooted at /proc, or a fixture tree).
 [[nodiscard]] Result<std::vector<Vma>> readSmaps(const Fs& procfs, pid_t pid);
+
+// Reads `<pid>/maps` instead: the same VMA headers without the fields (rssBytes, anonHugeBytes,
+// thpEligible and hugeDisabled stay zero). For callers that need only ranges, permissions and
+// paths: smaps has the kernel walk every page table of the process (milliseconds per GiB
+// resident), maps does not.
+// (sys::readMaps in sys/service reads the same file for the registry, outside tt_sys.)
+[[nodiscard]] Result<std::vector<Vma>> readVmasFromMaps(const Fs& procfs, pid_t pid);
 
 }  // namespace tt::sys

@@ -1,5 +1,5 @@
 // SourceSet over fake sources, the evidence aggregator, the soft-dirty source over a fake tracker
-// and fixture smaps, and kernel-tiering detection on fixture trees.
+// and fixture maps, and kernel-tiering detection on fixture trees.
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,8 +9,10 @@
 #include <thread>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "core/Log.h"
 #include "fakes/sources/FakeSoftDirtyTracker.h"
@@ -246,7 +248,7 @@ TEST(SourceSet, DropsWhatTheKernelCountedForProcessesUntrackedSinceTheLastCollec
   EXPECT_EQ(moves[0].tgid, 11);
 }
 
-// A temporary procfs with <pid>/smaps holding one anonymous VMA and one file VMA.
+// A temporary procfs or sysfs tree, written by each test.
 class TempTree : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -270,10 +272,18 @@ class TempTree : public ::testing::Test {
 
 using SoftDirtySourceTest = TempTree;
 
+// One /proc/PID/maps line: [start, end), permissions, and the path ("" for anonymous memory).
+std::string mapsLine(uint64_t start, uint64_t end, const std::string& perms, const std::string& path = "") {
+  std::ostringstream line;
+  const bool file = !path.empty() && path[0] != '[';
+  line << std::hex << start << '-' << end << ' ' << perms << " 00000000 " << (file ? "08:01 123" : "00:00 0") << "    "
+       << path << '\n';
+  return line.str();
+}
+
 TEST_F(SoftDirtySourceTest, ReportsPagesWrittenSinceLastEpochOnly) {
-  write("42/smaps",
-        "7f0000000000-7f0000010000 rw-p 00000000 00:00 0 \nRss:                  64 kB\n"
-        "7f1000000000-7f1000010000 r--p 00000000 08:01 123 /usr/lib/libc.so\nRss:                  64 kB\n");
+  write("42/maps", mapsLine(0x7f0000000000, 0x7f0000010000, "rw-p") +
+                       mapsLine(0x7f1000000000, 0x7f1000010000, "r--p", "/usr/lib/libc.so"));
   auto tracker = std::make_unique<fakes::FakeSoftDirtyTracker>();
   auto* t = tracker.get();
   SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
@@ -325,7 +335,8 @@ TEST_F(SoftDirtySourceTest, AProcessExitingMidScanIsDroppedWithoutAnError) {
   auto* t = tracker.get();
   SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
   ASSERT_TRUE(source.addProcess(42).ok());
-  source.setRanges(42, {{0x7f0000000000, 0x7f0000004000}});  // ranges known: no smaps read
+  write("42/maps", mapsLine(0x7f0000000000, 0x7f0000010000, "rw-p"));
+  source.setRanges(42, {{0x7f0000000000, 0x7f0000004000}});
   std::vector<AccessEvidence> out;
   ASSERT_TRUE(tt::test::collectRecords(source, out).ok());  // primes
   t->exited.insert(42);
@@ -338,7 +349,7 @@ TEST_F(SoftDirtySourceTest, AProcessExitingMidScanIsDroppedWithoutAnError) {
 }
 
 TEST_F(SoftDirtySourceTest, ScansOnlyTheRegisteredRangesOnceSet) {
-  // No smaps at all: with ranges set the source must not need it.
+  write("42/maps", mapsLine(0x7f0000000000, 0x7f0000010000, "rw-p"));
   auto tracker = std::make_unique<fakes::FakeSoftDirtyTracker>();
   auto* t = tracker.get();
   SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
@@ -352,7 +363,6 @@ TEST_F(SoftDirtySourceTest, ScansOnlyTheRegisteredRangesOnceSet) {
   ASSERT_EQ(out.size(), 1U);
   EXPECT_EQ(out[0].page, 0x7f0000001000U);
   // Back to every anonymous mapping when the process has no region left.
-  write("42/smaps", "7f0000000000-7f0000010000 rw-p 00000000 00:00 0 \nRss:                  64 kB\n");
   source.setRanges(42, {});
   out.clear();
   t->markWritten(42, 0x7f0000008000);
@@ -370,6 +380,7 @@ TEST_F(SoftDirtySourceTest, ThePageBudgetIsAWindowThatVisitsEveryPage) {
   SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 4, Result<bool>(true));
   ASSERT_TRUE(source.addProcess(42).ok());
   constexpr uint64_t kA = 0x7f0000000000, kB = 0x7f1000000000;
+  write("42/maps", mapsLine(kA, kA + 6 * 4096, "rw-p") + mapsLine(kB, kB + 4 * 4096, "rw-p"));
   source.setRanges(42, {{kA, kA + 6 * 4096}, {kB, kB + 4 * 4096}});  // 10 pages
   std::vector<AccessEvidence> out;
   ASSERT_TRUE(tt::test::collectRecords(source, out).ok());  // primes
@@ -391,6 +402,135 @@ TEST_F(SoftDirtySourceTest, ThePageBudgetIsAWindowThatVisitsEveryPage) {
   EXPECT_EQ(weights, (std::vector<uint32_t>{2, 3, 2, 3, 2}));
   ASSERT_EQ(reads.size(), 10U) << "pages past the budget were never read";
   for (const auto& [page, n] : reads) EXPECT_EQ(n, 2) << std::hex << page;
+}
+
+// The kernel flags a mapping it creates or grows (VM_SOFTDIRTY) and pagemap then shows every page
+// of it soft-dirty until the next clear, written or not; the fake shows that as all pages written.
+// Such a mapping gives no evidence until the epoch after; the mappings left as they were give
+// theirs in the same epoch.
+TEST_F(SoftDirtySourceTest, ANewOrResizedMappingGivesNoEvidenceUntilTheEpochAfter) {
+  constexpr uint64_t kPage = 4096;
+  constexpr uint64_t kHeap = 0x555500000000, kKept = 0x7f0000000000, kMerged = 0x7f1000004000, kNew = 0x7f2000000000;
+  write("42/maps", mapsLine(kHeap, kHeap + 4 * kPage, "rw-p", "[heap]") + mapsLine(kKept, kKept + 4 * kPage, "rw-p") +
+                       mapsLine(kMerged, kMerged + 4 * kPage, "rw-p"));
+  auto tracker = std::make_unique<fakes::FakeSoftDirtyTracker>();
+  auto* t = tracker.get();
+  SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
+  ASSERT_TRUE(source.addProcess(42).ok());
+  std::vector<AccessEvidence> out;
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());  // primes
+  // Since the clear: brk grew the heap, an mmap merged below kMerged, another one is new.
+  const std::vector<std::pair<uint64_t, uint64_t>> now = {{kHeap, kHeap + 8 * kPage},
+                                                          {kKept, kKept + 4 * kPage},
+                                                          {kMerged - 4 * kPage, kMerged + 4 * kPage},
+                                                          {kNew, kNew + 4 * kPage}};
+  write("42/maps", mapsLine(now[0].first, now[0].second, "rw-p", "[heap]") +
+                       mapsLine(now[1].first, now[1].second, "rw-p") + mapsLine(now[2].first, now[2].second, "rw-p") +
+                       mapsLine(now[3].first, now[3].second, "rw-p"));
+  auto dirtyEveryPage = [&] {
+    for (const auto& [start, end] : now)
+      for (uint64_t page = start; page < end; page += kPage) t->markWritten(42, page);
+  };
+  auto pagesOf = [](const std::vector<AccessEvidence>& records) {
+    std::set<uint64_t> pages;
+    for (const auto& e : records) pages.insert(e.page);
+    return pages;
+  };
+  dirtyEveryPage();
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  EXPECT_EQ(pagesOf(out), (std::set<uint64_t>{kKept, kKept + kPage, kKept + 2 * kPage, kKept + 3 * kPage}))
+      << "only the mapping that kept its boundaries";
+  out.clear();
+  dirtyEveryPage();
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  EXPECT_EQ(out.size(), 24U) << "every mapping, once the clear has seen its boundaries";
+}
+
+// Without registered regions the writable anonymous mappings and [heap] are scanned, found in
+// /proc/PID/maps alone: smaps would make the kernel walk every page table of the process each epoch.
+TEST_F(SoftDirtySourceTest, WithoutRegionsScansTheWritableAnonymousMappingsFoundInMaps) {
+  constexpr uint64_t kHeap = 0x555500000000, kAnon = 0x7f0000000000, kReadOnly = 0x7f1000000000,
+                     kGuard = 0x7f1000010000, kFile = 0x7f2000000000, kStack = 0x7ffd00000000;
+  write("42/maps", mapsLine(kHeap, kHeap + 0x10000, "rw-p", "[heap]") + mapsLine(kAnon, kAnon + 0x10000, "rw-p") +
+                       mapsLine(kReadOnly, kReadOnly + 0x10000, "r--p") + mapsLine(kGuard, kGuard + 0x10000, "---p") +
+                       mapsLine(kFile, kFile + 0x10000, "rw-p", "/data/weights.bin") +
+                       mapsLine(kStack, kStack + 0x10000, "rw-p", "[stack]"));  // and no smaps
+  auto tracker = std::make_unique<fakes::FakeSoftDirtyTracker>();
+  auto* t = tracker.get();
+  SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
+  ASSERT_TRUE(source.addProcess(42).ok());
+  std::vector<AccessEvidence> out;
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());  // primes
+  for (uint64_t start : {kHeap, kAnon, kReadOnly, kGuard, kFile, kStack}) t->markWritten(42, start + 0x2000);
+  auto r = tt::test::collectRecords(source, out);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  std::set<uint64_t> pages;
+  for (const auto& e : out) pages.insert(e.page);
+  EXPECT_EQ(pages, (std::set<uint64_t>{kHeap + 0x2000, kAnon + 0x2000}));
+}
+
+// A registered region lies in a mapping too: when that mapping grew since the clear (a new mmap
+// merged into it), the region's pages show soft-dirty with all the others, and give no evidence.
+TEST_F(SoftDirtySourceTest, ARegisteredRangeInAGrownMappingGivesNoEvidenceThatEpoch) {
+  constexpr uint64_t kPage = 4096, kA = 0x7f0000000000, kB = 0x7f2000000000;
+  write("42/maps", mapsLine(kA, kA + 16 * kPage, "rw-p") + mapsLine(kB, kB + 16 * kPage, "rw-p"));
+  auto tracker = std::make_unique<fakes::FakeSoftDirtyTracker>();
+  auto* t = tracker.get();
+  SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
+  ASSERT_TRUE(source.addProcess(42).ok());
+  source.setRanges(42, {{kA + kPage, kA + 3 * kPage}, {kB, kB + 2 * kPage}});
+  std::vector<AccessEvidence> out;
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());  // primes
+  write("42/maps", mapsLine(kA, kA + 32 * kPage, "rw-p") + mapsLine(kB, kB + 16 * kPage, "rw-p"));
+  auto dirty = [&] {
+    for (uint64_t page : {kA + kPage, kA + 2 * kPage, kB + kPage}) t->markWritten(42, page);
+  };
+  dirty();
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  ASSERT_EQ(out.size(), 1U) << "the region in the grown mapping gave evidence";
+  EXPECT_EQ(out[0].page, kB + kPage);
+  out.clear();
+  dirty();
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  EXPECT_EQ(out.size(), 3U);
+}
+
+// The fake tracker, with a hook run right after each clear: what the process does between the clear
+// and the source's next read of its maps.
+class HookedSoftDirtyTracker final : public sys::SoftDirtyTracker {
+ public:
+  Result<void> track(pid_t pid) override { return fake.track(pid); }
+  void untrack(pid_t pid) override { fake.untrack(pid); }
+  Result<void> clear(pid_t pid) override {
+    auto r = fake.clear(pid);
+    if (afterClear) afterClear();
+    return r;
+  }
+  Result<void> dirtyPages(pid_t pid, uint64_t start, uint64_t pages, std::vector<uint64_t>& out) override {
+    return fake.dirtyPages(pid, start, pages, out);
+  }
+  fakes::FakeSoftDirtyTracker fake;
+  std::function<void()> afterClear;
+};
+
+// A mapping grown between the clear and the read of maps after it is flagged again after the clear:
+// taking the boundaries of that read alone as the clear's would report every page of it next epoch.
+TEST_F(SoftDirtySourceTest, AMappingGrownJustAfterTheClearGivesNoEvidenceNextEpoch) {
+  constexpr uint64_t kPage = 4096, kHeap = 0x555500000000;
+  write("42/maps", mapsLine(kHeap, kHeap + 4 * kPage, "rw-p", "[heap]"));
+  auto tracker = std::make_unique<HookedSoftDirtyTracker>();
+  auto* t = tracker.get();
+  t->afterClear = [&] { write("42/maps", mapsLine(kHeap, kHeap + 8 * kPage, "rw-p", "[heap]")); };  // brk
+  SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
+  ASSERT_TRUE(source.addProcess(42).ok());
+  std::vector<AccessEvidence> out;
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());  // primes; the heap grows right after
+  for (uint64_t page = kHeap; page < kHeap + 8 * kPage; page += kPage) t->fake.markWritten(42, page);
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  EXPECT_TRUE(out.empty()) << out.size() << " pages of the heap grown after the clear";
+  for (uint64_t page = kHeap; page < kHeap + 8 * kPage; page += kPage) t->fake.markWritten(42, page);
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  EXPECT_EQ(out.size(), 8U);
 }
 
 TEST(SoftDirtySource, KernelWithoutSoftDirtyIsUnavailableWithReason) {
