@@ -118,26 +118,54 @@ Result<void> DamonSource::addProcess(pid_t tgid) {
     slots_[tgid] = slot;
     return {};
   }
-  // A slot that will not start (a sysfs writer in the way) does not stop the others from being
-  // tried.
-  for (uint32_t slot = 0; slot < damon_.slots(); ++slot) {
-    if (slotTaken(slot)) continue;
+  {
     std::lock_guard sysfs(sysfsMutex_);
-    if (auto r = damon_.start(slot, tgid, attrs_); !r) {
-      failed += "slot " + std::to_string(slot) + ": " + r.error().message() + "; ";
-      continue;
-    }
-    slots_[tgid] = slot;
-    return {};
+    if (startOnFreeSlot(tgid, failed)) return {};
   }
-  if (!failed.empty()) return logicError("DAMON: pid " + std::to_string(tgid) + " not monitored: " + failed);
-  return logicError("DAMON: no free kdamond slot for pid " + std::to_string(tgid) + ": of " +
+  waiting_.insert(tgid);
+  if (!failed.empty())
+    return logicError("DAMON: pid " + std::to_string(tgid) + " not monitored yet (retried as slots free): " + failed);
+  return logicError("DAMON: no free kdamond slot for pid " + std::to_string(tgid) + " yet (it gets the next that frees): of " +
                     std::to_string(damon_.slots()) + ", " + std::to_string(slots_.size()) + " monitor tracked processes, " +
                     std::to_string(stopping_slots_.size()) + " would not stop, " + std::to_string(busy_slots_.size()) +
                     " were running at start for others (raise sources.damon.max_processes)");
 }
 
+bool DamonSource::startOnFreeSlot(pid_t tgid, std::string& failed) {
+  // A slot that will not start (a sysfs writer in the way) does not stop the others from being
+  // tried.
+  for (uint32_t slot = 0; slot < damon_.slots(); ++slot) {
+    if (slotTaken(slot)) continue;
+    if (auto r = damon_.start(slot, tgid, attrs_); !r) {
+      failed += "slot " + std::to_string(slot) + ": " + r.error().message() + "; ";
+      continue;
+    }
+    slots_[tgid] = slot;
+    return true;
+  }
+  return false;
+}
+
+void DamonSource::startWaiting() {
+  // Not while a request is in flight (it can take an aggregation interval): collect() never waits.
+  std::unique_lock sysfs(sysfsMutex_, std::try_to_lock);
+  if (!sysfs.owns_lock()) return;
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    std::string failed;
+    if (!startOnFreeSlot(*it, failed)) {
+      if (!failed.empty()) {
+        TT_LOG(Debug) << "damon: pid " << *it << " still not monitored: " << failed;
+      }
+      ++it;
+      continue;
+    }
+    TT_LOG(Info) << "damon: pid " << *it << " monitored now, on kdamond slot " << slots_[*it];
+    it = waiting_.erase(it);
+  }
+}
+
 Result<void> DamonSource::removeProcess(pid_t tgid) {
+  waiting_.erase(tgid);
   auto it = slots_.find(tgid);
   if (it == slots_.end()) return {};
   const uint32_t slot = it->second;
@@ -172,6 +200,7 @@ Result<void> DamonSource::collect(EvidenceBatch& out) {
   std::vector<std::pair<pid_t, uint32_t>> unanswered;  // their request failed
   // Before the wait below: requests slower than an epoch must not keep slots from being freed.
   if (!stopping_slots_.empty() || !busy_slots_.empty()) reviewSlots();
+  if (!waiting_.empty()) startWaiting();
   {
     std::lock_guard lock(mutex_);
     if (pending_ && !refreshed_) return {};  // the last requests still wait for their kdamonds
@@ -216,14 +245,32 @@ Result<void> DamonSource::collect(EvidenceBatch& out) {
 
 uint64_t appendRegionBlocks(pid_t tgid, const std::vector<sys::DamonRegion>& regions, uint64_t maxPages,
                             std::vector<EvidenceBlock>& out) {
-  // regions() sorts them by start and DAMON's regions do not overlap, so a chunk's pages come
-  // together: one block per chunk, the last one appended being the one to fill.
-  const size_t first = out.size();
+  // Over the budget, the most accessed regions get it (a fixed prefix by address would give the
+  // low, often cold, addresses all of it every epoch): pages taken per region, by rank.
+  auto pagesOf = [](const sys::DamonRegion& r) {
+    const uint64_t start = r.start & ~(kBasePageSize - 1);
+    return r.end > start ? (r.end - start + kBasePageSize - 1) / kBasePageSize : 0;
+  };
+  std::vector<size_t> rank;
+  for (size_t i = 0; i < regions.size(); ++i)
+    if (regions[i].nrAccesses > 0) rank.push_back(i);
+  std::stable_sort(rank.begin(), rank.end(),
+                   [&](size_t a, size_t b) { return regions[a].nrAccesses > regions[b].nrAccesses; });
+  std::vector<uint64_t> take(regions.size(), 0);
   uint64_t budget = maxPages;
-  for (const auto& r : regions) {
-    if (r.nrAccesses == 0) continue;
+  for (size_t i : rank) {
+    take[i] = std::min(pagesOf(regions[i]), budget);
+    budget -= take[i];
+  }
+  // Then in address order: regions() sorts them by start and DAMON's regions do not overlap, so a
+  // chunk's pages come together: one block per chunk, the last one appended being the one to fill.
+  const size_t first = out.size();
+  for (size_t i = 0; i < regions.size(); ++i) {
+    const auto& r = regions[i];
+    if (take[i] == 0) continue;
     const auto count = static_cast<uint8_t>(std::min<uint32_t>(r.nrAccesses, UINT8_MAX));
-    for (uint64_t page = r.start & ~(kBasePageSize - 1); page < r.end && budget > 0; page += kBasePageSize, --budget) {
+    uint64_t left = take[i];
+    for (uint64_t page = r.start & ~(kBasePageSize - 1); page < r.end && left > 0; page += kBasePageSize, --left) {
       const uint64_t base = page & ~(kBlockBytes - 1);
       if (out.size() == first || out.back().base != base) {
         EvidenceBlock& b = out.emplace_back();

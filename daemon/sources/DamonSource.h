@@ -18,6 +18,7 @@
 
 #include <condition_variable>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -29,7 +30,8 @@
 namespace tt::sources {
 
 // Appends `regions` (sorted by start, not overlapping) of `tgid` as blocks, at most `maxPages`
-// pages with evidence; returns the pages appended.
+// pages with evidence, the most accessed regions first (ties: the lower address); returns the
+// pages appended.
 uint64_t appendRegionBlocks(pid_t tgid, const std::vector<sys::DamonRegion>& regions, uint64_t maxPages,
                             std::vector<EvidenceBlock>& out);
 
@@ -62,7 +64,15 @@ class DamonSource final : public Source {
   // until they stop by themselves (a kdamond stops when its process exits), except to the process
   // they monitor, which the source takes over.
   std::vector<uint32_t> busy_slots_;
+  // Processes refused for want of a free slot (or whose every free slot failed to start): given
+  // the next slot that frees, at a collect.
+  std::set<pid_t> waiting_;
   [[nodiscard]] bool slotTaken(uint32_t slot) const;
+  // Starts a kdamond for `tgid` on the first free slot that starts; what failed is appended to
+  // `failed`. Called with sysfsMutex_ held.
+  [[nodiscard]] bool startOnFreeSlot(pid_t tgid, std::string& failed);
+  // Gives the waiting processes the slots that freed, unless a request holds DAMON's sysfs.
+  void startWaiting();
   // Retries the stuck stops and frees the busy slots that stopped, once per collect.
   void reviewSlots();
 

@@ -1052,14 +1052,13 @@ TEST_F(DamonSysfsTest, ASlotThatWouldNotStopIsRetriedAndNotHandedOut) {
   ASSERT_TRUE(source.addProcess(88).ok());
   EXPECT_EQ(read(kd1 + "/contexts/0/targets/0/pid_target"), "88") << "the slot still running was handed out";
   EXPECT_FALSE(source.addProcess(99).ok()) << "no free slot";
-  // It can be stopped now: the next collect does.
+  // It can be stopped now: the next collect does, and hands it to the process that waited.
   fs::remove(root_ / kd0 / "state");
   write(kd0 + "/state", "on\n");
   EvidenceBatch out;
   (void)source.collect(out);
-  EXPECT_EQ(read(kd0 + "/state"), "off");
-  ASSERT_TRUE(source.addProcess(99).ok());
   EXPECT_EQ(read(kd0 + "/contexts/0/targets/0/pid_target"), "99");
+  ASSERT_TRUE(source.addProcess(99).ok()) << "already monitored: nothing to do";
   (void)source.removeProcess(88);
   (void)source.removeProcess(99);
 }
@@ -1120,9 +1119,61 @@ TEST(DamonRegionBlocks, OneBlockPerChunkWithEachPagesAccesses) {
   EXPECT_EQ(blocks[1].pages(), 2U);
   EXPECT_EQ(blocks[1].weight(0), 255U);
   blocks.clear();
-  EXPECT_EQ(appendRegionBlocks(7, regions, 3, blocks), 3U);  // the budget: the first three pages
+  // The budget goes to the most accessed region first: its three pages, in two chunks.
+  EXPECT_EQ(appendRegionBlocks(7, regions, 3, blocks), 3U);
+  ASSERT_EQ(blocks.size(), 2U);
+  EXPECT_EQ(blocks[0].pages(), 1U);
+  EXPECT_EQ(blocks[0].weight(511), 255U);
+  EXPECT_EQ(blocks[0].weight(1), 0U);
+  EXPECT_EQ(blocks[1].pages(), 2U);
+  blocks.clear();
+  EXPECT_EQ(appendRegionBlocks(7, regions, 4, blocks), 4U);  // and what is left to the next
+  ASSERT_EQ(blocks.size(), 2U);
+  EXPECT_EQ(blocks[0].pages(), 2U);
+  EXPECT_EQ(blocks[0].weight(1), 13U);
+  EXPECT_EQ(blocks[0].weight(2), 0U);
+}
+
+// Over the page budget a fixed prefix by address would give the low (heap, early buffers, often
+// cold) regions all of it every epoch and the hot tensors at high addresses none: the budget goes
+// to the regions DAMON saw accessed most.
+TEST(DamonRegionBlocks, OverTheBudgetTheMostAccessedRegionsComeFirst) {
+  const std::vector<sys::DamonRegion> regions = {
+      {0x10000000, 0x10000000 + 8 * kBasePageSize, 1, 0},
+      {0x7f0000000000, 0x7f0000000000 + 8 * kBasePageSize, 200, 0},
+  };
+  std::vector<EvidenceBlock> blocks;
+  EXPECT_EQ(appendRegionBlocks(7, regions, 8, blocks), 8U);
   ASSERT_EQ(blocks.size(), 1U);
-  EXPECT_EQ(blocks[0].pages(), 3U);
+  EXPECT_EQ(blocks[0].base, 0x7f0000000000U);
+  EXPECT_EQ(blocks[0].pages(), 8U);
+  EXPECT_EQ(blocks[0].weight(0), 200U);
+}
+
+// A process refused for want of a kdamond slot is not left unmonitored for good: it gets the next
+// slot that frees (here, when the process that had it is removed), at the next collect.
+TEST_F(DamonSysfsTest, AProcessRefusedForWantOfASlotGetsTheNextThatFrees) {
+  makeKdamonds(1);
+  const std::string kd0 = std::string(kAdmin) + "/0";
+  fs::create_directories(root_ / kd0 / "contexts/0/schemes/0/tried_regions");
+  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 1), sys::DamonAttrs{}, 1024);
+  source.open();
+  ASSERT_TRUE(source.status().available) << source.status().detail;
+  ASSERT_TRUE(source.addProcess(77).ok());
+  auto refused = source.addProcess(88);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message().find("gets the next that frees"), std::string::npos) << refused.error().message();
+  ASSERT_TRUE(source.removeProcess(77).ok());
+  EvidenceBatch out;
+  (void)source.collect(out);
+  EXPECT_EQ(read(kd0 + "/contexts/0/targets/0/pid_target"), "88");
+  // One removed while it waits does not get a slot later.
+  ASSERT_FALSE(source.addProcess(99).ok());
+  ASSERT_TRUE(source.removeProcess(99).ok());
+  ASSERT_TRUE(source.removeProcess(88).ok());
+  (void)source.collect(out);
+  EXPECT_EQ(read(kd0 + "/contexts/0/targets/0/pid_target"), "88") << "the slot went to a process no longer tracked";
+  (void)source.removeProcess(88);
 }
 
 TEST_F(DamonSysfsTest, MissingDamonIsUnavailable) {
