@@ -412,17 +412,22 @@ std::optional<std::string> Engine::promotionRefused(PlanState& plan, int node, u
     return plan.inflightBytes[node];
   };
   auto mem = freeMemory_.read(node);
-  const uint64_t inflight = inflightTo();
-  const uint64_t watermark = mem ? watermarkBytes(*mem) : 0;
-  if (mem && inflight > 0 && mem->freeBytes >= bytes + watermark && mem->freeBytes < inflight + bytes + watermark) {
-    // Only when the batches in flight alone tip the balance: it drains the pipeline near the
-    // point where the node fills, at most once per batch from there on (a node that is full
-    // without them trips at once).
+  if (mem && mem->freeBytes < inflightTo() + bytes + watermarkBytes(*mem)) {
+    // Short of room while batches of the plan are still queued or running, in either direction:
+    // the demotions that make room for this promotion (the planner orders them first) free the
+    // node's memory only when they land, and a promotion the kernel has already moved is counted
+    // twice until its worker returns (in free memory and in flight). Refusing now would mark the
+    // node full for the rest of the plan: let them land and read again. One drain per check,
+    // only near the point where the node fills; a node full without them is refused after it.
+    bool drained = false;
     {
       std::unique_lock lock(batchMutex_);
-      batchCv_.wait(lock, [this] { return batchesInFlight_ == 0; });
+      if (batchesInFlight_ > 0) {
+        batchCv_.wait(lock, [this] { return batchesInFlight_ == 0; });
+        drained = true;
+      }
     }
-    mem = freeMemory_.read(node);
+    if (drained) mem = freeMemory_.read(node);
   }
   if (!mem) {
     guardTrips_.fetch_add(1, std::memory_order_relaxed);
@@ -495,22 +500,79 @@ bool Engine::tryInProcess(PlanState& plan, size_t runIndex) {
   if (run.betweenTiers && nodesInTierOf(run.targetNode) > 1) return false;
   const Direction direction = *directionOf(run.targetNode);
   const uint64_t pages = run.length / kBasePageSize;
-  Outcome o;
-  // The same guard and rate limit as move_pages batches, for the whole region at once.
-  const auto wait = buckets_[static_cast<size_t>(direction)]->reserve(run.length);
-  if (wait.count() > 0 && !sleepUnlessCancelled(plan, run.tgid, wait)) {
-    o.cancelled = pages;
+  // Where the pages are, before and after the bind, with a batch's arrays as scratch.
+  Batch* scratch = acquireBatch();
+  auto query = [&](uint64_t first, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+      scratch->pages[i] = reinterpret_cast<void*>(run.start + (first + i) * kBasePageSize);
+    return mover_.queryPages(run.tgid, std::span(scratch->pages.data(), n), std::span(scratch->status.data(), n));
+  };
+  // First where they are: the rate limit and the capacity guard are for the pages the bind brings
+  // to the node, and only those count as moved after it. A region already there (a manual move
+  // done before, a promotion the kernel made) costs this query and no bind.
+  enum : uint8_t { kElsewhere, kThere, kUnmapped };
+  std::vector<uint8_t> before(pages, kElsewhere);
+  Outcome o;  // of the pages the bind leaves as they are: alreadyThere, notMapped
+  for (uint64_t done = 0; done < pages;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(batchPages_, pages - done));
+    auto q = query(done, n);
+    if (!q && processGone(q.error().code)) {
+      releaseBatch(scratch);
+      if (plan.markGone(run.tgid, "pid " + std::to_string(run.tgid) + " exited during the plan"))
+        processesGone_.fetch_add(1, std::memory_order_relaxed);
+      o = Outcome{};
+      o.cancelled = pages;
+      account(plan, runIndex, direction, o);
+      return true;
+    }
+    if (!q) {
+      // Not knowing where they are: every page is charged, as the bind may move any of them.
+      plan.addError(q.error().message() + " (bound without the query)");
+      std::fill(before.begin(), before.end(), kElsewhere);
+      o = Outcome{};
+      break;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const int s = scratch->status[i];
+      if (s == run.targetNode) {
+        before[done + i] = kThere;
+        ++o.alreadyThere;
+      } else if (s == -ENOENT || s == -EFAULT) {
+        before[done + i] = kUnmapped;
+        ++o.notMapped;
+      }
+    }
+    done += n;
+  }
+  const uint64_t toMove = pages - o.alreadyThere - o.notMapped;
+  if (toMove == 0) {
+    releaseBatch(scratch);
     account(plan, runIndex, direction, o);
     return true;
   }
-  if (direction == Direction::Promote && promotionSkipped(plan, run.tgid, run.targetNode, run.length, pages, o)) {
+  // The same rate limit as move_pages batches, for the pages to copy; the guard also counts the
+  // pages not touched yet, which the bind (MPOL_BIND) places on the node at their first touch.
+  const uint64_t bytes = toMove * kBasePageSize;
+  const auto wait = buckets_[static_cast<size_t>(direction)]->reserve(bytes);
+  if (wait.count() > 0 && !sleepUnlessCancelled(plan, run.tgid, wait)) {
+    releaseBatch(scratch);
+    o.cancelled += toMove;
+    account(plan, runIndex, direction, o);
+    return true;
+  }
+  Outcome skipped;
+  if (direction == Direction::Promote &&
+      promotionSkipped(plan, run.tgid, run.targetNode, bytes + o.notMapped * kBasePageSize, toMove, skipped)) {
+    releaseBatch(scratch);
+    o.add(skipped);
     account(plan, runIndex, direction, o);
     return true;
   }
   mbindRequests_.fetch_add(1, std::memory_order_relaxed);
   auto bound = inProcess_->requestBind(run.tgid, run.regionId, run.start, run.length, run.targetNode);
   if (!bound) {
-    buckets_[static_cast<size_t>(direction)]->refund(run.length);
+    releaseBatch(scratch);
+    buckets_[static_cast<size_t>(direction)]->refund(bytes);
     mbindFailures_.fetch_add(1, std::memory_order_relaxed);
     plan.addError("in-process mbind of region " + std::to_string(run.regionId) + " (pid " + std::to_string(run.tgid) +
                   ") failed, moved with move_pages instead: " + bound.error().message());
@@ -520,19 +582,19 @@ bool Engine::tryInProcess(PlanState& plan, size_t runIndex) {
     std::lock_guard lock(plan.mutex);
     plan.report.runs[runIndex].viaMbind = true;
   }
-  // Count where the pages are now, with a batch's arrays as scratch.
-  Batch* scratch = acquireBatch();
+  // Then where the pages it was to move are now.
   for (uint64_t done = 0; done < pages;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(batchPages_, pages - done));
-    for (size_t i = 0; i < n; ++i)
-      scratch->pages[i] = reinterpret_cast<void*>(run.start + (done + i) * kBasePageSize);
-    auto q = mover_.queryPages(run.tgid, std::span(scratch->pages.data(), n), std::span(scratch->status.data(), n));
+    auto q = query(done, n);
     if (!q) {
-      o.busy += pages - done;  // bound, but where the pages are cannot be told
+      // Bound, but where they are cannot be told.
+      const auto rest = before.begin() + static_cast<ptrdiff_t>(done);
+      o.busy += static_cast<uint64_t>(std::count(rest, before.end(), kElsewhere));
       plan.addError(q.error().message());
       break;
     }
     for (size_t i = 0; i < n; ++i) {
+      if (before[done + i] != kElsewhere) continue;
       const int s = scratch->status[i];
       if (s == run.targetNode) ++o.moved;
       else if (s == -ENOENT || s == -EFAULT) ++o.notMapped;

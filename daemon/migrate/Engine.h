@@ -3,11 +3,13 @@
 //
 // Per plan: requests are merged into maximal contiguous runs (Batching.h) and taken highest
 // priority first. A run of a registered region whose client accepts mbind goes to the
-// InProcessMover; every other run is moved from outside with move_pages(2) on the process:
-// transparent huge pages are found (sys::HugePageProbe) and moved as one entry per 2 MiB folio,
-// pages already on the target are left out (a cheap query first), and what remains is cut into
-// batches of `batch_pages` (a multiple of the kernel's own 512-page migration batch) that a small
-// pool of worker threads hands to the kernel, which copies in the caller's context.
+// InProcessMover, after a query: a region already on the node is left alone, and only the pages
+// the bind moves pay the rate limit and the capacity guard and count as moved. Every other run
+// is moved from outside with move_pages(2) on the process: transparent huge pages are found
+// (sys::HugePageProbe) and moved as one entry per 2 MiB folio, pages already on the target are
+// left out (a cheap query first), and what remains is cut into batches of `batch_pages` (a
+// multiple of the kernel's own 512-page migration batch) that a small pool of worker threads
+// hands to the kernel, which copies in the caller's context.
 // Before each batch: the direction's token bucket (MB/s) is paid, and for a fast target node its
 // free memory is read and must stay above the watermark after the batch (never push DRAM into
 // reclaim). Every page's outcome is counted (MigrationCounters, PlanReport).
@@ -172,6 +174,7 @@ class Engine {
   void workerLoop();
   PlanReport runPlan(const MigrationPlan& plan);
   void runOne(PlanState& plan, size_t runIndex);
+  // Carries the run out with the client's mbind when it can (false: move it with move_pages).
   bool tryInProcess(PlanState& plan, size_t runIndex);
   void moveSegments(PlanState& plan, size_t runIndex);
   void dispatch(PlanState& plan, Batch* batch);
@@ -185,9 +188,11 @@ class Engine {
   [[nodiscard]] size_t nodesInTierOf(int node) const;  // nodes in `node`'s tier; 0 = unknown node
   [[nodiscard]] bool sameTier(int a, int b) const;
   // The capacity guard for promoting `bytes` to `node`: empty when they fit above the watermark,
-  // else why not. Counts the plan's batches still in flight to the node; when only those tip the
-  // balance it lets them land and reads again, because a batch the kernel has already moved is
-  // counted twice until its worker returns (in free memory and in flight).
+  // else why not. Counts the plan's batches still in flight to the node. Before refusing, while
+  // any batch of the plan is queued or running (either direction), it lets them land and reads
+  // again: demotions queued ahead free the room a promotion needs only when they land, and a
+  // batch the kernel has already moved is counted twice until its worker returns (in free memory
+  // and in flight).
   [[nodiscard]] std::optional<std::string> promotionRefused(PlanState& plan, int node, uint64_t bytes);
   // Whether a promotion of `pages` pages (`bytes`) of `tgid` to `node` must not go ahead, with why
   // in `o`: the capacity guard refused it (the node is marked full), or, since the guard may have

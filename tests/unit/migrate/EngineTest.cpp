@@ -391,6 +391,34 @@ TEST_F(MigrateEngine, CapacityGuardDoesNotCountABatchTwiceWhileItsWorkerReturns)
   EXPECT_EQ(engine->counters().guardTrips, 1u);
 }
 
+// The planner orders a plan's demotions first, to make room for its promotions. Queued to the
+// workers, the demotions free the fast node's memory only when they land: the guard lets them
+// land before it refuses, instead of marking the node full for the rest of the plan. Here the
+// demotion's call is held until the promotion's guard has read the node once.
+TEST_F(MigrateEngine, DemotionsQueuedAheadMakeRoomForThePlansPromotions) {
+  mover_.map(100, kBase, 4096 * kPage, kFast);  // 16 MiB cold, to demote
+  mover_.map(200, kBase, 4096 * kPage, kSlow);  // 16 MiB hot, to promote
+  free_.setNode(kFast, 1024 * kMiB, 1024 * kMiB - 16 * kMiB - 256 * kMiB - 4 * kMiB);  // 4 MiB above the floor
+  std::atomic<bool> guardRead{false};
+  free_.onRead([&](size_t) { guardRead = true; });
+  mover_.onMove([&](size_t call) {
+    if (call != 0) return;
+    for (int i = 0; i < 5000 && !guardRead; ++i) std::this_thread::sleep_for(1ms);
+  });
+  auto config = unlimited();
+  config.set_fast_node_min_free_mib(256);
+  auto engine = make(config);
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 4096 * kPage, kSlow, 1500, 0, true},
+                                                     {200, kBase, 4096 * kPage, kFast, 500, 0, true}}));
+  ASSERT_TRUE(guardRead);
+  ASSERT_EQ(report.runs.size(), 2u);
+  EXPECT_EQ(report.runs[0].outcome.moved, 4096u);  // the demotion
+  EXPECT_EQ(report.runs[1].outcome.moved, 4096u) << "the promotion was refused before the demotion landed";
+  EXPECT_EQ(report.runs[1].outcome.skippedTargetFull, 0u);
+  EXPECT_GE(free_.lowestFree(kFast), 256 * kMiB);
+  EXPECT_EQ(engine->counters().guardTrips, 0u);
+}
+
 TEST_F(MigrateEngine, UnreadableFreeMemoryStopsPromotionNotDemotion) {
   mover_.map(100, kBase, 1024 * kPage, kSlow);
   mover_.map(200, kBase, 1024 * kPage, kFast);
@@ -552,6 +580,53 @@ TEST_F(MigrateEngine, RegisteredRegionsOfAcceptingClientsGoToTheInProcessMover) 
     EXPECT_EQ(run.viaMbind, run.tgid == 100) << run.tgid;
   }
   EXPECT_EQ(engine->counters().mbindRequests, 1u);
+}
+
+// A pinned region carried into a plan is usually on its node already: it must neither pay the
+// promotion rate for its whole length nor be held against the fast node's free memory (256 MiB
+// already there would look like 256 MiB more to come, over the floor, and the node would be
+// marked full for the plan's own promotions).
+TEST_F(MigrateEngine, ARegionAlreadyOnItsNodeNeitherWaitsForTokensNorStopsOtherPromotions) {
+  mover_.map(100, kBase, 65536 * kPage, kFast);  // 256 MiB pinned region 7, already on the fast node
+  mover_.map(200, kBase, 1024 * kPage, kSlow);   // 4 MiB the planner promotes
+  free_.setNode(kFast, 1024 * kMiB, 1024 * kMiB - 256 * kMiB - 400 * kMiB);  // 400 MiB free
+  inProcess_.accept(100);
+  auto config = unlimited();
+  config.set_fast_node_min_free_mib(256);
+  config.set_promote_mbps(100);  // 256 MiB would be ~2.5 s of tokens
+  auto engine = make(config, true);
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 65536 * kPage, kFast, 2000, 7},
+                                                     {200, kBase, 1024 * kPage, kFast, 500, 0, true}}));
+  ASSERT_EQ(report.runs.size(), 2u);
+  ASSERT_EQ(report.runs[0].tgid, 100);
+  EXPECT_EQ(report.runs[0].outcome.alreadyThere, 65536u);
+  EXPECT_EQ(report.runs[0].outcome.moved, 0u) << "pages already there are not moves";
+  EXPECT_TRUE(inProcess_.requests().empty()) << "nothing to bind";
+  EXPECT_EQ(report.runs[1].outcome.moved, 1024u);
+  EXPECT_EQ(report.runs[1].outcome.skippedTargetFull, 0u);
+  EXPECT_EQ(clock_.slept(), 0ns) << "waited for the pinned region's tokens";
+  EXPECT_EQ(engine->counters().guardTrips, 0u);
+  EXPECT_EQ(engine->counters().of(Direction::Promote).pages.moved, 1024u);
+}
+
+// A region half on its node: the bind moves the other half, which alone pays the rate limit and
+// counts as moved.
+TEST_F(MigrateEngine, InProcessBindPaysForAndCountsOnlyThePagesItMoves) {
+  mover_.map(100, kBase, 65536 * kPage, kSlow);
+  mover_.map(100, kBase, 32768 * kPage, kFast);  // the first 128 MiB already there
+  inProcess_.accept(100);
+  auto config = unlimited();
+  config.set_promote_mbps(100);  // 10^8 B/s, burst one 16 MiB batch
+  auto engine = make(config, true);
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 65536 * kPage, kFast, 0, 7}}));
+  ASSERT_EQ(report.runs.size(), 1u);
+  EXPECT_TRUE(report.runs[0].viaMbind);
+  EXPECT_EQ(report.runs[0].outcome.moved, 32768u);
+  EXPECT_EQ(report.runs[0].outcome.alreadyThere, 32768u);
+  EXPECT_EQ(report.runs[0].outcome.total(), 65536u);
+  EXPECT_EQ(mover_.pagesOn(kFast), 65536u);
+  EXPECT_NEAR(std::chrono::duration<double>(clock_.slept()).count(), double(128 * kMiB - 16 * kMiB) / 1e8, 0.01);
+  EXPECT_EQ(engine->counters().of(Direction::Promote).bytesMoved, 128 * kMiB);
 }
 
 TEST_F(MigrateEngine, FailedInProcessBindFallsBackToMovePages) {
