@@ -233,6 +233,7 @@ int Daemon::run() {
   epochMs_ = s.epoch_ms();
   manualPinSeconds_ = s.manual_pin_seconds();
   epochLoop_->setPeriod(std::chrono::milliseconds(s.epoch_ms()));
+  epochLoop_->setInitialMigrationBandwidth(static_cast<double>(config_.policy().initial_migration_bandwidth()));
   const uint64_t watchdogUs = s.watchdog() ? sys::watchdogIntervalUs() : 0;
   if (watchdogUs > 0) {
     // Keep-alives come from the epoch thread, and only while the event loop is alive too.
@@ -369,6 +370,8 @@ std::string Daemon::applyLive(const config::DaemonConfig& next) {
   epochLoop_->runBeforeNextEpoch([this, policy] {
     if (auto r = policy_->applyConfig(policy); !r) {
       TT_LOG(Warn) << r.error().message();
+    } else {
+      epochLoop_->setInitialMigrationBandwidth(static_cast<double>(policy.initial_migration_bandwidth()));
     }
   });
   config_ = next;

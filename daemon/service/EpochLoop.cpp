@@ -20,6 +20,8 @@ EpochLoop::EpochLoop(registry::Registry& registry, EpochStages stages, metrics::
     : registry_(registry),
       stages_(stages),
       metrics_(metrics),
+      initialBandwidth_(
+          static_cast<double>(tensortier::v1::PolicyConfig::default_instance().initial_migration_bandwidth())),
       epochs_(metrics.counter("tensortier_epochs_total", "Epochs run (collect, heat, plan, submit)")),
       epochDuration_(metrics.histogram("tensortier_epoch_duration_seconds", "Duration of one epoch",
                                        {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5})),
@@ -150,7 +152,7 @@ double EpochLoop::updateBandwidth(const ExecutorCounters& counters) {
   // Bytes moved per epoch would understate what the engine can do (it idles when plans are
   // small, and the next plan would shrink with it): the rate is the engine's busy-time
   // throughput, from epochs that moved enough to time, smoothed, capped by the rate limit.
-  // Until then 0: the policy uses its configured initial bandwidth.
+  // Until then 0, the policy's configured initial bandwidth, or the rate limit when it is lower.
   const uint64_t bytes = counters.moveBusyBytes - std::min(counters.moveBusyBytes, lastCounters_.moveBusyBytes);
   const uint64_t ns = counters.moveBusyNs - std::min(counters.moveBusyNs, lastCounters_.moveBusyNs);
   if (bytes >= kMinBandwidthSampleBytes && ns > 0) {
@@ -158,8 +160,13 @@ double EpochLoop::updateBandwidth(const ExecutorCounters& counters) {
     measuredBandwidth_ = measuredBandwidth_ == 0 ? sample : 0.5 * measuredBandwidth_ + 0.5 * sample;
   }
   double bandwidth = measuredBandwidth_;
-  if (bandwidth > 0 && counters.promoteRateLimitBytesPerSec > 0)
-    bandwidth = std::min(bandwidth, counters.promoteRateLimitBytesPerSec);
+  // A limit below the initial bandwidth binds from the first plan: with it low, an epoch may move
+  // less than a sample's worth and the bandwidth is never measured, so plans would stay sized for
+  // the initial one. Above it, 0 still: the policy's own initial value, which a reload changes.
+  const double limit = counters.promoteRateLimitBytesPerSec;
+  const double initial = initialBandwidth_.load();
+  if (limit > 0 && bandwidth > 0) bandwidth = std::min(bandwidth, limit);
+  else if (limit > 0 && initial > 0 && limit < initial) bandwidth = limit;
   std::lock_guard lock(statsMutex_);
   stats_.migrationBandwidth = bandwidth;
   return bandwidth;
@@ -204,6 +211,9 @@ void EpochLoop::runOnce(uint64_t nowNs) {
   ExecutorCounters counters;
   if (stages_.executor) counters = stages_.executor->counters();
   const double bandwidth = updateBandwidth(counters);
+  // An idle engine has finished every manual plan submitted before this epoch (submitManual waits
+  // for the run lock): none of their moves is left to carry into a later one.
+  if (!counters.planInFlight) unfinishedPins_.clear();
 
   if (log::enabled(log::Level::Debug) && !evidence_.empty()) {
     TT_LOG(Debug) << "epoch: evidence for " << evidence_.pages() << " pages (" << evidence_.records.size()
@@ -222,14 +232,14 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     // The next plan comes with the next epoch: this one may use the engine until then.
     const auto untilNextNs = static_cast<uint64_t>(periodMs_.load()) * 1'000'000ULL;
     if (!counters.planInFlight) inFlightMoves_.clear();
+    // Manual moves made since the last plan: the policy did not plan them, so it is told of them
+    // once even if the engine has finished them already, and reads their ranges again.
+    inFlightMoves_.insert(inFlightMoves_.end(), manualMovesUnseen_.begin(), manualMovesUnseen_.end());
+    manualMovesUnseen_.clear();
+    // The pins' manual moves are not carried into the plan: it is submitted only to an idle engine
+    // (below), so it supersedes no manual plan, and a pinned range that is where the user put it
+    // would cost the engine a pass over it in every plan.
     MigrationPlan plan = stages_.policy->plan(nowNs, untilNextNs, bandwidth, pins, inFlightMoves_);
-    // This plan supersedes the engine's queued one, which may still hold unfinished manual moves:
-    // carry them, so a pinned range always ends up where the user put it.
-    if (!plan.moves.empty() && !pins.empty()) {
-      std::vector<MoveRequest> carried;
-      for (const auto& p : pins) carried.push_back({p.tgid, p.start, p.length, p.node, kManualPriority, p.regionId});
-      plan.moves.insert(plan.moves.begin(), carried.begin(), carried.end());
-    }
     moves = plan.moves.size();
     // While the engine still runs the previous plan, the residency this plan was made from misses
     // the batch in flight (up to batch_pages): superseding it could promote that batch's worth
@@ -413,8 +423,7 @@ void EpochLoop::exportCounters(double epochSeconds, const ExecutorCounters& c) {
 Result<void> EpochLoop::submitManual(MigrationPlan plan) {
   if (!stages_.executor) return logicError("no migration engine in this daemon");
   std::lock_guard run(runMutex_);
-  plan.generation = ++generation_;
-  return stages_.executor->submit(std::move(plan));
+  return submitManualLocked(std::move(plan), {});
 }
 
 Result<void> EpochLoop::submitManual(MigrationPlan plan, uint64_t nowNs, uint64_t pinNs) {
@@ -424,8 +433,7 @@ Result<void> EpochLoop::submitManual(MigrationPlan plan, uint64_t nowNs, uint64_
   std::vector<ManualPin> added;
   for (const auto& m : plan.moves)
     added.push_back({m.tgid, m.regionId, m.start, m.length, m.targetNode, pinNs == 0 ? 0 : nowNs + pinNs});
-  plan.generation = ++generation_;
-  if (auto r = stages_.executor->submit(std::move(plan)); !r) return r;
+  if (auto r = submitManualLocked(std::move(plan), added); !r) return r;
   std::lock_guard lock(pinsMutex_);
   for (const auto& a : added) {
     std::erase_if(pins_, [&a](const ManualPin& p) {
@@ -433,6 +441,34 @@ Result<void> EpochLoop::submitManual(MigrationPlan plan, uint64_t nowNs, uint64_
     });
     pins_.push_back(a);
   }
+  return {};
+}
+
+Result<void> EpochLoop::submitManualLocked(MigrationPlan plan, const std::vector<ManualPin>& pinning) {
+  // The plan supersedes the engine's, which may be a manual one still moving pinned ranges: their
+  // moves come along (those of live pins the new plan does not cover), so a pinned range ends up
+  // where the user put it. An idle engine has finished them all.
+  std::vector<ManualPin> unfinished;
+  if (stages_.executor->counters().planInFlight) {
+    std::lock_guard lock(pinsMutex_);
+    for (const ManualPin& u : unfinishedPins_) {
+      const bool live = std::any_of(pins_.begin(), pins_.end(), [&u](const ManualPin& p) {
+        return p.tgid == u.tgid && p.start == u.start && p.length == u.length && p.node == u.node;
+      });
+      const bool covered = std::any_of(plan.moves.begin(), plan.moves.end(), [&u](const MoveRequest& m) {
+        return m.tgid == u.tgid && m.start < u.start + u.length && u.start < m.start + m.length;
+      });
+      if (live && !covered) unfinished.push_back(u);
+    }
+  }
+  for (const ManualPin& u : unfinished)
+    plan.moves.push_back({u.tgid, u.start, u.length, u.node, kManualPriority, u.regionId});
+  plan.generation = ++generation_;
+  std::vector<MoveRequest> moves = plan.moves;
+  if (auto r = stages_.executor->submit(std::move(plan)); !r) return r;
+  if (stages_.policy) manualMovesUnseen_.insert(manualMovesUnseen_.end(), moves.begin(), moves.end());
+  unfinished.insert(unfinished.end(), pinning.begin(), pinning.end());
+  unfinishedPins_ = std::move(unfinished);
   return {};
 }
 

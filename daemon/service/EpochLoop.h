@@ -42,7 +42,8 @@ struct EpochStats {
   double promoteBytesPerSec = 0;  // over the last epoch
   double demoteBytesPerSec = 0;
   // What the policy plans with: the engine's measured busy-time throughput capped by the
-  // promotion rate limit; 0 = not measured yet (the policy's initial_migration_bandwidth).
+  // promotion rate limit; before a measurement the limit when it is below the initial bandwidth,
+  // else 0 (the policy's initial_migration_bandwidth).
   double migrationBandwidth = 0;
   PolicyView policy;
   std::vector<SourceReport> sources;  // as of the last epoch (sources are epoch-thread only)
@@ -91,15 +92,21 @@ class EpochLoop {
   // executor sees increasing generations. Thread-safe.
   [[nodiscard]] Result<void> submitManual(MigrationPlan plan);
   // The same, and every move's range is pinned at its target node until nowNs + pinNs (0 = until
-  // unpinned): the policy is told to leave it alone, and while the pin lasts each later plan
-  // carries the move again (a newer plan supersedes the engine's queued one; pages already on the
-  // node are skipped by the engine). A new pin of an overlapping range replaces the old one.
+  // unpinned): the policy is told to leave it alone. A new pin of an overlapping range replaces
+  // the old one. The policy's plans do not repeat the move (they go to an idle engine only, which
+  // has finished it); a manual plan that supersedes one still running carries that one's pinned
+  // moves (pages already on the node are skipped by the engine).
   [[nodiscard]] Result<void> submitManual(MigrationPlan plan, uint64_t nowNs, uint64_t pinNs);
   // Drops the pins of a region (regionId != 0) or of every region of `tgid`; returns how many.
   size_t unpin(pid_t tgid, uint64_t regionId);
   [[nodiscard]] std::vector<ManualPin> pins() const;
   // Priority of manual moves: above every planned move (demotions use 1000..1999).
   static constexpr int kManualPriority = 2000;
+
+  // The policy's initial_migration_bandwidth (bytes/s), the key's default until set: until the
+  // engine's bandwidth is measured, a promotion rate limit below it is what the policy plans with.
+  // Set it at start and on every policy reload. Thread-safe.
+  void setInitialMigrationBandwidth(double bytesPerSec) { initialBandwidth_.store(bytesPerSec); }
 
   [[nodiscard]] EpochStats stats() const;
   // The policy's `limit` hottest pages at `nowNs`, of `tgid` only unless 0 (tensortierctl top
@@ -117,6 +124,9 @@ class EpochLoop {
   void updateResidency();
   void exportCounters(double epochSeconds, const ExecutorCounters& counters);
   [[nodiscard]] double updateBandwidth(const ExecutorCounters& counters);
+  // Submits a manual plan (under the run lock) that pins `pinning`, with the unfinished pinned
+  // moves of the plan it supersedes.
+  [[nodiscard]] Result<void> submitManualLocked(MigrationPlan plan, const std::vector<ManualPin>& pinning);
 
   registry::Registry& registry_;
   EpochStages stages_;
@@ -130,6 +140,7 @@ class EpochLoop {
   std::condition_variable waitCv_;
   bool stopRequested_ = false;
   std::atomic<int64_t> periodMs_{1000};
+  std::atomic<double> initialBandwidth_;  // bytes/s
   std::thread thread_;
 
   std::mutex runMutex_;  // one epoch (or manual submit) at a time
@@ -137,6 +148,11 @@ class EpochLoop {
   // The moves of the last plan submitted, while the engine runs it (the policy keeps re-reading
   // their residency until it is done).
   std::vector<MoveRequest> inFlightMoves_;
+  // Manual moves submitted since the last plan, for the policy's next one.
+  std::vector<MoveRequest> manualMovesUnseen_;
+  // The pins of the manual plans the engine may not have finished (until it is seen idle); under
+  // the run lock, like the two above.
+  std::vector<ManualPin> unfinishedPins_;
 
   mutable std::mutex pinsMutex_;
   std::vector<ManualPin> pins_;

@@ -307,6 +307,29 @@ TEST(HeatPlannerPolicy, PromotesToTheFastNodeOfTheCpuTheProcessRunsOn) {
   std::filesystem::remove_all(procfs);
 }
 
+// A pinned range is left alone by the planner but counts against its budgets, so its blocks are
+// asked where they are like any other: at their refresh turn, within the query budget. Asked in
+// every plan, a pinned 256 MiB region read 65536 pages each epoch on top of the budget.
+TEST(HeatPlannerPolicy, AsksWhereAPinnedRangeIsAtItsRefreshTurnNotInEveryPlan) {
+  constexpr pid_t kPid = 81;
+  constexpr uint64_t kBase = 0x7f0000000000, kLength = 64 * tt::kBasePageSize, kSecond = 1'000'000'000;
+  tt::fakes::FakePageMover mover;
+  mover.map(kPid, kBase, kLength, 0);  // where the user pinned it
+  const auto topology = tt::fakes::twoNodeTopology();
+  tensortier::v1::PolicyConfig config;
+  config.set_chunk_pages(16);
+  config.set_residency_query_pages_per_epoch(16);  // 64 pages known: each block once in 4 plans
+  tt::service::HeatPlannerPolicy policy(config, topology, mover, tt::sys::Fs("/nonexistent-procfs"));
+  ASSERT_TRUE(policy.addRegion(regionOf(kPid, kBase, kLength)).ok());
+  const std::vector<tt::service::ManualPin> pins = {{kPid, 1, kBase, kLength, 0, 0}};
+  policy.observe(evenEvidence(kPid, kBase, kLength, 10), 0, kSecond);
+  EXPECT_TRUE(policy.plan(kSecond, kSecond, 1e9, pins, {}).moves.empty());
+  const size_t first = mover.queryCalls();
+  ASSERT_EQ(first, 4U) << "each of the 4 pinned blocks asked once, as new";
+  for (uint64_t p = 2; p <= 9; ++p) EXPECT_TRUE(policy.plan(p * kSecond, kSecond, 1e9, pins, {}).moves.empty());
+  EXPECT_EQ(mover.queryCalls() - first, 8U) << "in 8 plans each block twice, not in every plan";
+}
+
 // A live config change reaches the heat model: its half-life applies from the next plan, over the
 // heat it had learned (with the key waiting for a restart, a page would decay by 1000 ms's
 // half-life: to 0.71 of its heat in 500 ms instead of 0.25). Page heat, which has no kind prior

@@ -194,6 +194,28 @@ TEST_F(EpochLoopTest, ThePolicyGetsTheEnginesMeasuredBandwidth) {
   EXPECT_DOUBLE_EQ(policy.lastBandwidth, 100e6);
 }
 
+// Before the engine's bandwidth is measured, a promotion rate limit below the initial bandwidth is
+// what the policy plans with: with a low limit an epoch moves less than a sample's worth, so the
+// bandwidth would never be measured and every plan would be sized for the initial 1 GB/s. A
+// limit above it leaves the policy its own initial value (0), as set by the daemon.
+TEST_F(EpochLoopTest, ARateLimitBelowTheInitialBandwidthIsPlannedWithBeforeAnyMeasurement) {
+  auto limit = [&](double bytesPerSec) {
+    std::lock_guard lock(executor.mutex);
+    executor.current.promoteRateLimitBytesPerSec = bytesPerSec;
+  };
+  limit(100e6);
+  loop.runOnce(1 * kSecond);
+  EXPECT_DOUBLE_EQ(policy.lastBandwidth, 100e6);
+  EXPECT_DOUBLE_EQ(loop.stats().migrationBandwidth, 100e6);
+  limit(2e9);
+  loop.runOnce(2 * kSecond);
+  EXPECT_DOUBLE_EQ(policy.lastBandwidth, 0.0);
+  loop.setInitialMigrationBandwidth(40e6);  // policy.initial_migration_bandwidth below the limit
+  limit(100e6);
+  loop.runOnce(3 * kSecond);
+  EXPECT_DOUBLE_EQ(policy.lastBandwidth, 0.0);
+}
+
 // A plan made while the engine still moves the previous one is not submitted: its residency
 // misses the batch in flight, and superseding could overshoot the budget by that batch.
 TEST_F(EpochLoopTest, NoPlanIsSubmittedWhileTheEngineStillRunsThePreviousOne) {
@@ -384,8 +406,8 @@ TEST_F(EpochLoopTest, ManualMigrationPinsTheRangeForThePolicyUntilItExpires) {
   ASSERT_TRUE(loop.submitManual(manualMove(kBase, 4 * kPage, 1, id), 1 * kSecond, 300 * kSecond).ok());
   ASSERT_EQ(executor.submitted.size(), 1u);
 
-  // The policy is told; a plan of its own carries the manual move again, first, so superseding
-  // the engine's queued manual plan does not drop it.
+  // The policy is told; a plan of its own, submitted to the idle engine, is just its own moves
+  // (the manual plan is done: APinWhoseManualMoveIsDoneIsNotMovedAgainByLaterPlans).
   policy.nextPlan.moves.push_back({10, kBase + 64 * kPage, kPage, 0, 5, 0});
   loop.runOnce(2 * kSecond);
   ASSERT_EQ(policy.lastPins.size(), 1u);
@@ -395,11 +417,8 @@ TEST_F(EpochLoopTest, ManualMigrationPinsTheRangeForThePolicyUntilItExpires) {
   EXPECT_EQ(policy.lastPins[0].node, 1);
   EXPECT_EQ(policy.lastPins[0].expiresNs, 301 * kSecond);
   ASSERT_EQ(executor.submitted.size(), 2u);
-  ASSERT_EQ(executor.submitted[1].moves.size(), 2u);
-  EXPECT_EQ(executor.submitted[1].moves[0].start, kBase);
-  EXPECT_EQ(executor.submitted[1].moves[0].targetNode, 1);
-  EXPECT_EQ(executor.submitted[1].moves[0].priority, EpochLoop::kManualPriority);
-  EXPECT_EQ(executor.submitted[1].moves[1].start, kBase + 64 * kPage);
+  ASSERT_EQ(executor.submitted[1].moves.size(), 1u);
+  EXPECT_EQ(executor.submitted[1].moves[0].start, kBase + 64 * kPage);
 
   // An empty policy plan submits nothing: the manual plan keeps running in the engine.
   loop.runOnce(3 * kSecond);
@@ -416,6 +435,94 @@ TEST_F(EpochLoopTest, ManualMigrationPinsTheRangeForThePolicyUntilItExpires) {
   ASSERT_EQ(executor.submitted.size(), 3u);
   ASSERT_EQ(executor.submitted[2].moves.size(), 1u);
   EXPECT_EQ(executor.submitted[2].moves[0].targetNode, 0);
+}
+
+// Once the engine has finished the manual plan (it is idle again), the pinned range is where the
+// user put it: later plans leave it to the pin alone, however many there are. Moving it again in
+// each of them cost the engine a pass over the whole range per plan, rate tokens and free-memory
+// checks included.
+TEST_F(EpochLoopTest, APinWhoseManualMoveIsDoneIsNotMovedAgainByLaterPlans) {
+  registry.attachProcess(peer, "t", false);
+  const uint64_t id = addRegion(0, 4 * kPage);
+  loop.runOnce(1 * kSecond);
+  ASSERT_TRUE(loop.submitManual(manualMove(kBase, 4 * kPage, 1, id), 1 * kSecond, 0).ok());
+  auto engineBusy = [&](bool busy) {
+    std::lock_guard lock(executor.mutex);
+    executor.current.planInFlight = busy;
+  };
+  engineBusy(true);  // the manual plan runs
+  policy.nextPlan.moves.push_back({10, kBase + 64 * kPage, kPage, 0, 5, 0});
+  loop.runOnce(2 * kSecond);
+  ASSERT_EQ(executor.submitted.size(), 1u) << "a plan went to a busy engine";
+  engineBusy(false);  // and is done
+  for (uint64_t s = 3; s <= 5; ++s) {
+    policy.nextPlan.moves.push_back({10, kBase + 64 * kPage, kPage, 0, 5, 0});
+    loop.runOnce(s * kSecond);
+    EXPECT_EQ(policy.lastPins.size(), 1u) << "epoch " << s << ": the policy must still leave the range alone";
+  }
+  ASSERT_EQ(executor.submitted.size(), 4u);
+  for (size_t i = 1; i < executor.submitted.size(); ++i)
+    for (const auto& m : executor.submitted[i].moves)
+      EXPECT_NE(m.priority, EpochLoop::kManualPriority) << "plan " << i << " moves the pinned range again";
+}
+
+// A manual plan supersedes the engine's: one submitted while an earlier manual plan may still be
+// running brings that plan's pinned moves along, except those it replaces; once the engine has
+// been seen idle they are done and nothing is carried.
+TEST_F(EpochLoopTest, AManualPlanSupersedingAnUnfinishedOneCarriesItsPinnedMoves) {
+  registry.attachProcess(peer, "t", false);
+  const uint64_t a = addRegion(0, 4 * kPage);
+  const uint64_t b = addRegion(16 * kPage, 4 * kPage);
+  const uint64_t c = addRegion(32 * kPage, 4 * kPage);
+  loop.runOnce(1 * kSecond);
+  auto engineBusy = [&](bool busy) {
+    std::lock_guard lock(executor.mutex);
+    executor.current.planInFlight = busy;
+  };
+  ASSERT_TRUE(loop.submitManual(manualMove(kBase, 4 * kPage, 1, a), 1 * kSecond, 0).ok());
+  engineBusy(true);
+  ASSERT_TRUE(loop.submitManual(manualMove(kBase + 16 * kPage, 4 * kPage, 1, b), 1 * kSecond, 0).ok());
+  ASSERT_EQ(executor.submitted.size(), 2u);
+  const auto& second = executor.submitted[1].moves;
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_EQ(second[0].regionId, b);
+  EXPECT_EQ(second[1].regionId, a) << "region a's unfinished manual move was dropped";
+  EXPECT_EQ(second[1].start, kBase);
+  EXPECT_EQ(second[1].length, 4 * kPage);
+  EXPECT_EQ(second[1].targetNode, 1);
+  EXPECT_EQ(second[1].priority, EpochLoop::kManualPriority);
+  // Region a moved elsewhere by hand while that runs: its new move replaces the old, b comes along.
+  ASSERT_TRUE(loop.submitManual(manualMove(kBase, 4 * kPage, 0, a), 1 * kSecond, 0).ok());
+  ASSERT_EQ(executor.submitted.size(), 3u);
+  const auto& third = executor.submitted[2].moves;
+  ASSERT_EQ(third.size(), 2u);
+  EXPECT_EQ(third[0].regionId, a);
+  EXPECT_EQ(third[0].targetNode, 0);
+  EXPECT_EQ(third[1].regionId, b);
+  // The engine is seen idle: every manual plan is done.
+  engineBusy(false);
+  loop.runOnce(2 * kSecond);
+  engineBusy(true);
+  ASSERT_TRUE(loop.submitManual(manualMove(kBase + 32 * kPage, 4 * kPage, 1, c), 2 * kSecond, 0).ok());
+  ASSERT_EQ(executor.submitted.size(), 4u);
+  EXPECT_EQ(executor.submitted[3].moves.size(), 1u);
+  EXPECT_EQ(loop.pins().size(), 3u);
+}
+
+// The policy did not plan a manual move, so it is told of it at its next plan even when the
+// engine has finished it already (it reads the range's placement again then), and not after.
+TEST_F(EpochLoopTest, ThePolicyIsToldOfAManualMoveAtItsNextPlan) {
+  registry.attachProcess(peer, "t", false);
+  const uint64_t id = addRegion(0, 4 * kPage);
+  loop.runOnce(1 * kSecond);
+  ASSERT_TRUE(loop.submitManual(manualMove(kBase, 4 * kPage, 1, id), 1 * kSecond, 0).ok());
+  loop.runOnce(2 * kSecond);
+  ASSERT_EQ(policy.lastStillMoving.size(), 1u);
+  EXPECT_EQ(policy.lastStillMoving[0].start, kBase);
+  EXPECT_EQ(policy.lastStillMoving[0].length, 4 * kPage);
+  EXPECT_EQ(policy.lastStillMoving[0].targetNode, 1);
+  loop.runOnce(3 * kSecond);
+  EXPECT_TRUE(policy.lastStillMoving.empty());
 }
 
 TEST_F(EpochLoopTest, PinWithoutExpiryLastsUntilUnpinned) {
