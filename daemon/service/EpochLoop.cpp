@@ -30,8 +30,12 @@ EpochLoop::EpochLoop(registry::Registry& registry, EpochStages stages, metrics::
       promotedBytes_(metrics.counter("tensortier_promoted_bytes_total", "Bytes moved to a fast node")),
       demotedBytes_(metrics.counter("tensortier_demoted_bytes_total", "Bytes moved to a slow node")),
       planMoves_(metrics.counter("tensortier_plan_moves_total", "Move requests in submitted plans")) {
-  // Fixed once the sources are open: shown from the first status request on, before any epoch.
-  if (stages_.source) stats_.sourceNotes = stages_.source->notes();
+  // Shown from the first status request on, before any epoch (the first may be minutes away at a
+  // long epoch_ms): the start notes, fixed once the sources are open, and each source's status.
+  if (stages_.source) {
+    stats_.sourceNotes = stages_.source->notes();
+    stats_.sources = stages_.source->status();
+  }
 }
 
 EpochLoop::~EpochLoop() { stop(); }

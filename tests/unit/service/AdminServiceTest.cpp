@@ -571,6 +571,11 @@ TEST(AdminServiceSources, StatusCarriesStartNotesThrottlingPausesAndSystemMigrat
   tt::registry::Registry registry(space, {});
   tt::metrics::Registry metrics;
   tt::service::EpochLoop loop(registry, {&evidence, nullptr, nullptr, nullptr}, metrics);
+  // Before any epoch the sources are listed already, with the start notes.
+  const pb::DaemonMessage early = askStatus(registry, loop);
+  ASSERT_TRUE(early.has_status()) << early.DebugString();
+  EXPECT_EQ(early.status().sources_size(), 2) << early.DebugString();
+  EXPECT_EQ(early.status().source_notes_size(), 2) << early.DebugString();
   loop.runOnce(1'000'000'000);
   const pb::DaemonMessage reply = askStatus(registry, loop);
   ASSERT_TRUE(reply.has_status()) << reply.DebugString();
