@@ -99,29 +99,15 @@ bool DamonSource::slotTaken(uint32_t slot) const {
 
 Result<void> DamonSource::addProcess(pid_t tgid) {
   if (!status_.available || slots_.contains(tgid)) return {};
-  std::string failed;
-  // A kdamond found running for this very process (the daemon that died was tracking it): taken
-  // over, restarted with this daemon's settings.
-  for (auto it = busy_slots_.begin(); it != busy_slots_.end(); ++it) {
-    const uint32_t slot = *it;
-    if (auto target = damon_.targetPid(slot); !target || *target != tgid) continue;
-    std::lock_guard sysfs(sysfsMutex_);
-    if (auto r = damon_.stop(slot); !r) {
-      failed += "slot " + std::to_string(slot) + " (running for it): " + r.error().message() + "; ";
-      break;
-    }
-    busy_slots_.erase(it);
-    if (auto r = damon_.start(slot, tgid, attrs_); !r) {
-      failed += "slot " + std::to_string(slot) + ": " + r.error().message() + "; ";
-      break;
-    }
-    slots_[tgid] = slot;
+  // Not while a request is in flight (see the header): the next collect starts it.
+  std::unique_lock sysfs(sysfsMutex_, std::try_to_lock);
+  if (!sysfs.owns_lock()) {
+    waiting_.insert(tgid);
+    TT_LOG(Debug) << "damon: pid " << tgid << " is monitored from the next collect (a request is in flight)";
     return {};
   }
-  {
-    std::lock_guard sysfs(sysfsMutex_);
-    if (startOnFreeSlot(tgid, failed)) return {};
-  }
+  std::string failed;
+  if (startFor(tgid, failed)) return {};
   waiting_.insert(tgid);
   if (!failed.empty())
     return logicError("DAMON: pid " + std::to_string(tgid) + " not monitored yet (retried as slots free): " + failed);
@@ -131,7 +117,24 @@ Result<void> DamonSource::addProcess(pid_t tgid) {
                     " were running at start for others (raise sources.damon.max_processes)");
 }
 
-bool DamonSource::startOnFreeSlot(pid_t tgid, std::string& failed) {
+bool DamonSource::startFor(pid_t tgid, std::string& failed) {
+  // A kdamond found running for this very process (the daemon that died was tracking it): taken
+  // over, restarted with this daemon's settings.
+  for (auto it = busy_slots_.begin(); it != busy_slots_.end(); ++it) {
+    const uint32_t slot = *it;
+    if (auto target = damon_.targetPid(slot); !target || *target != tgid) continue;
+    if (auto r = damon_.stop(slot); !r) {
+      failed += "slot " + std::to_string(slot) + " (running for it): " + r.error().message() + "; ";
+      return false;
+    }
+    busy_slots_.erase(it);
+    if (auto r = damon_.start(slot, tgid, attrs_); !r) {
+      failed += "slot " + std::to_string(slot) + ": " + r.error().message() + "; ";
+      return false;
+    }
+    slots_[tgid] = slot;
+    return true;
+  }
   // A slot that will not start (a sysfs writer in the way) does not stop the others from being
   // tried.
   for (uint32_t slot = 0; slot < damon_.slots(); ++slot) {
@@ -152,7 +155,7 @@ void DamonSource::startWaiting() {
   if (!sysfs.owns_lock()) return;
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     std::string failed;
-    if (!startOnFreeSlot(*it, failed)) {
+    if (!startFor(*it, failed)) {
       if (!failed.empty()) {
         TT_LOG(Debug) << "damon: pid " << *it << " still not monitored: " << failed;
       }
@@ -170,9 +173,15 @@ Result<void> DamonSource::removeProcess(pid_t tgid) {
   if (it == slots_.end()) return {};
   const uint32_t slot = it->second;
   slots_.erase(it);
-  std::lock_guard sysfs(sysfsMutex_);
+  // Kept off the free slots and stopped at a later collect (or at shutdown) when it cannot be now:
+  // a request in flight, or a stop that failed.
+  std::unique_lock sysfs(sysfsMutex_, std::try_to_lock);
+  if (!sysfs.owns_lock()) {
+    stopping_slots_.push_back(slot);
+    return {};
+  }
   auto r = damon_.stop(slot);
-  if (!r) stopping_slots_.push_back(slot);  // still running: kept off the free slots, stopped again later
+  if (!r) stopping_slots_.push_back(slot);
   return r;
 }
 

@@ -11,15 +11,18 @@
 // a kdamond. The requests go one at a time: the kernel's DAMON sysfs takes one command at a time
 // (a global lock, taken with trylock: a second writer gets EBUSY), so the source's own writes
 // (requests, and addProcess/removeProcess starting and stopping kdamonds) are serialised by a
-// mutex of its own; addProcess and removeProcess may wait for the request in flight, at most one
-// aggregation interval. The evidence is one epoch late; an epoch in which the requests have not
+// mutex of its own. addProcess and removeProcess do not wait for the request in flight (up to two
+// aggregation intervals a kdamond, which may be seconds: the epoch thread that calls them also
+// sends the watchdog's keep-alives): when it holds the mutex, a process to add waits for the next
+// collect (as one refused a slot does) and a removed process's kdamond is stopped there (as one
+// that would not stop is). The evidence is one epoch late; an epoch in which the requests have not
 // finished yet (processes x aggregation interval longer than the epoch) has none.
 #pragma once
 
 #include <condition_variable>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -68,9 +71,9 @@ class DamonSource final : public Source {
   // the next slot that frees, at a collect.
   std::set<pid_t> waiting_;
   [[nodiscard]] bool slotTaken(uint32_t slot) const;
-  // Starts a kdamond for `tgid` on the first free slot that starts; what failed is appended to
-  // `failed`. Called with sysfsMutex_ held.
-  [[nodiscard]] bool startOnFreeSlot(pid_t tgid, std::string& failed);
+  // Starts a kdamond for `tgid`: the one found running for it at open, taken over, else the first
+  // free slot that starts; what failed is appended to `failed`. Called with sysfsMutex_ held.
+  [[nodiscard]] bool startFor(pid_t tgid, std::string& failed);
   // Gives the waiting processes the slots that freed, unless a request holds DAMON's sysfs.
   void startWaiting();
   // Retries the stuck stops and frees the busy slots that stopped, once per collect.

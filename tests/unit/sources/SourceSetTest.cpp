@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <set>
 #include <sstream>
@@ -975,18 +976,86 @@ TEST_F(DamonSysfsTest, CollectDoesNotWaitForTheKdamonds) {
   // kernel answers at once: they would wait for a writer on a FIFO).
   const int reader = ::open(state.c_str(), O_RDONLY | O_NONBLOCK);
   ASSERT_GE(reader, 0);
+  // The request must have come through before the FIFO goes: the refresher may not have reached
+  // it yet (it would then find no state file and fail the request).
+  char request[64];
+  ssize_t got = 0;
+  const auto through = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (got <= 0 && std::chrono::steady_clock::now() < through) {
+    got = ::read(reader, request, sizeof request);
+    if (got <= 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GT(got, 0) << "the request in flight never reached the kdamond";
   fs::remove(state);
   write(kd + "/state", "on\n");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (out.blocks.empty() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    ASSERT_TRUE(source.collect(out).ok());
+    auto collected = source.collect(out);
+    ASSERT_TRUE(collected.ok()) << collected.error().message();
   }
   ASSERT_EQ(out.blocks.size(), 1U) << "no evidence after the kdamond answered";
   EXPECT_EQ(out.blocks[0].tgid, 77);
   EXPECT_EQ(out.blocks[0].counts[1], 5);
   EXPECT_EQ(out.blocks[0].counts[2], 5);
   (void)source.removeProcess(77);
+  ::close(reader);
+}
+
+// addProcess and removeProcess run on the epoch thread, which also sends the watchdog's
+// keep-alives: they do not wait for a request in flight (up to two aggregation intervals per
+// kdamond, seconds at a long one). A process added meanwhile is started, and a removed one's
+// kdamond stopped, at a later collect. Slot 0's state file is a FIFO: its request blocks until
+// the test reads it.
+TEST_F(DamonSysfsTest, AddingAndRemovingDoNotWaitForARequestInFlight) {
+  makeKdamonds(2);
+  const std::string kd0 = std::string(kAdmin) + "/0", kd1 = std::string(kAdmin) + "/1";
+  fs::create_directories(root_ / kd0 / "contexts/0/schemes/0/tried_regions");
+  fs::create_directories(root_ / kd1 / "contexts/0/schemes/0/tried_regions");
+  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 2), sys::DamonAttrs{}, 1024);
+  source.open();
+  ASSERT_TRUE(source.status().available) << source.status().detail;
+  ASSERT_TRUE(source.addProcess(77).ok());
+  const fs::path state = root_ / kd0 / "state";
+  fs::remove(state);
+  ASSERT_EQ(::mkfifo(state.c_str(), 0600), 0);
+  EvidenceBatch out;
+  ASSERT_TRUE(source.collect(out).ok());  // slot 0's request: blocked on the FIFO
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+
+  // Lets the request in flight through (a reader on the FIFO) and waits until it came.
+  int reader = -1;
+  auto release = [&] {
+    reader = ::open(state.c_str(), O_RDONLY | O_NONBLOCK);
+    char request[64];
+    ssize_t got = 0;
+    const auto through = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (reader >= 0 && got <= 0 && std::chrono::steady_clock::now() < through) {
+      got = ::read(reader, request, sizeof request);
+      if (got <= 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return got > 0;
+  };
+  auto added = std::async(std::launch::async, [&] { return source.addProcess(88); });
+  const bool addReturned = added.wait_for(std::chrono::seconds(1)) == std::future_status::ready;
+  auto removed = std::async(std::launch::async, [&] { return source.removeProcess(77); });
+  const bool removeReturned = removed.wait_for(std::chrono::seconds(1)) == std::future_status::ready;
+  // The request comes through; the next collect stops 77's kdamond and hands its slot to 88.
+  ASSERT_TRUE(release()) << "the request in flight never reached the kdamond";
+  EXPECT_TRUE(addReturned) << "addProcess waited for the request in flight";
+  EXPECT_TRUE(removeReturned) << "removeProcess waited for the request in flight";
+  EXPECT_TRUE(added.get().ok());
+  EXPECT_TRUE(removed.get().ok());
+  fs::remove(state);
+  write(kd0 + "/state", "on\n");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (read(kd0 + "/contexts/0/targets/0/pid_target") != "88" && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    (void)source.collect(out);
+  }
+  EXPECT_EQ(read(kd0 + "/contexts/0/targets/0/pid_target"), "88") << "77's kdamond was not stopped and reused";
+  EXPECT_EQ(read(kd1 + "/contexts/0/targets/0/pid_target"), "") << "slot 1 was never needed";
+  (void)source.removeProcess(88);
   ::close(reader);
 }
 
