@@ -238,8 +238,14 @@ void Engine::cancelProcess(pid_t tgid) {
   std::lock_guard lock(planMutex_);
   if (queued_)
     std::erase_if(queued_->moves, [tgid](const MoveRequest& m) { return m.tgid == tgid; });
-  if (running_ != nullptr && running_->markGone(tgid, ""))
-    processesGone_.fetch_add(1, std::memory_order_relaxed);
+  bool gone = running_ != nullptr && running_->markGone(tgid, "");
+  // The coordinator's plan may be taken from the queue and not be running_ yet (execute() runs
+  // another, or it is being set up): it starts with the process gone.
+  if (coordinatorBusy_) {
+    cancelledBeforeRunning_.emplace_back(tgid, haveGeneration_ ? lastGeneration_ : 0);
+    gone = true;
+  }
+  if (gone) processesGone_.fetch_add(1, std::memory_order_relaxed);
 }
 
 CountersSnapshot Engine::counters() const {
@@ -365,6 +371,9 @@ PlanReport Engine::runPlan(const MigrationPlan& plan) {
     running_ = &state;
     // A plan submitted while this one was being set up supersedes it at once.
     if (queued_ && queued_->generation > plan.generation) state.superseded.store(true);
+    for (const auto& [tgid, generation] : cancelledBeforeRunning_)
+      if (plan.generation <= generation) (void)state.markGone(tgid, "");  // counted by cancelProcess
+    std::erase_if(cancelledBeforeRunning_, [&](const auto& c) { return c.second <= plan.generation; });
   }
   for (size_t i = 0; i < state.runs.size(); ++i) runOne(state, i);
   {

@@ -145,7 +145,9 @@ class Engine {
   // benchmarks and tests; the daemon uses submit(). Waits for an in-flight submitted plan.
   PlanReport execute(const MigrationPlan& plan);
 
-  // Stops every move of `tgid` in the in-flight and the queued plan (the process exited).
+  // Stops every move of `tgid` in the in-flight and the queued plan (the process exited), and in a
+  // plan taken from the queue but not running yet (the coordinator waits for execute(), or sets
+  // the plan up): a pid reused meanwhile must not have the old process's moves applied to it.
   void cancelProcess(pid_t tgid);
 
   // Live tuning: rate limits, burst, watermark, retries, query/huge/mbind switches. `workers` and
@@ -228,6 +230,10 @@ class Engine {
   uint64_t lastGeneration_ = 0;
   bool haveGeneration_ = false;
   PlanState* running_ = nullptr;
+  // Processes cancelled while the coordinator had a plan (taken from the queue, maybe not running_
+  // yet), each with the newest generation submitted by then: a plan up to that generation starts
+  // with them gone. Pruned as plans start (at most the cancels between two plans).
+  std::vector<std::pair<pid_t, uint64_t>> cancelledBeforeRunning_;
   bool coordinatorBusy_ = false;
   bool stopping_ = false;
   std::optional<PlanReport> lastReport_;

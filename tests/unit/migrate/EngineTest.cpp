@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "fakes/migrate/FakeMigrationDeps.h"
@@ -520,6 +521,31 @@ TEST_F(MigrateEngine, CancelProcessStopsItsMovesInFlight) {
   EXPECT_GT(report.runs[0].outcome.cancelled, 0u);
   EXPECT_EQ(report.runs[0].outcome.total(), 65536u);
   EXPECT_EQ(report.runs[1].outcome.moved, 1024u);
+  EXPECT_EQ(engine->counters().processesGone, 1u);
+}
+
+// A plan the coordinator has taken from the queue but cannot run yet (execute() holds the engine)
+// is neither queued nor running: a process cancelled then (it exited) must still have none of its
+// moves applied when the plan runs, or a reused pid would get them.
+TEST_F(MigrateEngine, CancelProcessReachesAPlanTakenButNotRunningYet) {
+  mover_.map(100, kBase, 1024 * kPage, kSlow);
+  mover_.map(200, kBase, 1024 * kPage, kSlow);
+  auto engine = make(unlimited());
+  std::atomic<bool> once{false};
+  mover_.onMove([&](size_t) {
+    if (once.exchange(true)) return;
+    // execute()'s plan is in its first move: the submitted plan is taken by the coordinator,
+    // which then waits for execute() to finish.
+    ASSERT_TRUE(engine->submit(plan(2, {{200, kBase, 1024 * kPage, kFast, 0, 0}})));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    engine->cancelProcess(200);
+  });
+  const PlanReport first = engine->execute(plan(1, {{100, kBase, 1024 * kPage, kFast, 0, 0}}));
+  EXPECT_EQ(first.runs[0].outcome.moved, 1024u);
+  engine->waitIdle();
+  for (const auto& call : mover_.calls())
+    EXPECT_NE(call.pid, 200) << "a move of the cancelled process ran";
+  EXPECT_EQ(mover_.nodeOf(200, kBase), kSlow);
   EXPECT_EQ(engine->counters().processesGone, 1u);
 }
 
