@@ -554,7 +554,8 @@ bool Engine::tryInProcess(PlanState& plan, size_t runIndex) {
     done += n;
   }
   const uint64_t toMove = pages - o.alreadyThere - o.notMapped;
-  if (toMove == 0) {
+  // Pages not touched yet still need the bind: it also steers their first touch to the node.
+  if (toMove == 0 && o.notMapped == 0) {
     releaseBatch(scratch);
     account(plan, runIndex, direction, o);
     return true;

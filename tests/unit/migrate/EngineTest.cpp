@@ -635,6 +635,21 @@ TEST_F(MigrateEngine, ARegionAlreadyOnItsNodeNeitherWaitsForTokensNorStopsOtherP
   EXPECT_EQ(engine->counters().of(Direction::Promote).pages.moved, 1024u);
 }
 
+// A region half on its node and half not touched yet: nothing to copy, but the bind still goes
+// out, as it places the untouched half on the node at its first touch (MPOL_BIND).
+TEST_F(MigrateEngine, ARegionWithUntouchedPagesIsStillBoundThoughNothingIsCopied) {
+  mover_.map(100, kBase, 128 * kPage, kFast);
+  inProcess_.accept(100);
+  auto engine = make(unlimited(), true);
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 256 * kPage, kFast, 0, 7}}));
+  ASSERT_EQ(report.runs.size(), 1u);
+  EXPECT_EQ(inProcess_.requests().size(), 1u) << "the untouched half was left to its old policy";
+  EXPECT_TRUE(report.runs[0].viaMbind);
+  EXPECT_EQ(report.runs[0].outcome.alreadyThere, 128u);
+  EXPECT_EQ(report.runs[0].outcome.notMapped, 128u);
+  EXPECT_EQ(report.runs[0].outcome.moved, 0u);
+}
+
 // A region half on its node: the bind moves the other half, which alone pays the rate limit and
 // counts as moved.
 TEST_F(MigrateEngine, InProcessBindPaysForAndCountsOnlyThePagesItMoves) {
