@@ -12,6 +12,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <tuple>
 
@@ -143,6 +144,9 @@ struct SlowAccessPenalty {
 [[nodiscard]] SlowAccessPenalty slowAccessPenaltyOf(const tensortier::v1::PolicyConfig& config,
                                                     const topology::Topology& topology);
 
+// Demotions that fail (pinned pages: policy/Planner.h) are learned from the residency: a plan made
+// with `stillMoving` empty goes to an idle engine at once, and the next such plan finds out from
+// the blocks' residency, asked again after the move, which of its demotions left pages behind.
 class HeatPlannerPolicy final : public PlacementPolicy {
  public:
   // `procfs`: where each process's home node is read from (homeNodeOf: its allowed CPUs, else the
@@ -170,6 +174,7 @@ class HeatPlannerPolicy final : public PlacementPolicy {
   MovePagesPlacement placement_;
   heat::HeatModel heat_;
   std::unique_ptr<policy::Planner> planner_;
+  std::set<std::tuple<pid_t, uint64_t, uint64_t, int>> pinsSeen_;  // (tgid, start, length, node) at the last plan
   tensortier::v1::PolicyConfig config_;
   SlowAccessPenalty penalty_;
   double accessesPerPagePass_ = 1;

@@ -236,9 +236,12 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     // The next plan comes with the next epoch: this one may use the engine until then.
     const auto untilNextNs = static_cast<uint64_t>(periodMs_.load()) * 1'000'000ULL;
     if (!counters.planInFlight) inFlightMoves_.clear();
-    // Manual moves made since the last plan: the policy did not plan them, so it is told of them
-    // once even if the engine has finished them already, and reads their ranges again.
-    inFlightMoves_.insert(inFlightMoves_.end(), manualMovesUnseen_.begin(), manualMovesUnseen_.end());
+    // Manual moves made since the last plan, while the engine still runs them: the policy did not
+    // plan them. Once it is idle they are done, and `stillMoving` must then be empty (an idle
+    // engine is what lets the policy check its last plan's demotions); the policy reads a newly
+    // pinned range again by itself.
+    if (counters.planInFlight)
+      inFlightMoves_.insert(inFlightMoves_.end(), manualMovesUnseen_.begin(), manualMovesUnseen_.end());
     manualMovesUnseen_.clear();
     // The pins' manual moves are not carried into the plan: it is submitted only to an idle engine
     // (below), so it supersedes no manual plan, and a pinned range that is where the user put it

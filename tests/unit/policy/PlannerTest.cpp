@@ -521,6 +521,93 @@ TEST(Planner, PinnedFastPagesCountAgainstTheProcessQuota) {
   EXPECT_FALSE(isFastUnit(placement, kTgid, snap.units[9].start));
 }
 
+// Pages the kernel cannot move (RDMA- or GPU-registered buffers, io_uring fixed buffers): a
+// process with 2 cold chunks of them in DRAM and 6 hot chunks on the slow node. The planner's
+// first plan promotes hot chunks into the room the cold ones' demotion was to free, and the
+// demotion fails. The engine does what it can of each plan, as in the daemon (its engine idle at
+// every plan).
+struct PinnedColdChunks {
+  static constexpr uint64_t kCold = 0x1000000, kHot = 0x2000000;
+  PinnedColdChunks() {
+    for (uint64_t i = 0; i < 2; ++i) {
+      snap.units.push_back(unit(kTgid, kCold + i * 4 * kChunk, kChunk, 0));
+      placement.map(kTgid, kCold + i * 4 * kChunk, kChunk, 0);
+    }
+    for (uint64_t i = 0; i < 6; ++i) {
+      snap.units.push_back(unit(kTgid, kHot + i * 4 * kChunk, kChunk, 100.0 + static_cast<double>(i)));
+      placement.map(kTgid, kHot + i * 4 * kChunk, kChunk, 1);
+    }
+    ctx.engineIdle = true;
+  }
+  static bool touchesCold(const tt::MoveRequest& m) { return m.start < kCold + 8 * kChunk && kCold < m.start + m.length; }
+  // Plans, and moves every page of the plan but the cold chunks' while they are pinned; returns
+  // whether any move touched them.
+  bool runPlan(Planner& planner) {
+    const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
+    bool cold = false;
+    for (const tt::MoveRequest& m : plan.moves) {
+      cold = cold || touchesCold(m);
+      for (uint64_t a = m.start; a < m.start + m.length; a += kPage)
+        if (!pinned || !touchesCold({m.tgid, a, kPage, 0, 0, 0})) placement.map(m.tgid, a, kPage, m.targetNode);
+    }
+    return cold;
+  }
+  HeatSnapshot snap;
+  FakePlacement placement;
+  PlanContext ctx;
+  const tt::topology::Topology topo = tt::fakes::twoNodeTopology();
+  bool pinned = true;
+};
+
+// Once the failure shows, the stuck chunks are held where they are and charged to the quota (or
+// the global budget): the process is brought back within it, and the failing demotions are not
+// re-issued in every plan. Without the feedback it held 6 chunks against a quota of 4 in every
+// plan, each demoting the cold chunks again.
+TEST(Planner, FailedDemotionsAreHeldAndChargedSoTheProcessComesBackWithinItsQuota) {
+  for (const bool quota : {true, false}) {
+    PinnedColdChunks s;
+    auto config = plannerConfig();
+    if (quota) config.set_per_process_quota_bytes(4 * kChunk);
+    Planner planner(config);
+    s.ctx.fastCapacityBytes = quota ? 100 * kChunk : 4 * kChunk;
+    EXPECT_TRUE(s.runPlan(planner)) << "the first plan demotes the cold chunks; quota " << quota;
+    EXPECT_EQ(s.placement.fastBytes(kTgid), 6 * kChunk) << "and they stay; quota " << quota;
+    for (int round = 1; round <= 3; ++round) {
+      EXPECT_FALSE(s.runPlan(planner)) << "round " << round << ", quota " << quota;
+      EXPECT_LE(s.placement.fastBytes(kTgid), 4 * kChunk) << "round " << round << ", quota " << quota;
+      EXPECT_EQ(planner.lastStats().stuckFastBytes, 2 * kChunk) << "round " << round << ", quota " << quota;
+      EXPECT_EQ(planner.lastStats().promoteBytes, 0U) << "round " << round << ", quota " << quota;
+    }
+    for (uint64_t i = 4; i < 6; ++i)
+      EXPECT_TRUE(isFastUnit(s.placement, kTgid, PinnedColdChunks::kHot + i * 4 * kChunk)) << i << ", quota " << quota;
+  }
+}
+
+// Pins are released: a stuck chunk's demotion is retried after its hold, which doubles with each
+// failure (4, 8, 16 plans). A retry frees no room the plan counts on, so the process stays within
+// its quota; once a retry goes through, the room goes to the hot chunks.
+TEST(Planner, AStuckDemotionIsRetriedAfterABackoffThatDoublesAndGoesThroughOnceUnpinned) {
+  PinnedColdChunks s;
+  auto config = plannerConfig();
+  config.set_per_process_quota_bytes(4 * kChunk);
+  Planner planner(config);
+  s.ctx.fastCapacityBytes = 100 * kChunk;
+  std::vector<int> demotions;
+  for (int round = 0; round < 34; ++round) {
+    if (round == 20) s.pinned = false;  // the buffers are deregistered
+    if (s.runPlan(planner)) demotions.push_back(round);
+    if (round > 0) {
+      EXPECT_LE(s.placement.fastBytes(kTgid), 4 * kChunk) << "round " << round;
+    }
+  }
+  // Failed in round 0, held in rounds 1-4, retried in 5; failed, held 8 plans, retried in 14;
+  // failed, held 16, retried in 31 with the pins gone.
+  EXPECT_EQ(demotions, (std::vector<int>{0, 5, 14, 31}));
+  EXPECT_EQ(s.placement.fastBytes(kTgid), 4 * kChunk);
+  for (uint64_t i = 2; i < 6; ++i) EXPECT_TRUE(isFastUnit(s.placement, kTgid, PinnedColdChunks::kHot + i * 4 * kChunk)) << i;
+  EXPECT_EQ(planner.lastStats().stuckBlocks, 0U) << "forgotten once demoted";
+}
+
 }  // namespace
 
 // Plans one round for a slow block whose pages each expect `accessesPerPage` accesses (no long-run

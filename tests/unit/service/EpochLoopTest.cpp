@@ -511,18 +511,28 @@ TEST_F(EpochLoopTest, AManualPlanSupersedingAnUnfinishedOneCarriesItsPinnedMoves
 
 // The policy did not plan a manual move, so it is told of it at its next plan even when the
 // engine has finished it already (it reads the range's placement again then), and not after.
-TEST_F(EpochLoopTest, ThePolicyIsToldOfAManualMoveAtItsNextPlan) {
+// A manual move the engine still runs is among the moves the policy is told are in flight (it did
+// not plan it); once the engine is idle the move is done and `stillMoving` is empty, as the policy
+// takes an idle engine to mean its last plan was carried out (the pin tells it of the range).
+TEST_F(EpochLoopTest, ThePolicyIsToldOfAManualMoveWhileTheEngineRunsIt) {
   registry.attachProcess(peer, "t", false);
   const uint64_t id = addRegion(0, 4 * kPage);
   loop.runOnce(1 * kSecond);
   ASSERT_TRUE(loop.submitManual(manualMove(kBase, 4 * kPage, 1, id), 1 * kSecond, 0).ok());
+  executor.current.planInFlight = true;
   loop.runOnce(2 * kSecond);
   ASSERT_EQ(policy.lastStillMoving.size(), 1u);
   EXPECT_EQ(policy.lastStillMoving[0].start, kBase);
   EXPECT_EQ(policy.lastStillMoving[0].length, 4 * kPage);
   EXPECT_EQ(policy.lastStillMoving[0].targetNode, 1);
+  executor.current.planInFlight = false;
   loop.runOnce(3 * kSecond);
   EXPECT_TRUE(policy.lastStillMoving.empty());
+  // Done before the next plan: not in flight.
+  ASSERT_TRUE(loop.submitManual(manualMove(kBase, 4 * kPage, 0, id), 3 * kSecond, 0).ok());
+  loop.runOnce(4 * kSecond);
+  EXPECT_TRUE(policy.lastStillMoving.empty()) << "an idle engine's plan would look busy to the policy";
+  ASSERT_EQ(policy.lastPins.size(), 1u);
 }
 
 TEST_F(EpochLoopTest, PinWithoutExpiryLastsUntilUnpinned) {
