@@ -113,7 +113,10 @@ Result<void> SoftDirtySource::collect(EvidenceBatch& out) {
       ++it;
       continue;
     }
-    if (p.primed) {
+    const bool scanned = p.primed;
+    uint32_t weight = 1;
+    dirty_.clear();
+    if (scanned) {
       const std::vector<Range> ranges = scanRanges(p, *maps);
       // Whole pages covering each range (ranges from regions and maps are page aligned anyway),
       // numbered across the ranges: the window is [windowStart, windowStart + budget), wrapped.
@@ -124,7 +127,6 @@ Result<void> SoftDirtySource::collect(EvidenceBatch& out) {
       const uint64_t first = total > window && total > 0 ? p.windowStart % total : 0;
       const std::pair<uint64_t, uint64_t> parts[2] = {{first, std::min(total, first + window)},
                                                       {0, first + window > total ? first + window - total : 0}};
-      dirty_.clear();
       uint64_t offset = 0;  // pages of the ranges before this one
       for (const auto& [rangeStart, rangeEnd] : ranges) {
         const uint64_t start = rangeStart & ~(kBasePageSize - 1);
@@ -146,29 +148,20 @@ Result<void> SoftDirtySource::collect(EvidenceBatch& out) {
       p.windowStart = total > 0 ? (first + window) % total : 0;
       // Each page read stands for the epochs until the window comes back to it, total / window on
       // average: whole weights, the fraction carried to the next epoch (10 pages, window 4: 2, 3).
-      uint32_t weight = 1;
       if (window > 0 && total > window) {
         p.weightCarry += static_cast<double>(total) / static_cast<double>(window);
         weight = static_cast<uint32_t>(std::clamp<double>(std::floor(p.weightCarry), 1, 1 << 20));
         p.weightCarry -= weight;
       }
-      for (uint64_t page : dirty_) {
-        AccessEvidence e;
-        e.tgid = tgid;
-        e.page = page;
-        e.weight = weight;
-        e.kind = AccessKind::Store;
-        out.records.push_back(e);
-      }
-      counters_.samples += dirty_.size();
-      counters_.evidence += dirty_.size();
     }
     if (auto c = tracker_->clear(tgid); !c) {
       if (exited(c.error())) {
         it = drop(it);
         continue;
       }
-      errors += c.error().message() + "; ";  // not cleared: clearedMappings still hold
+      // Not cleared: the bits still hold these writes for the next epoch to read, and
+      // clearedMappings still hold.
+      errors += c.error().message() + "; ";
       ++it;
       continue;
     }
@@ -178,8 +171,26 @@ Result<void> SoftDirtySource::collect(EvidenceBatch& out) {
       it = drop(it);
       continue;
     }
-    if (!after) errors += after.error().message() + "; ";  // then nothing counts as unchanged next epoch
+    if (!after) errors += after.error().message() + "; ";  // then nothing counts as unchanged
     p.clearedMappings = after ? sameInBoth(*maps, *after) : std::vector<Range>{};
+    // Only now are this epoch's pages told apart: a mapping grown while it was scanned (a brk, an
+    // mmap merged into it) was flagged as a whole before the scan read it, and its boundaries then
+    // differ between the two reads.
+    size_t kept = 0;
+    for (uint64_t page : dirty_) {
+      const auto m = std::upper_bound(p.clearedMappings.begin(), p.clearedMappings.end(), page,
+                                      [](uint64_t v, const Range& r) { return v < r.first; });
+      if (m == p.clearedMappings.begin() || page >= std::prev(m)->second) continue;
+      AccessEvidence e;
+      e.tgid = tgid;
+      e.page = page;
+      e.weight = weight;
+      e.kind = AccessKind::Store;
+      out.records.push_back(e);
+      ++kept;
+    }
+    counters_.samples += kept;
+    counters_.evidence += kept;
     ++it;
   }
   if (!errors.empty()) return logicError("soft-dirty: " + errors);

@@ -508,10 +508,12 @@ class HookedSoftDirtyTracker final : public sys::SoftDirtyTracker {
     return r;
   }
   Result<void> dirtyPages(pid_t pid, uint64_t start, uint64_t pages, std::vector<uint64_t>& out) override {
+    if (beforeScan) beforeScan();
     return fake.dirtyPages(pid, start, pages, out);
   }
   fakes::FakeSoftDirtyTracker fake;
   std::function<void()> afterClear;
+  std::function<void()> beforeScan;  // run before each pagemap read: the process while it is scanned
 };
 
 // A mapping grown between the clear and the read of maps after it is flagged again after the clear:
@@ -532,6 +534,31 @@ TEST_F(SoftDirtySourceTest, AMappingGrownJustAfterTheClearGivesNoEvidenceNextEpo
   for (uint64_t page = kHeap; page < kHeap + 8 * kPage; page += kPage) t->fake.markWritten(42, page);
   ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
   EXPECT_EQ(out.size(), 8U);
+}
+
+// A mapping grown while it is scanned (after the maps read the scan goes by) was flagged as a whole
+// before its pages were read: the scan's boundaries alone would report every page of it. Its
+// boundaries differ between the read before the scan and the one after the clear: nothing of it
+// counts this epoch, while another mapping's writes do.
+TEST_F(SoftDirtySourceTest, AMappingGrownWhileItIsScannedGivesNoEvidenceThatEpoch) {
+  constexpr uint64_t kPage = 4096, kHeap = 0x555500000000, kAnon = 0x7f0000000000;
+  const std::string anon = mapsLine(kAnon, kAnon + 4 * kPage, "rw-p", "");
+  write("42/maps", mapsLine(kHeap, kHeap + 4 * kPage, "rw-p", "[heap]") + anon);
+  auto tracker = std::make_unique<HookedSoftDirtyTracker>();
+  auto* t = tracker.get();
+  SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
+  ASSERT_TRUE(source.addProcess(42).ok());
+  std::vector<AccessEvidence> out;
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());  // primes
+  t->beforeScan = [&] {  // brk while the scan runs: the kernel flags the whole heap
+    write("42/maps", mapsLine(kHeap, kHeap + 8 * kPage, "rw-p", "[heap]") + anon);
+    for (uint64_t page = kHeap; page < kHeap + 8 * kPage; page += kPage) t->fake.markWritten(42, page);
+    t->beforeScan = nullptr;
+  };
+  t->fake.markWritten(42, kAnon + kPage);
+  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  ASSERT_EQ(out.size(), 1U) << out.size() << " pages: the heap grown during the scan was reported";
+  EXPECT_EQ(out[0].page, kAnon + kPage);
 }
 
 TEST(SoftDirtySource, KernelWithoutSoftDirtyIsUnavailableWithReason) {
