@@ -101,13 +101,19 @@ Result<void> DamonSource::addProcess(pid_t tgid) {
   if (!status_.available || slots_.contains(tgid)) return {};
   // Not while a request is in flight (see the header): the next collect starts it.
   std::unique_lock sysfs(sysfsMutex_, std::try_to_lock);
+  std::string failed;
   if (!sysfs.owns_lock()) {
     waiting_.insert(tgid);
-    TT_LOG(Debug) << "damon: pid " << tgid << " is monitored from the next collect (a request is in flight)";
+    // Whether a slot is free needs no sysfs write: without one, say so now, as below.
+    bool anyFree = !busy_slots_.empty();  // one may be running for this very process
+    for (uint32_t slot = 0; slot < damon_.slots() && !anyFree; ++slot) anyFree = !slotTaken(slot);
+    if (anyFree) {
+      TT_LOG(Debug) << "damon: pid " << tgid << " is monitored from the next collect (a request is in flight)";
+      return {};
+    }
+  } else if (startFor(tgid, failed)) {
     return {};
   }
-  std::string failed;
-  if (startFor(tgid, failed)) return {};
   waiting_.insert(tgid);
   if (!failed.empty())
     return logicError("DAMON: pid " + std::to_string(tgid) + " not monitored yet (retried as slots free): " + failed);

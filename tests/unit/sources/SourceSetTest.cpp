@@ -1086,6 +1086,38 @@ TEST_F(DamonSysfsTest, AddingAndRemovingDoNotWaitForARequestInFlight) {
   ::close(reader);
 }
 
+// With a request in flight and no slot free, adding a process still says at once that it waits
+// for a slot (the daemon logs that), instead of deferring silently.
+TEST_F(DamonSysfsTest, AddingWithoutAFreeSlotWhileARequestIsInFlightSaysSo) {
+  const std::string kd = std::string(kAdmin) + "/0";
+  auto opened = sourceWithOneRegion();  // one slot, pid 77 on it
+  ASSERT_NE(opened, nullptr);
+  DamonSource& source = *opened;
+  const fs::path state = root_ / kd / "state";
+  fs::remove(state);
+  ASSERT_EQ(::mkfifo(state.c_str(), 0600), 0);
+  EvidenceBatch out;
+  ASSERT_TRUE(source.collect(out).ok());  // the request: blocked on the FIFO
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto added = std::async(std::launch::async, [&] { return source.addProcess(88); });
+  const bool returned = added.wait_for(std::chrono::seconds(1)) == std::future_status::ready;
+  const int reader = ::open(state.c_str(), O_RDONLY | O_NONBLOCK);  // lets the request through
+  ASSERT_GE(reader, 0);
+  EXPECT_TRUE(returned) << "addProcess waited for the request in flight";
+  auto r = added.get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("no free kdamond slot"), std::string::npos) << r.error().message();
+  char request[64];
+  const auto through = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (::read(reader, request, sizeof request) <= 0 && std::chrono::steady_clock::now() < through)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  fs::remove(state);
+  write(kd + "/state", "on\n");
+  (void)source.removeProcess(88);
+  (void)source.removeProcess(77);
+  ::close(reader);
+}
+
 // Kdamonds running at start are left alone: nothing says whose they are (an earlier run of the
 // daemon that died, or another tool: damo's default is kdamond 0). A tracked process one of them
 // monitors takes it over (the daemon that died was tracking it); the others are handed out only
