@@ -1,9 +1,9 @@
 /* The tracked-process filter every tensortier BPF program shares: a bitmap over tgids (bit
- * tgid % 64 of word tgid / 64), set and cleared by the daemon at run time and sized from
- * kernel.pid_max before load (daemon/sys/bpf/TgidBitmap.h). An array lookup is inlined by the
- * verifier, so the filter costs a load on every event, not a hash lookup (on the sampling path:
- * 236 -> 142 ns per run), and it has no entry limit. Include once per program, after
- * bpf_helpers.h. */
+ * tgid % 64 of word tgid / 64), set and cleared by the daemon at run time and sized for every pid
+ * the kernel can hand out (PID_MAX_LIMIT, daemon/sys/bpf/TgidBitmap.h). An array lookup is
+ * inlined by the verifier, so the filter costs a load on every event, not a hash lookup (on the
+ * sampling path: 236 -> 142 ns per run), and it has no entry limit. Include once per program,
+ * after bpf_helpers.h. */
 #ifndef TT_TGID_FILTER_H
 #define TT_TGID_FILTER_H
 

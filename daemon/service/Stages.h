@@ -33,7 +33,9 @@ struct SourceReport {
   uint64_t samples = 0;
   double cpuPercent = 0;  // estimated sampling cost in the last epoch (kernel + daemon), percent of one CPU
   uint64_t lost = 0;       // records or counts the kernel dropped (full ring or count map)
-  uint64_t throttled = 0;  // PERF_RECORD_THROTTLE seen (sampling sources, user-ring path)
+  // PERF_RECORD_THROTTLE seen; a lost record on an in-kernel event's control ring (throttle
+  // records) counts once
+  uint64_t throttled = 0;
   bool paused = false;     // detached over the CPU budget (the fault trace's storm guard)
   uint64_t pauses = 0;     // times it was
   // Pages the kernel itself moved for tracked processes (the fault-trace source), by reason.

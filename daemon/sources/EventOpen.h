@@ -67,7 +67,7 @@ template <class Handle>
 
 template <class Handle>
 struct OpenedOnCpus {
-  std::vector<OpenedOnCpu<Handle>> opened;  // one per CPU of `cpus`
+  std::vector<OpenedOnCpu<Handle>> opened;  // one per CPU it opened on, in the order of `cpus`
   std::vector<int> cpus;
   std::vector<int> skipped;  // CPUs the event's PMU does not cover
 };

@@ -6,7 +6,7 @@
 //   - in user space, by reading every sample from the per-CPU mmap rings (the path for kernels
 //     without BPF, and the baseline the benchmark compares against).
 // Events are system-wide per CPU (pid -1), so threads a process creates later are covered; the
-// tgid filter is a BPF bitmap over pid_max (in-kernel, sys/bpf/TgidBitmap.h) or a set (user ring),
+// tgid filter is a BPF bitmap over every possible pid (in-kernel, sys/bpf/TgidBitmap.h) or a set (user ring),
 // changed at run time.
 //
 // The sample period adapts so the whole cost of sampling stays under the CPU budget

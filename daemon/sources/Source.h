@@ -32,7 +32,9 @@ struct SourceCounters {
   uint64_t evidence = 0;     // pages with evidence produced (records, and block pages with a count)
   uint64_t samples = 0;      // raw samples / events seen for tracked processes
   uint64_t lost = 0;         // records the kernel dropped (ring full)
-  uint64_t throttled = 0;    // PERF_RECORD_THROTTLE seen
+  // PERF_RECORD_THROTTLE seen; a lost record on an in-kernel event's control ring (throttle
+  // records) counts once
+  uint64_t throttled = 0;
   uint64_t period = 0;       // current sample period (sampling sources)
   double costPercent = 0;    // last epoch's estimated sampling cost (kernel + daemon), percent of one CPU
   double sampleCostNs = 0;   // kernel-side cost per sample the estimate uses

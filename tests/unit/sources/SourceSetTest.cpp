@@ -79,7 +79,7 @@ TEST(EvidenceAggregator, MergesPerTgidPageAndKind) {
 }
 
 // max_tracked_processes bounds the tracked set for every source (the BPF filters are bitmaps
-// over pid_max with no limit of their own): one more is refused with EUSERS, sources untouched.
+// over every possible pid with no limit of their own): one more is refused with EUSERS, sources untouched.
 TEST(SourceSet, RefusesMoreThanMaxTrackedProcesses) {
   auto a = std::make_unique<fakes::FakeSource>("a", true, "runs");
   auto* pa = a.get();
