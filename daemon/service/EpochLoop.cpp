@@ -156,24 +156,27 @@ double EpochLoop::updateBandwidth(const ExecutorCounters& counters) {
   // Bytes moved per epoch would understate what the engine can do (it idles when plans are
   // small, and the next plan would shrink with it): the rate is the engine's busy-time
   // throughput, from epochs that moved enough to time, smoothed, capped by the rate limit.
-  // Until then 0, the policy's configured initial bandwidth, or the rate limit when it is lower.
   const uint64_t bytes = counters.moveBusyBytes - std::min(counters.moveBusyBytes, lastCounters_.moveBusyBytes);
   const uint64_t ns = counters.moveBusyNs - std::min(counters.moveBusyNs, lastCounters_.moveBusyNs);
   if (bytes >= kMinBandwidthSampleBytes && ns > 0) {
     const double sample = static_cast<double>(bytes) * 1e9 / static_cast<double>(ns);
     measuredBandwidth_ = measuredBandwidth_ == 0 ? sample : 0.5 * measuredBandwidth_ + 0.5 * sample;
   }
-  double bandwidth = measuredBandwidth_;
-  // A limit below the initial bandwidth binds from the first plan: with it low, an epoch may move
-  // less than a sample's worth and the bandwidth is never measured, so plans would stay sized for
-  // the initial one. Above it, 0 still: the policy's own initial value, which a reload changes.
   const double limit = counters.promoteRateLimitBytesPerSec;
+  const double measured = limit > 0 && measuredBandwidth_ > 0 ? std::min(measuredBandwidth_, limit) : measuredBandwidth_;
+  {
+    std::lock_guard lock(statsMutex_);
+    stats_.migrationBandwidth = measured;  // 0 in status until measured
+  }
+  if (measured > 0) return measured;
+  // Not measured yet: the initial bandwidth under a lower limit, which binds from the first plan
+  // (with it low, an epoch may move less than a sample's worth and the bandwidth is never
+  // measured, so plans would stay sized for the initial one). Handed over each plan rather than
+  // left to the policy's own copy of the initial value, so that a limit raised again, or a
+  // reloaded initial value, is followed by the heat model too (it keeps the last it was given).
   const double initial = initialBandwidth_.load();
-  if (limit > 0 && bandwidth > 0) bandwidth = std::min(bandwidth, limit);
-  else if (limit > 0 && initial > 0 && limit < initial) bandwidth = limit;
-  std::lock_guard lock(statsMutex_);
-  stats_.migrationBandwidth = bandwidth;
-  return bandwidth;
+  if (limit > 0 && initial > 0) return std::min(limit, initial);
+  return initial;
 }
 
 void EpochLoop::runBeforeNextEpoch(std::function<void()> task) {

@@ -41,9 +41,9 @@ struct EpochStats {
   uint64_t lastPlanMoves = 0;
   double promoteBytesPerSec = 0;  // over the last epoch
   double demoteBytesPerSec = 0;
-  // What the policy plans with: the engine's measured busy-time throughput capped by the
-  // promotion rate limit; before a measurement the limit when it is below the initial bandwidth,
-  // else 0 (the policy's initial_migration_bandwidth).
+  // The engine's measured busy-time throughput capped by the promotion rate limit, what the policy
+  // plans with; 0 = not measured yet (the policy then plans with initial_migration_bandwidth, or
+  // the rate limit when that is lower).
   double migrationBandwidth = 0;
   PolicyView policy;
   std::vector<SourceReport> sources;  // as of the last epoch (sources are epoch-thread only)
