@@ -246,10 +246,26 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     if (counters.planInFlight)
       inFlightMoves_.insert(inFlightMoves_.end(), manualMovesUnseen_.begin(), manualMovesUnseen_.end());
     manualMovesUnseen_.clear();
-    // The pins' manual moves are not carried into the plan: it is submitted only to an idle engine
-    // (below), so it supersedes no manual plan, and a pinned range that is where the user put it
-    // would cost the engine a pass over it in every plan.
+    // A pin's manual move is carried into the plan only while it is unsettled: the last plan the
+    // (idle) engine finished left pages of it off the pin's node (busy pages, the node full), and
+    // the pin keeps the planner from moving them. A settled one is not: a pinned range that is
+    // where the user put it would cost the engine a pass over it in every plan. (The plan goes to
+    // an idle engine only, below, so it supersedes no manual plan.)
+    std::vector<MoveRequest> retried;
+    if (!counters.planInFlight && stages_.executor && !pins.empty()) {
+      for (const UnsettledMove& u : stages_.executor->lastUnsettled())
+        for (const ManualPin& p : pins)
+          if (p.tgid == u.tgid && p.node == u.targetNode && p.start < u.start + u.length && u.start < p.start + p.length &&
+              std::none_of(retried.begin(), retried.end(), [&p](const MoveRequest& m) {
+                return m.tgid == p.tgid && m.start == p.start && m.length == p.length;
+              }))
+            retried.push_back({p.tgid, p.start, p.length, p.node, kManualPriority, p.regionId});
+    }
     MigrationPlan plan = stages_.policy->plan(nowNs, untilNextNs, bandwidth, pins, inFlightMoves_);
+    if (!retried.empty() && !counters.planInFlight) {
+      TT_LOG(Debug) << "epoch: " << retried.size() << " pinned range(s) not settled yet: their manual move is retried";
+      plan.moves.insert(plan.moves.begin(), retried.begin(), retried.end());
+    }
     moves = plan.moves.size();
     // While the engine still runs the previous plan, the residency this plan was made from misses
     // the batch in flight (up to batch_pages): superseding it could promote that batch's worth

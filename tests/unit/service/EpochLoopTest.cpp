@@ -469,6 +469,35 @@ TEST_F(EpochLoopTest, APinWhoseManualMoveIsDoneIsNotMovedAgainByLaterPlans) {
       EXPECT_NE(m.priority, EpochLoop::kManualPriority) << "plan " << i << " moves the pinned range again";
 }
 
+// A manual move the engine finished with pages left off the pin's node (busy pages, the node full:
+// lastUnsettled) is retried with the next plan to the idle engine, even an empty one, since the
+// pin keeps the planner from moving those pages; once it has settled, nothing is carried.
+TEST_F(EpochLoopTest, AnUnsettledPinnedMoveIsRetriedUntilItSettles) {
+  registry.attachProcess(peer, "t", false);
+  const uint64_t id = addRegion(0, 4 * kPage);
+  loop.runOnce(1 * kSecond);
+  ASSERT_TRUE(loop.submitManual(manualMove(kBase, 4 * kPage, 1, id), 1 * kSecond, 0).ok());
+  ASSERT_EQ(executor.submitted.size(), 1u);
+  {
+    std::lock_guard lock(executor.mutex);
+    executor.unsettled = {{10, kBase, 4 * kPage, 1}, {10, kBase + 64 * kPage, kPage, 0}};  // the second: not pinned
+  }
+  loop.runOnce(2 * kSecond);  // the policy plans nothing
+  ASSERT_EQ(executor.submitted.size(), 2u) << "the unsettled pinned move was not retried";
+  ASSERT_EQ(executor.submitted[1].moves.size(), 1u);
+  EXPECT_EQ(executor.submitted[1].moves[0].start, kBase);
+  EXPECT_EQ(executor.submitted[1].moves[0].length, 4 * kPage);
+  EXPECT_EQ(executor.submitted[1].moves[0].targetNode, 1);
+  EXPECT_EQ(executor.submitted[1].moves[0].priority, EpochLoop::kManualPriority);
+  EXPECT_EQ(executor.submitted[1].moves[0].regionId, id);
+  {
+    std::lock_guard lock(executor.mutex);
+    executor.unsettled.clear();  // the retry settled it
+  }
+  loop.runOnce(3 * kSecond);
+  EXPECT_EQ(executor.submitted.size(), 2u) << "a settled pin was moved again";
+}
+
 // A manual plan supersedes the engine's: one submitted while an earlier manual plan may still be
 // running brings that plan's pinned moves along, except those it replaces; once the engine has
 // been seen idle they are done and nothing is carried.
