@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "fakes/migrate/FakeMigrationDeps.h"
 #include "fakes/migrate/FakePageMover.h"
 #include "fakes/policy/FakePlacement.h"
 #include "fakes/sources/FakeSource.h"
@@ -524,3 +525,36 @@ TEST_F(MovePagesPlacement, KeepsAskingForAPlansBlocksWhileTheEngineStillRunsIt) 
 }
 
 }  // namespace
+
+// What the epoch loop retries of a pinned manual move: the runs of the engine's last finished plan
+// that left pages off their target for a reason a later try may not meet (here busy pages), not
+// those refused for want of permission, which no retry gets past, nor those that settled.
+TEST(EngineExecutor, ReportsTheLastPlansUnsettledMovesButNotPermissionRefusals) {
+  constexpr uint64_t kBase = 0x10000000, kPage = tt::kBasePageSize;
+  tt::fakes::FakePageMover mover;
+  mover.map(100, kBase, 8 * kPage, 1);
+  mover.setBusy(100, kBase, 1000);  // busy through every retry
+  mover.map(200, kBase, 8 * kPage, 1);
+  mover.failCallsWith(200, EPERM);
+  mover.map(300, kBase, 8 * kPage, 1);
+  tt::fakes::FakeFreeMemory free(mover);
+  free.setNode(0, 64ULL << 30, 0);
+  free.setNode(1, 64ULL << 30, 0);
+  tt::fakes::FakeClock clock;
+  tt::fakes::FakeHugePageProbe probe;
+  const auto topology = tt::fakes::twoNodeTopology();
+  tensortier::v1::MigrationConfig config;
+  config.set_workers(1);
+  config.set_busy_backoff_ms(1);
+  tt::migrate::Engine engine(topology, mover, free, config, tt::migrate::EngineHooks{&clock, &probe, nullptr});
+  tt::service::EngineExecutor executor(engine, config);
+  EXPECT_TRUE(executor.lastUnsettled().empty()) << "no plan finished yet";
+  (void)engine.execute({1, {{100, kBase, 8 * kPage, 0, 0, 0}, {200, kBase, 8 * kPage, 0, 0, 0}, {300, kBase, 8 * kPage, 0, 0, 0}}});
+  const auto unsettled = executor.lastUnsettled();
+  ASSERT_EQ(unsettled.size(), 1U);
+  EXPECT_EQ(unsettled[0].tgid, 100);
+  EXPECT_EQ(unsettled[0].start, kBase);
+  EXPECT_EQ(unsettled[0].length, 8 * kPage);
+  EXPECT_EQ(unsettled[0].targetNode, 0);
+  engine.shutdown();
+}
