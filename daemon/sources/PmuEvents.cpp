@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sstream>
+#include <utility>
 
 #include "sys/perf/PfmEncoder.h"
 
@@ -53,6 +55,14 @@ std::vector<std::string> intelStoreEventNames(const std::string& pmu) {
   return {pmu + "::MEM_INST_RETIRED:ALL_STORES", pmu + "::MEM_UOPS_RETIRED:ALL_STORES"};
 }
 
+std::optional<std::pair<int, int>> kernelVersionOf(const std::string& release) {
+  int major = 0, minor = 0;
+  char dot = 0;
+  std::istringstream s(release);
+  if (!(s >> major >> dot >> minor) || dot != '.') return std::nullopt;
+  return std::pair{major, minor};
+}
+
 Result<PmuPlan> planPmuEvents(const PmuPlanInput& in) {
   PmuPlan plan;
   if (in.corePmu.empty() && !in.ibsOpType) return logicError("no core PMU detected by libpfm4 and no ibs_op PMU");
@@ -60,6 +70,12 @@ Result<PmuPlan> planPmuEvents(const PmuPlanInput& in) {
     if (!in.ibsOpType)
       return logicError("AMD CPU (" + in.corePmu + ") but no ibs_op PMU in /sys/bus/event_source/devices "
                         "(IBS not exposed, e.g. in a VM)");
+    // Before 6.1 the IBS driver gave its samples no data address (perf_ibs_handle_irq fills
+    // PERF_SAMPLE_ADDR and DATA_SRC since then), though the open succeeds: the source would look
+    // available and never see a page.
+    if (auto v = kernelVersionOf(in.kernelRelease); v && *v < std::pair{6, 1})
+      return logicError("AMD IBS Op: kernel " + in.kernelRelease +
+                        " gives IBS samples no data address (PERF_SAMPLE_ADDR from IBS needs Linux 6.1)");
     perf_event_attr a;
     std::memset(&a, 0, sizeof a);
     a.type = *in.ibsOpType;

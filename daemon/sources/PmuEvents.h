@@ -23,6 +23,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/Result.h"
@@ -43,7 +44,12 @@ struct PmuPlanInput {
   std::optional<sys::perf::PmuConfigBit> ibsSwfilt;
   // The core PMU lists events/mem-loads-aux: load-latency sampling needs it as group leader.
   bool memLoadsAux = false;
+  // The running kernel's release ("6.1.0-13-amd64", procfs sys/kernel/osrelease); "" = unknown.
+  std::string kernelRelease;
 };
+
+// (major, minor) of a kernel release string; nullopt when it does not start with "N.N".
+[[nodiscard]] std::optional<std::pair<int, int>> kernelVersionOf(const std::string& release);
 
 // Fills in what sysfs says: ibsOpType, ibsSwfilt, memLoadsAux (cpu, or cpu_core on hybrids).
 void readPmuSysfs(const sys::Fs& sysfs, PmuPlanInput& in);

@@ -50,13 +50,14 @@ class UnavailableSource final : public Source {
   SourceStatus status_;
 };
 
-std::unique_ptr<Source> openPmu(const pb::SourcesConfig& c, const sys::Fs& sysfs) {
+std::unique_ptr<Source> openPmu(const pb::SourcesConfig& c, const sys::Fs& sysfs, const sys::Fs& procfs) {
   const auto& p = c.pmu();
   PmuPlanInput in;
   if (auto init = sys::perf::pfmInitialize(); !init)
     return std::make_unique<UnavailableSource>("pmu", init.error().message());
   in.corePmu = sys::perf::pfmHostPmuName();
   readPmuSysfs(sysfs, in);
+  if (auto release = procfs.readLine("sys/kernel/osrelease")) in.kernelRelease = *release;
   in.period = p.initial_period();
   in.loadLatencyCycles = p.load_latency_cycles();
   in.sampleStores = p.sample_stores();
@@ -232,7 +233,7 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
   std::unique_ptr<sys::KernelTieringGuard> guard = openKernelTiering(c, procfs, sysfs, lines);
   if (!topology.isTiered()) lines.push_back("topology: one tier only: served-by tiers will not be told apart");
 
-  if (c.pmu().enabled()) sources.push_back(openPmu(c, sysfs));
+  if (c.pmu().enabled()) sources.push_back(openPmu(c, sysfs, procfs));
   bool faultTraceRuns = false;
   if (c.fault_trace().enabled()) {
     sys::bpf::FaultTrace::Options o;

@@ -144,6 +144,25 @@ TEST(PmuPlan, IbsPlanStatesItsPeriodGranularity) {
   EXPECT_EQ(plan->events[0].sample_period, 10000U);
 }
 
+// Before Linux 6.1 the IBS driver gives its samples no data address, though the event opens: the
+// plan is refused with the reason instead of a source that looks available and never sees a page.
+// An unknown or newer kernel plans as before.
+TEST(PmuPlan, IbsIsRefusedOnKernelsWhoseIbsSamplesCarryNoAddress) {
+  PmuPlanInput in;
+  in.corePmu = "amd64_fam19h_zen3";
+  in.ibsOpType = 11;
+  in.kernelRelease = "5.15.0-91-generic";
+  auto old = planPmuEvents(in);
+  ASSERT_FALSE(old.ok());
+  EXPECT_NE(old.error().message().find("6.1"), std::string::npos) << old.error().message();
+  for (const char* release : {"6.1.0-13-amd64", "6.12.9", "", "unknown"}) {
+    in.kernelRelease = release;
+    EXPECT_TRUE(planPmuEvents(in).ok()) << release;
+  }
+  EXPECT_EQ(kernelVersionOf("6.10.0-rc1"), (std::pair{6, 10}));
+  EXPECT_FALSE(kernelVersionOf("six").has_value());
+}
+
 // The in-kernel path opens its events with only the fields its program reads: the address, and
 // data_src where the plan records it. The TID, weight and physical address the ring path decodes
 // would be prepared by the kernel for every sample and never read.
