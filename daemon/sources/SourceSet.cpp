@@ -11,6 +11,7 @@
 #include "sources/PmuEvents.h"
 #include "sources/SamplingSource.h"
 #include "sources/SoftDirtySource.h"
+#include "sys/ProcStat.h"
 #include "sys/perf/PfmEncoder.h"
 
 namespace tt::sources {
@@ -233,9 +234,25 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
   std::unique_ptr<sys::KernelTieringGuard> guard = openKernelTiering(c, procfs, sysfs, lines);
   if (!topology.isTiered()) lines.push_back("topology: one tier only: served-by tiers will not be told apart");
 
-  if (c.pmu().enabled()) sources.push_back(openPmu(c, sysfs, procfs));
+  // BPF programs see the initial pid namespace's pids, and the daemon tracks the pids it sees: in
+  // a namespace of its own (a container without the host's pids) the in-kernel filters would
+  // match nothing, or other processes. Sampling then reads its ring, whose pids are the
+  // daemon's; the fault trace has no such path. (Unknown: taken as the initial namespace, where
+  // the shipped unit runs.)
+  auto initialNs = sys::inInitialPidNamespace(procfs);
+  const bool ownPidNamespace = initialNs && !*initialNs;
+  pb::SourcesConfig sampling = c;
+  if (ownPidNamespace) {
+    sampling.set_aggregation(pb::USER_RING);
+    lines.push_back("bpf: the daemon runs in a pid namespace of its own, and BPF programs see the initial "
+                    "namespace's pids: sampling reads its ring (pids as the daemon sees them)");
+  }
+  if (c.pmu().enabled()) sources.push_back(openPmu(sampling, sysfs, procfs));
   bool faultTraceRuns = false;
-  if (c.fault_trace().enabled()) {
+  if (c.fault_trace().enabled() && ownPidNamespace) {
+    lines.push_back("fault-trace: not opened: the daemon runs in a pid namespace of its own (its BPF programs "
+                    "would see the initial namespace's pids)");
+  } else if (c.fault_trace().enabled()) {
     sys::bpf::FaultTrace::Options o;
     o.ringBytes = c.fault_trace().ring_kib() * 1024U;
     o.reportFirstTouch = c.fault_trace().first_touch();
@@ -264,7 +281,7 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
     lines.push_back("software-faults: not opened: fault-trace counts the same faults "
                     "(sources.software_faults.with_fault_trace: false)");
   } else if (c.software_faults().enabled()) {
-    SamplingOptions o = softwareFaultOptions(c.software_faults().period(), aggregationOf(c));
+    SamplingOptions o = softwareFaultOptions(c.software_faults().period(), aggregationOf(sampling));
     o.ringPages = c.software_faults().ring_pages();
     o.maxPeriod = std::max(c.software_faults().period(), c.software_faults().max_period());
     o.cpuBudgetPercent = c.cpu_budget_percent();

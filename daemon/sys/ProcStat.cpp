@@ -1,5 +1,7 @@
 #include "sys/ProcStat.h"
 
+#include <unistd.h>
+
 #include <string>
 
 #include "core/Parse.h"
@@ -46,6 +48,16 @@ Result<std::vector<int>> parseStatusAllowedCpus(std::string_view status) {
 
 Result<std::vector<int>> readAllowedCpus(const Fs& procfs, pid_t pid) {
   return procfs.readParsed(std::to_string(pid) + "/status", parseStatusAllowedCpus);
+}
+
+Result<bool> inInitialPidNamespace(const Fs& procfs) {
+  const std::string path = procfs.resolve("self/ns/pid");
+  char target[64];
+  const ssize_t n = ::readlink(path.c_str(), target, sizeof target - 1);
+  if (n < 0) return errnoError("readlink " + path);
+  target[n] = '\0';
+  // PROC_PID_INIT_INO (include/linux/proc_ns.h): the inode of the initial pid namespace.
+  return std::string_view(target, static_cast<size_t>(n)) == "pid:[4026531836]";
 }
 
 }  // namespace tt::sys

@@ -27,4 +27,9 @@ namespace tt::sys {
 // Reads `<pid>/status` under `procfs`.
 [[nodiscard]] Result<std::vector<int>> readAllowedCpus(const Fs& procfs, pid_t pid);
 
+// Whether this process is in the initial pid namespace (`self/ns/pid` under `procfs` names the
+// kernel's PROC_PID_INIT_INO). BPF programs see the pids of that namespace; a daemon in a
+// namespace of its own sees others.
+[[nodiscard]] Result<bool> inInitialPidNamespace(const Fs& procfs);
+
 }  // namespace tt::sys

@@ -425,6 +425,34 @@ TEST(SourcesPrivileged, SoftwareFaultSamplingIsTheFallbackForTheFaultTrace) {
   }
 }
 
+// A daemon in a pid namespace of its own (a container without the host's pids; here a procfs
+// fixture whose self/ns/pid is not the initial namespace's) would have its BPF programs filter on
+// pids they never see: the fault trace is not opened, and sampling reads its ring. Each says why.
+TEST(SourcesPrivileged, InAPidNamespaceOfItsOwnNoBpfFiltersOnTheDaemonsPids) {
+  TT_REQUIRE_ROOT();
+  const std::filesystem::path root = std::filesystem::temp_directory_path() / ("tt-pidns-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(root / "self/ns");
+  std::filesystem::create_symlink("pid:[4026532417]", root / "self/ns/pid");
+  tensortier::v1::SourcesConfig c;
+  c.set_procfs_root(root.string());
+  c.mutable_pmu()->set_enabled(false);
+  c.mutable_software_faults()->set_calibrate_sample_cost(false);
+  c.set_kernel_tiering_state_file((root / "kernel-tiering.state").string());
+  {
+    auto set = SourceSet::open(c, topology::Topology{});
+    const auto lines = set->statusLines();
+    auto mentions = [&](const std::string& text) {
+      return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
+    };
+    EXPECT_TRUE(mentions("fault-trace: not opened: the daemon runs in a pid namespace of its own"));
+    EXPECT_TRUE(mentions("sampling reads its ring"));
+    EXPECT_TRUE(mentions("software-faults: ok:"));
+    EXPECT_TRUE(mentions("user-space ring reader")) << "software-fault sampling aggregated in kernel";
+    EXPECT_FALSE(mentions("fault-trace: ok"));
+  }
+  std::filesystem::remove_all(root);
+}
+
 std::unique_ptr<SamplingSource> softwareSource(Aggregation aggregation) {
   SamplingOptions o = softwareFaultOptions(1, aggregation);
   o.ringPages = 1024;  // 4 MiB per CPU: holds one round of samples between collects

@@ -22,6 +22,7 @@
 #include "sources/SamplingSource.h"
 #include "sources/SoftDirtySource.h"
 #include "sources/SourceSet.h"
+#include "sys/ProcStat.h"
 #include "support/TestSupport.h"
 #include "sys/access/DamonSysfs.h"
 #include "sys/access/Sysctl.h"
@@ -565,6 +566,26 @@ TEST(SoftDirtySource, KernelWithoutSoftDirtyIsUnavailableWithReason) {
   SoftDirtySource source(std::make_unique<fakes::FakeSoftDirtyTracker>(), sys::Fs("/proc"), 100, Result<bool>(false));
   EXPECT_FALSE(source.status().available);
   EXPECT_NE(source.status().detail.find("CONFIG_MEM_SOFT_DIRTY"), std::string::npos);
+}
+
+using PidNamespaceTest = TempTree;
+
+// BPF programs see the initial pid namespace's pids: the daemon tells whether it is in it from
+// /proc/self/ns/pid (the kernel's PROC_PID_INIT_INO), on a fixture tree here.
+TEST_F(PidNamespaceTest, TheInitialNamespaceIsToldFromSelfNsPid) {
+  fs::create_directories(root_ / "self/ns");
+  fs::create_symlink("pid:[4026531836]", root_ / "self/ns/pid");
+  auto initial = sys::inInitialPidNamespace(sys::Fs(root_.string()));
+  ASSERT_TRUE(initial.ok()) << initial.error().message();
+  EXPECT_TRUE(*initial);
+  fs::remove(root_ / "self/ns/pid");
+  fs::create_symlink("pid:[4026532417]", root_ / "self/ns/pid");  // a container's
+  auto own = sys::inInitialPidNamespace(sys::Fs(root_.string()));
+  ASSERT_TRUE(own.ok());
+  EXPECT_FALSE(*own);
+  fs::remove(root_ / "self/ns/pid");
+  EXPECT_FALSE(sys::inInitialPidNamespace(sys::Fs(root_.string())).ok()) << "no link: unknown, not a guess";
+  EXPECT_TRUE(sys::inInitialPidNamespace(sys::Fs("/proc")).ok());
 }
 
 using KernelTieringTest = TempTree;
