@@ -560,8 +560,9 @@ bool Engine::tryInProcess(PlanState& plan, size_t runIndex) {
     account(plan, runIndex, direction, o);
     return true;
   }
-  // The same rate limit as move_pages batches, for the pages to copy; the guard also counts the
-  // pages not touched yet, which the bind (MPOL_BIND) places on the node at their first touch.
+  // The same rate limit as move_pages batches, for the pages to copy; the guard, where there are
+  // any, also counts the pages not touched yet, which the bind (MPOL_BIND) places on the node at
+  // their first touch.
   const uint64_t bytes = toMove * kBasePageSize;
   const auto wait = buckets_[static_cast<size_t>(direction)]->reserve(bytes);
   if (wait.count() > 0 && !sleepUnlessCancelled(plan, run.tgid, wait)) {
@@ -570,8 +571,10 @@ bool Engine::tryInProcess(PlanState& plan, size_t runIndex) {
     account(plan, runIndex, direction, o);
     return true;
   }
+  // Only with pages to copy: a bind that places none now (pages not touched yet land on the node
+  // at their first touch, as allocations do) does not stop the plan's promotions to the node.
   Outcome skipped;
-  if (direction == Direction::Promote &&
+  if (direction == Direction::Promote && toMove > 0 &&
       promotionSkipped(plan, run.tgid, run.targetNode, bytes + o.notMapped * kBasePageSize, toMove, skipped)) {
     releaseBatch(scratch);
     o.add(skipped);

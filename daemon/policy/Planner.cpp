@@ -4,8 +4,6 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <optional>
-#include <set>
 
 namespace tt::policy {
 namespace {
@@ -46,27 +44,8 @@ uint64_t Planner::budgetFor(uint64_t fastCapacityBytes) const {
   return budget == UINT64_MAX ? 0 : budget;
 }
 
-std::optional<Planner::Stuck> Planner::stuckIn(const BlockKey& key, const Residency& residency, bool engineIdle,
-                                               uint64_t plan) const {
-  if (residency.fastPages == 0) return std::nullopt;  // nothing left to demote (it went through, or was freed)
-  const auto it = stuck_.find(key);
-  if (engineIdle && demoted_.contains(key)) {
-    // The last plan the engine carried out demoted it, and pages of it are still fast: failed.
-    const uint64_t hold = it == stuck_.end() ? kStuckHoldPlans : std::min(2 * it->second.holdPlans, kMaxStuckHoldPlans);
-    return Stuck{hold, plan + hold};
-  }
-  if (it == stuck_.end()) return std::nullopt;
-  return it->second;
-}
-
 PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const PlacementQuery& placement,
                                         const topology::Topology& topology, const PlanContext& context) const {
-  return build(heat, placement, topology, context, generation_ + 1, {});
-}
-
-PlanningInstance Planner::build(const heat::HeatSnapshot& heat, const PlacementQuery& placement,
-                                const topology::Topology& topology, const PlanContext& context, uint64_t plan,
-                                const std::set<BlockKey>& retryHeld) const {
   PlanningInstance inst;
   uint64_t capacity = context.fastCapacityBytes;
   if (capacity == 0)
@@ -195,22 +174,7 @@ PlanningInstance Planner::build(const heat::HeatSnapshot& heat, const PlacementQ
       b.slowNode = nodes.slow;
       const uint64_t present = b.residency.fastPages + b.residency.slowPages;
       if (present == 0) continue;
-      // A stuck block is held (see the header), except when its demotion is due again and the
-      // engine will run this plan at once: then the selection decides, and a block it drops is
-      // held for this plan while its demotion is retried (`retryHeld`, the second build).
-      const bool isPinned = pinned(b.tgid, b.start, b.length);
-      const BlockKey key{b.tgid, b.start, b.length};
-      const std::optional<Stuck> stuck = isPinned ? std::nullopt : stuckIn(key, b.residency, context.engineIdle, plan);
-      const bool due = stuck && plan >= stuck->dueIn && context.engineIdle;
-      const bool retry = due && retryHeld.contains(key);
-      const bool held = stuck && (!due || retry);
-      if (stuck) inst.stuck.push_back({b.tgid, b.start, b.length, stuck->holdPlans, stuck->dueIn, held});
-      if (held) {
-        inst.stuckFastBytes += b.residency.fastPages * kBasePageSize;
-        if (retry) inst.retrying.push_back(b);
-      }
-      if (due && !retry) inst.dueStuck.push_back(inst.blocks.size());
-      if (isPinned || held) {
+      if (pinned(b.tgid, b.start, b.length)) {
         inst.pinnedFastBytes += b.residency.fastPages * kBasePageSize;
         inst.pinnedBytes += present * kBasePageSize;
         forEachFastNode(b, [&](int node, uint64_t pages) {
@@ -255,26 +219,12 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     stats_.tiered = false;
     return plan;
   }
-  PlanningInstance inst = build(heat, placement, topology, context, generation_, {});
-  Selection sel = selectHeuristic(inst.problem);
-  // Stuck blocks due again that the selection drops: their demotion is retried, but the room it
-  // would free is not counted on (it failed before), so they are held for this plan and the rest
-  // is selected again around them. Rare: a block is due once in its hold.
-  std::set<BlockKey> retry;
-  for (size_t i : inst.dueStuck)
-    if (!sel.chosen[i]) retry.insert({inst.blocks[i].tgid, inst.blocks[i].start, inst.blocks[i].length});
-  if (!retry.empty()) {
-    inst = build(heat, placement, topology, context, generation_, retry);
-    sel = selectHeuristic(inst.problem);
-  }
-  stuck_.clear();
-  for (const StuckBlock& b : inst.stuck) stuck_[{b.tgid, b.start, b.length}] = {b.holdPlans, b.dueIn};
+  const PlanningInstance inst = buildInstance(heat, placement, topology, context);
+  const Selection sel = selectHeuristic(inst.problem);
   stats_.budgetBytes = inst.budgetBytes;
   stats_.fastUsedBytes = inst.fastUsedBytes + inst.pinnedFastBytes;
   stats_.pinnedFastBytes = inst.pinnedFastBytes;
   stats_.pinnedBytes = inst.pinnedBytes;
-  stats_.stuckFastBytes = inst.stuckFastBytes;
-  stats_.stuckBlocks = inst.stuck.size();
   stats_.blocks = inst.blocks.size();
   stats_.objective = sel.objective;
 
@@ -428,15 +378,6 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     if (!demoted[k]) take(k);
   stats_.demoteBytes = freed;
   for (const NodeState& n : nodes) stats_.nodes.push_back({n.node, n.budget, n.used, n.assigned});
-  // What the next plan made with the engine idle checks (see the header): this plan goes to the
-  // engine at once. Plans made while it is busy are dropped and leave the record as it is.
-  if (context.engineIdle) {
-    demoted_.clear();
-    for (const Candidate& c : demoteNow) {
-      const PlanBlock& b = inst.blocks[c.block];
-      demoted_.insert({b.tgid, b.start, b.length});
-    }
-  }
 
   // Moves, merged into maximal contiguous runs per (process, target node).
   struct Move {
@@ -456,14 +397,6 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     const PlanBlock& b = inst.blocks[demoteNow[r].block];
     moves.push_back({b.tgid, b.slowNode, b.start, b.length, rankPriority(r, demoteNow.size(), 1000), b.regionId});
   }
-  // Retried demotions last: the others free the room this plan's promotions need.
-  for (const PlanBlock& b : inst.retrying) {
-    if (b.slowNode < 0) continue;
-    moves.push_back({b.tgid, b.slowNode, b.start, b.length, 1000, b.regionId});
-    stats_.retryDemoteBytes += b.residency.fastPages * kBasePageSize;
-    demoted_.insert({b.tgid, b.start, b.length});  // retried only with the engine idle
-  }
-  stats_.demoteBytes += stats_.retryDemoteBytes;
   for (size_t r = 0; r < promoteNow.size(); ++r) {
     const Placed& p = promoteNow[r];
     const PlanBlock& b = inst.blocks[p.block];

@@ -66,30 +66,10 @@
 // where it is: it is neither promoted nor demoted, and its fast pages are taken off the global
 // budget and its process's quota before the selection, so the others are planned around them.
 //
-// Demotions that fail: pages the kernel cannot move (pinned by RDMA or GPU registration, io_uring
-// fixed buffers) stay where they are however often a plan demotes them, and the engine reports them
-// busy after its retries. A planner that sized promotions into the room such demotions were to free
-// would leave the process over its quota (and the fast tier over budget) in every later plan, and
-// re-issue the same demotions each time. So when the caller says the engine has carried out the
-// earlier plans (PlanContext::engineIdle), the blocks the last such plan demoted that still have
-// pages on a fast node are stuck: for kStuckHoldPlans plans they are held like pinned ones (not
-// moved; their fast pages charged to the budget, their node and their process's quota), and the
-// rest is planned around them, which also brings a process the failure left over its quota back
-// under it. Then the demotion is due again, as a pin may have been released: the selection sees
-// the block like any other, and if it drops the block, the block stays charged where it is for
-// this plan (no promotion is sized into room a retry may not free) and its demotion is retried;
-// each failure in a row doubles the hold, up to kMaxStuckHoldPlans. A block is forgotten once it
-// has no fast pages left (its demotion went through) or is no longer planned. Plans made while
-// the engine is busy neither check nor record demotions: the daemon drops them.
-//
 // Threading: not thread-safe; the daemon's epoch loop owns it.
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <optional>
-#include <set>
-#include <tuple>
 #include <vector>
 
 #include "core/Types.h"
@@ -157,11 +137,6 @@ struct PlanContext {
   // evidence is page-granular (soft-dirty, DAMON, fault tracer). 0 = 1. Scales the move floor.
   double accessesPerPagePass = 0;
   std::vector<PinnedRange> pins;            // left where they are (see above)
-  // Every plan this planner made before has been carried out, and the placement query answers
-  // after it (the daemon: its engine is idle, and it submits a plan made then at once). Only then
-  // are failed demotions detected and this plan's demotions checked at the next such plan (see
-  // "Demotions that fail" above); false (unknown) leaves blocks already stuck as they are.
-  bool engineIdle = false;
 };
 
 struct PlanBlock {
@@ -180,18 +155,7 @@ struct NodeBytes {
   uint64_t bytes = 0;
 };
 
-// A block with pages on fast nodes that a demotion failed to move (see "Demotions that fail").
-struct StuckBlock {
-  pid_t tgid = 0;
-  uint64_t start = 0;
-  uint64_t length = 0;
-  uint64_t holdPlans = 0;  // the hold after its last failure: kStuckHoldPlans, doubling
-  uint64_t dueIn = 0;      // the plan (Planner generation) from which its demotion is due again
-  bool held = false;       // in this plan: charged like a pinned block, not in `blocks`
-};
-
 // One planning problem: the blocks and the selection problem over them (item i = block i).
-// Blocks held because they are stuck count as pinned ones in the figures below.
 struct PlanningInstance {
   std::vector<PlanBlock> blocks;
   SelectionProblem problem;  // budget and quotas net of the pinned fast bytes
@@ -201,10 +165,6 @@ struct PlanningInstance {
   uint64_t pinnedBytes = 0;          // pinned blocks' present pages
   std::vector<NodeBytes> nodeBudgets;     // each fast node's share (see the header), node order
   std::vector<NodeBytes> pinnedFastByNode;  // pinned blocks' fast pages per fast node
-  uint64_t stuckFastBytes = 0;       // of pinnedFastBytes: held stuck blocks'
-  std::vector<StuckBlock> stuck;     // every stuck block, held or due
-  std::vector<size_t> dueStuck;      // `blocks` whose demotion is due again (in the selection)
-  std::vector<PlanBlock> retrying;   // held for this plan, their demotion retried (Planner::plan)
 };
 
 // A fast node's share of the budget and its use, as the last plan saw them.
@@ -224,9 +184,6 @@ struct PlanStats {
   uint64_t promoteBytes = 0;       // in this plan
   uint64_t demoteBytes = 0;
   uint64_t deferredPromoteBytes = 0;  // wanted but over this interval's bandwidth, or no fast node had room
-  uint64_t stuckFastBytes = 0;     // of pinnedFastBytes: held because their demotion failed
-  size_t stuckBlocks = 0;          // blocks stuck, held or due again
-  uint64_t retryDemoteBytes = 0;   // of demoteBytes: stuck blocks' demotions retried
   std::vector<NodeUse> nodes;         // per fast node
   size_t blocks = 0;
   size_t runs = 0;
@@ -236,47 +193,22 @@ struct PlanStats {
 
 class Planner {
  public:
-  // A stuck block's first hold, in plans, and the most its doubling reaches (see "Demotions that
-  // fail"): at the daemon's default 1 s epoch, a pinned buffer costs the engine one demotion's
-  // busy retries after 4 s, then ever more rarely, at least once in about 4 minutes, which is how
-  // long its pages may stay fast after the pin is released. Fixed rather than configured: they
-  // trade engine time against how soon a released pin is noticed, which no workload tunes.
-  static constexpr uint64_t kStuckHoldPlans = 4;
-  static constexpr uint64_t kMaxStuckHoldPlans = 256;
-
   explicit Planner(const tensortier::v1::PolicyConfig& config);
 
-  // The instance as the planner's next plan would see it: stuck blocks as of its last plan.
   [[nodiscard]] PlanningInstance buildInstance(const heat::HeatSnapshot& heat, const PlacementQuery& placement,
                                                const topology::Topology& topology, const PlanContext& context) const;
   [[nodiscard]] MigrationPlan plan(const heat::HeatSnapshot& heat, const PlacementQuery& placement,
                                    const topology::Topology& topology, const PlanContext& context);
   [[nodiscard]] const PlanStats& lastStats() const { return stats_; }
-  // A reloaded config (SIGHUP) takes effect at the next plan; generations keep increasing, and
-  // stuck blocks stay stuck (a new chunk_pages makes new blocks: the old ones are forgotten).
+  // A reloaded config (SIGHUP) takes effect at the next plan; generations keep increasing.
   void applyConfig(const tensortier::v1::PolicyConfig& config) { config_ = config; }
   // Global fast budget for a fast-tier capacity, after the reserve and the configured cap.
   [[nodiscard]] uint64_t budgetFor(uint64_t fastCapacityBytes) const;
 
  private:
-  using BlockKey = std::tuple<pid_t, uint64_t, uint64_t>;  // (tgid, start, length)
-  struct Stuck {
-    uint64_t holdPlans = 0;
-    uint64_t dueIn = 0;
-  };
-  // `retryHeld`: due stuck blocks to hold and retry in this plan (the selection dropped them).
-  [[nodiscard]] PlanningInstance build(const heat::HeatSnapshot& heat, const PlacementQuery& placement,
-                                       const topology::Topology& topology, const PlanContext& context,
-                                       uint64_t plan, const std::set<BlockKey>& retryHeld) const;
-  // Whether the block is stuck in plan `plan`, and since when, given where its pages are now.
-  [[nodiscard]] std::optional<Stuck> stuckIn(const BlockKey& key, const Residency& residency, bool engineIdle,
-                                             uint64_t plan) const;
-
   tensortier::v1::PolicyConfig config_;
   uint64_t generation_ = 0;
   PlanStats stats_;
-  std::map<BlockKey, Stuck> stuck_;  // as of the last plan
-  std::set<BlockKey> demoted_;       // by the last plan made with engineIdle, checked at the next
 };
 
 }  // namespace tt::policy

@@ -650,6 +650,25 @@ TEST_F(MigrateEngine, ARegionWithUntouchedPagesIsStillBoundThoughNothingIsCopied
   EXPECT_EQ(report.runs[0].outcome.moved, 0u);
 }
 
+// Such a bind copies nothing now: a fast node short of room for the untouched pages does not
+// refuse it, nor mark the node full for the plan's other promotions.
+TEST_F(MigrateEngine, ABindThatCopiesNothingDoesNotMarkTheFastNodeFull) {
+  mover_.map(100, kBase, 128 * kPage, kFast);  // of a 256 MiB region, 512 KiB touched, on the node
+  mover_.map(200, kBase, 1024 * kPage, kSlow);
+  free_.setNode(kFast, 1024 * kMiB, 1024 * kMiB - 300 * kMiB);  // 300 MiB free
+  inProcess_.accept(100);
+  auto config = unlimited();
+  config.set_fast_node_min_free_mib(256);
+  auto engine = make(config, true);
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 65536 * kPage, kFast, 2000, 7},
+                                                     {200, kBase, 1024 * kPage, kFast, 500, 0, true}}));
+  ASSERT_EQ(report.runs.size(), 2u);
+  EXPECT_EQ(inProcess_.requests().size(), 1u);
+  EXPECT_EQ(report.runs[0].outcome.skippedTargetFull, 0u);
+  EXPECT_EQ(report.runs[1].outcome.moved, 1024u) << "the other promotion was stopped";
+  EXPECT_EQ(report.runs[1].outcome.skippedTargetFull, 0u);
+}
+
 // A region half on its node: the bind moves the other half, which alone pays the rate limit and
 // counts as moved.
 TEST_F(MigrateEngine, InProcessBindPaysForAndCountsOnlyThePagesItMoves) {
