@@ -140,9 +140,6 @@ void MovePagesPlacement::endPlan(const MigrationPlan& plan) {
 
 policy::Residency MovePagesPlacement::residency(pid_t tgid, uint64_t start, uint64_t length) const {
   Block& b = blocks_[{tgid, start, length}];
-  // Asked again in the same plan (the planner builds its instance twice when it retries a stuck
-  // block's demotion): the answer it just got.
-  if (b.known && b.askedIn == plan_) return b.residency;
   b.askedIn = plan_;
   // Each block's refresh falls in a plan set by its address (its page number through splitmix64's
   // finalizer: blocks are evenly spaced, which a plain multiplicative hash maps to one residue of
@@ -236,10 +233,6 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
       placement_.markMoved(p.tgid, p.start, p.length, MovePagesPlacement::kDirtyPlans);
   }
   pinsSeen_ = std::move(pinsNow);
-  // The loop submits a plan only to an idle engine, which has then carried out every plan before
-  // (Stages.h: `stillMoving` is empty once it is idle), and the blocks those plans moved are asked
-  // again (endPlan's marks): the planner checks its last plan's demotions against the residency.
-  context.engineIdle = stillMoving.empty();
   placement_.setQueryBudget(config_.residency_query_pages_per_epoch());
   // Each process's home node (homeNodeOf): its promotions go to the fast node nearest it first.
   // Unknown (the process is exiting): the planner takes the first fast node.
@@ -256,10 +249,6 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
   placement_.endPlan(plan);
   TT_LOG(Debug) << "policy: residency of " << placement_.pagesQueried() << " pages asked for this plan; each block "
                 << "refreshed every " << placement_.refreshPlans() << " plans";
-  if (const auto& s = planner_->lastStats(); s.stuckBlocks > 0) {
-    TT_LOG(Debug) << "policy: " << s.stuckBlocks << " blocks stuck after failed demotions, " << s.stuckFastBytes
-                  << " fast bytes held where they are, " << s.retryDemoteBytes << " bytes of demotions retried";
-  }
   return plan;
 }
 
@@ -292,10 +281,9 @@ std::vector<PageHeatView> HeatPlannerPolicy::hottestPages(size_t limit, pid_t tg
 }
 
 Result<void> HeatPlannerPolicy::applyConfig(const tensortier::v1::PolicyConfig& config) {
-  // The planner keeps which blocks failed to demote (the loop numbers generations): a reload must
-  // not have it demote pinned pages again at once. The heat model's learned state is worth more
-  // than a fresh start too: both take the new parameters over it.
-  planner_->applyConfig(config);
+  // The planner is stateless between plans (the loop numbers generations): replace it. The heat
+  // model's learned state is worth more than a fresh start: it takes the new parameters over it.
+  planner_ = std::make_unique<policy::Planner>(config);
   const std::vector<std::string> heatKeys = heat::heatModelKeysChanged(config_, config);
   heat_.reconfigure(config);
   config_ = config;

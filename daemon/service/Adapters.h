@@ -144,9 +144,6 @@ struct SlowAccessPenalty {
 [[nodiscard]] SlowAccessPenalty slowAccessPenaltyOf(const tensortier::v1::PolicyConfig& config,
                                                     const topology::Topology& topology);
 
-// Demotions that fail (pinned pages: policy/Planner.h) are learned from the residency: a plan made
-// with `stillMoving` empty goes to an idle engine at once, and the next such plan finds out from
-// the blocks' residency, asked again after the move, which of its demotions left pages behind.
 class HeatPlannerPolicy final : public PlacementPolicy {
  public:
   // `procfs`: where each process's home node is read from (homeNodeOf: its allowed CPUs, else the

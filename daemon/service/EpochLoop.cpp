@@ -239,12 +239,10 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     // The next plan comes with the next epoch: this one may use the engine until then.
     const auto untilNextNs = static_cast<uint64_t>(periodMs_.load()) * 1'000'000ULL;
     if (!counters.planInFlight) inFlightMoves_.clear();
-    // Manual moves made since the last plan, while the engine still runs them: the policy did not
-    // plan them. Once it is idle they are done, and `stillMoving` must then be empty (an idle
-    // engine is what lets the policy check its last plan's demotions); the policy reads a newly
-    // pinned range again by itself.
-    if (counters.planInFlight)
-      inFlightMoves_.insert(inFlightMoves_.end(), manualMovesUnseen_.begin(), manualMovesUnseen_.end());
+    // Manual moves made since the last plan (pinned moves retried with it included): the policy
+    // did not plan them, so it is told of them once even if the engine has finished them already,
+    // and reads their ranges again.
+    inFlightMoves_.insert(inFlightMoves_.end(), manualMovesUnseen_.begin(), manualMovesUnseen_.end());
     manualMovesUnseen_.clear();
     // A pin's manual move is carried into the plan only while it is unsettled: the last plan the
     // (idle) engine finished left pages of it off the pin's node (busy pages, the node full), and
@@ -286,6 +284,7 @@ void EpochLoop::runOnce(uint64_t nowNs) {
         TT_LOG(Warn) << "engine refused plan " << generation_ << ": " << r.error().message();
       } else {
         inFlightMoves_ = std::move(submitted);
+        manualMovesUnseen_.insert(manualMovesUnseen_.end(), retried.begin(), retried.end());
         planMoves_.add(static_cast<double>(moves));
         std::lock_guard lock(statsMutex_);
         ++stats_.plansSubmitted;

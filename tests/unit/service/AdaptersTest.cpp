@@ -363,57 +363,6 @@ TEST(HeatPlannerPolicy, AppliesHeatModelKeysLiveOverTheLearnedHeat) {
   EXPECT_NEAR(hottest(kSecond + kSecond / 2), 2.5, 1e-3);
 }
 
-// The daemon's policy learns from the residency which demotions failed. A process with a quota of
-// 4 chunks has 2 cold chunks in DRAM the kernel cannot move (pinned by an RDMA registration) and 6
-// hot ones on the slow node. Its first plan demotes the cold chunks to make room for 4 hot ones;
-// the engine moves all but the pinned pages. The plans after it, with the engine idle, find the
-// cold chunks still in DRAM: they hold them there, charged to the quota, and bring the process back
-// within it, instead of demoting them again in every plan with the process 2 chunks over.
-TEST(HeatPlannerPolicy, HoldsChunksWhoseDemotionFailedAndKeepsTheProcessWithinItsQuota) {
-  constexpr pid_t kPid = 82;
-  constexpr uint64_t kChunk = 16 * tt::kBasePageSize, kBase = 0x7f0000000000, kSecond = 1'000'000'000;
-  constexpr uint64_t kHot = kBase + 2 * kChunk, kEnd = kBase + 8 * kChunk;
-  tt::fakes::FakePageMover mover;
-  mover.map(kPid, kBase, 2 * kChunk, 0);
-  mover.map(kPid, kHot, 6 * kChunk, 1);
-  for (uint64_t a = kBase; a < kHot; a += tt::kBasePageSize) mover.setPinned(kPid, a, 1000);
-  const auto topology = tt::fakes::twoNodeTopology();
-  tensortier::v1::PolicyConfig config;
-  config.set_chunk_pages(16);
-  config.set_per_process_quota_bytes(4 * kChunk);
-  tt::service::HeatPlannerPolicy policy(config, topology, mover, tt::sys::Fs("/nonexistent-procfs"));
-  ASSERT_TRUE(policy.addRegion(regionOf(kPid, kBase, kEnd - kBase)).ok());
-  // What the engine does with a plan: every page to its target, the pinned ones stay.
-  auto run = [&](const tt::MigrationPlan& plan) {
-    bool cold = false;
-    for (const tt::MoveRequest& m : plan.moves) {
-      cold = cold || m.start < kHot;
-      std::vector<void*> pages;
-      for (uint64_t a = m.start; a < m.start + m.length; a += tt::kBasePageSize) pages.push_back(reinterpret_cast<void*>(a));
-      const std::vector<int> nodes(pages.size(), m.targetNode);
-      std::vector<int> status(pages.size(), 0);
-      EXPECT_TRUE(mover.movePages(kPid, pages, nodes, status, false).ok());
-    }
-    return cold;
-  };
-  auto fastChunks = [&] {
-    uint64_t pages = 0;
-    for (uint64_t a = kBase; a < kEnd; a += tt::kBasePageSize) pages += mover.nodeOf(kPid, a) == 0 ? 1 : 0;
-    return static_cast<double>(pages) / 16.0;
-  };
-  for (uint64_t round = 0; round < 4; ++round) {
-    policy.observe(evenEvidence(kPid, kHot, kEnd - kHot, 1000), round * kSecond, (round + 1) * kSecond);
-    const bool cold = run(policy.plan((round + 1) * kSecond, kSecond, 1e9, {}, {}));
-    if (round == 0) {
-      EXPECT_TRUE(cold) << "the first plan demotes the cold chunks";
-      EXPECT_EQ(fastChunks(), 6.0) << "which stay, beside 4 hot ones";
-      continue;
-    }
-    EXPECT_FALSE(cold) << "round " << round << ": the failed demotion is not re-issued";
-    EXPECT_LE(fastChunks(), 4.0) << "round " << round;
-  }
-}
-
 }  // namespace
 
 namespace {
