@@ -242,10 +242,10 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
   placement_.beginPlan();
   placement_.stillMoving(stillMoving);
   MigrationPlan plan = planner_->plan(heat, placement_, topology_, context);
-  // Pinned ranges are not marked here: once their manual move is done they stay put, and are
-  // asked at their refresh turn like any block (within the query budget). The move itself comes
-  // in `stillMoving` (the epoch loop hands manual moves to the next plan, and on while the engine
-  // runs them).
+  // Pinned ranges are not marked here every plan: once their manual move is done they stay put,
+  // and are asked at their refresh turn like any block (within the query budget). A new pin is
+  // marked once (above), and the move itself comes in `stillMoving` (the epoch loop hands manual
+  // moves, and pinned moves it retries, to the next plan, and on while the engine runs them).
   placement_.endPlan(plan);
   TT_LOG(Debug) << "policy: residency of " << placement_.pagesQueried() << " pages asked for this plan; each block "
                 << "refreshed every " << placement_.refreshPlans() << " plans";

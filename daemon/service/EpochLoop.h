@@ -93,9 +93,10 @@ class EpochLoop {
   [[nodiscard]] Result<void> submitManual(MigrationPlan plan);
   // The same, and every move's range is pinned at its target node until nowNs + pinNs (0 = until
   // unpinned): the policy is told to leave it alone. A new pin of an overlapping range replaces
-  // the old one. The policy's plans do not repeat the move (they go to an idle engine only, which
-  // has finished it); a manual plan that supersedes one still running carries that one's pinned
-  // moves (pages already on the node are skipped by the engine).
+  // the old one. The policy's plans do not repeat a settled move (they go to an idle engine only,
+  // which has finished it); one the engine left unsettled (PlanExecutor::lastUnsettled) is put at
+  // the head of the next plan until it settles; a manual plan that supersedes one still running
+  // carries that one's pinned moves (pages already on the node are skipped by the engine).
   [[nodiscard]] Result<void> submitManual(MigrationPlan plan, uint64_t nowNs, uint64_t pinNs);
   // Drops the pins of a region (regionId != 0) or of every region of `tgid`; returns how many.
   size_t unpin(pid_t tgid, uint64_t regionId);
