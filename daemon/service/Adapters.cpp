@@ -302,15 +302,15 @@ Result<void> HeatPlannerPolicy::applyConfig(const tensortier::v1::PolicyConfig& 
   return {};
 }
 
-std::vector<UnsettledMove> EngineExecutor::lastUnsettled() const {
-  std::vector<UnsettledMove> out;
+std::vector<FinishedRun> EngineExecutor::lastRuns() const {
+  std::vector<FinishedRun> out;
   const auto report = engine_.lastReport();
   if (!report) return out;
   for (const auto& r : report->runs) {
     const migrate::Outcome& o = r.outcome;
     // Not permission denied: no later try gets past that.
-    if (o.busy + o.skippedTargetFull + o.noMemory + o.cancelled + o.failed > 0)
-      out.push_back({r.tgid, r.start, r.length, r.targetNode});
+    out.push_back({r.tgid, r.start, r.length, r.targetNode,
+                   o.busy + o.skippedTargetFull + o.noMemory + o.cancelled + o.failed == 0});
   }
   return out;
 }

@@ -184,7 +184,7 @@ class EngineExecutor final : public PlanExecutor {
   Result<void> submit(MigrationPlan plan) override { return engine_.submit(std::move(plan)); }
   void cancelProcess(pid_t tgid) override { engine_.cancelProcess(tgid); }
   ExecutorCounters counters() const override;
-  std::vector<UnsettledMove> lastUnsettled() const override;
+  std::vector<FinishedRun> lastRuns() const override;
   Result<void> applyConfig(const tensortier::v1::MigrationConfig& config) override {
     auto r = engine_.applyConfig(config);
     if (r) promoteMbps_ = config.promote_mbps();  // workers take effect at restart only

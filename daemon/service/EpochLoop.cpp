@@ -249,15 +249,35 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     // the pin keeps the planner from moving them. A settled one is not: a pinned range that is
     // where the user put it would cost the engine a pass over it in every plan. (The plan goes to
     // an idle engine only, below, so it supersedes no manual plan.)
+    // A move that stays unsettled (pages pinned by RDMA or GPU registrations, a node that stays
+    // full) is retried after 1, 2, 4 ... up to kMaxPinRetryEpochs epochs, not in every one.
+    // The last finished plan says which pinned moves settled and which did not; a pin it does not
+    // mention keeps what an earlier plan said (plans without it finish in between).
     std::vector<MoveRequest> retried;
-    if (!counters.planInFlight && stages_.executor && !pins.empty()) {
-      for (const UnsettledMove& u : stages_.executor->lastUnsettled())
-        for (const ManualPin& p : pins)
-          if (p.tgid == u.tgid && p.node == u.targetNode && p.start < u.start + u.length && u.start < p.start + p.length &&
-              std::none_of(retried.begin(), retried.end(), [&p](const MoveRequest& m) {
-                return m.tgid == p.tgid && m.start == p.start && m.length == p.length;
-              }))
-            retried.push_back({p.tgid, p.start, p.length, p.node, kManualPriority, p.regionId});
+    if (!counters.planInFlight && stages_.executor) {
+      const std::vector<FinishedRun> runs = pins.empty() ? std::vector<FinishedRun>{} : stages_.executor->lastRuns();
+      std::map<PinKey, PinRetry> live;
+      for (const ManualPin& p : pins) {
+        const PinKey key{p.tgid, p.start, p.length, p.node};
+        bool mentioned = false, settled = true;
+        for (const FinishedRun& r : runs)
+          if (r.tgid == p.tgid && r.targetNode == p.node && r.start < p.start + p.length && p.start < r.start + r.length) {
+            mentioned = true;
+            settled = settled && r.settled;
+          }
+        const auto known = pinRetries_.find(key);
+        if (mentioned ? settled : known == pinRetries_.end()) continue;  // settled, or never unsettled
+        PinRetry r = known == pinRetries_.end() ? PinRetry{} : known->second;
+        if (r.epochsLeft == 0) {
+          retried.push_back({p.tgid, p.start, p.length, p.node, kManualPriority, p.regionId});
+          r.epochsLeft = std::min<uint32_t>(kMaxPinRetryEpochs, r.wait == 0 ? 1 : 2 * r.wait);
+          r.wait = r.epochsLeft;
+        } else {
+          --r.epochsLeft;
+        }
+        live[key] = r;
+      }
+      pinRetries_ = std::move(live);  // settled or unpinned ones are forgotten
     }
     MigrationPlan plan = stages_.policy->plan(nowNs, untilNextNs, bandwidth, pins, inFlightMoves_);
     if (!retried.empty() && !counters.planInFlight) {

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -94,7 +95,7 @@ class EpochLoop {
   // The same, and every move's range is pinned at its target node until nowNs + pinNs (0 = until
   // unpinned): the policy is told to leave it alone. A new pin of an overlapping range replaces
   // the old one. The policy's plans do not repeat a settled move (they go to an idle engine only,
-  // which has finished it); one the engine left unsettled (PlanExecutor::lastUnsettled) is put at
+  // which has finished it); one the engine left unsettled (PlanExecutor::lastRuns) is put at
   // the head of the next plan until it settles; a manual plan that supersedes one still running
   // carries that one's pinned moves (pages already on the node are skipped by the engine).
   [[nodiscard]] Result<void> submitManual(MigrationPlan plan, uint64_t nowNs, uint64_t pinNs);
@@ -154,6 +155,14 @@ class EpochLoop {
   // The pins of the manual plans the engine may not have finished (until it is seen idle); under
   // the run lock, like the two above.
   std::vector<ManualPin> unfinishedPins_;
+  // Pinned moves the engine left unsettled: epochs until the next retry, doubling (run lock).
+  using PinKey = std::tuple<pid_t, uint64_t, uint64_t, int>;  // tgid, start, length, node
+  struct PinRetry {
+    uint32_t wait = 0;        // the epochs waited before the last retry
+    uint32_t epochsLeft = 0;  // until the next
+  };
+  static constexpr uint32_t kMaxPinRetryEpochs = 64;
+  std::map<PinKey, PinRetry> pinRetries_;
 
   mutable std::mutex pinsMutex_;
   std::vector<ManualPin> pins_;

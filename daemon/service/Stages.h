@@ -158,13 +158,15 @@ struct ExecutorCounters {
   uint64_t plans = 0;
 };
 
-// A move of the last plan the engine finished that left pages off its target for reasons a later
-// try may not meet (busy pages, the target full, no memory, cancelled, failed).
-struct UnsettledMove {
+// A run of the last plan the engine finished, and whether it settled: unsettled when it left pages
+// off its target for reasons a later try may not meet (busy pages, the target full, no memory,
+// cancelled, failed; not a refused permission, which no retry gets past).
+struct FinishedRun {
   pid_t tgid = 0;
   uint64_t start = 0;
   uint64_t length = 0;
   int targetNode = -1;
+  bool settled = true;
 };
 
 // The migration engine.
@@ -174,8 +176,8 @@ class PlanExecutor {
   [[nodiscard]] virtual Result<void> submit(MigrationPlan plan) = 0;
   virtual void cancelProcess(pid_t tgid) = 0;
   [[nodiscard]] virtual ExecutorCounters counters() const = 0;
-  // The unsettled moves of the last plan it finished (none when it finished none).
-  [[nodiscard]] virtual std::vector<UnsettledMove> lastUnsettled() const { return {}; }
+  // The runs of the last plan it finished (none when it finished none).
+  [[nodiscard]] virtual std::vector<FinishedRun> lastRuns() const { return {}; }
   [[nodiscard]] virtual Result<void> applyConfig(const tensortier::v1::MigrationConfig& config) = 0;
   // SIGTERM: let the in-flight batch finish for up to `graceMs`, cancel the rest, join threads.
   virtual void shutdown(uint32_t graceMs) = 0;

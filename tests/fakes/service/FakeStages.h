@@ -126,15 +126,15 @@ class FakeExecutor final : public service::PlanExecutor {
     std::lock_guard lock(mutex);
     return current;
   }
-  std::vector<service::UnsettledMove> lastUnsettled() const override {
+  std::vector<service::FinishedRun> lastRuns() const override {
     std::lock_guard lock(mutex);
-    return unsettled;
+    return runs;
   }
   Result<void> applyConfig(const tensortier::v1::MigrationConfig&) override { return {}; }
   void shutdown(uint32_t) override {}
 
   mutable std::mutex mutex;
-  std::vector<service::UnsettledMove> unsettled;  // what lastUnsettled() returns
+  std::vector<service::FinishedRun> runs;  // what lastRuns() returns
   std::vector<MigrationPlan> submitted;
   std::vector<pid_t> cancelled;
   service::ExecutorCounters current;

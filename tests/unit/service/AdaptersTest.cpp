@@ -476,9 +476,10 @@ TEST_F(MovePagesPlacement, KeepsAskingForAPlansBlocksWhileTheEngineStillRunsIt) 
 }  // namespace
 
 // What the epoch loop retries of a pinned manual move: the runs of the engine's last finished plan
-// that left pages off their target for a reason a later try may not meet (here busy pages), not
-// those refused for want of permission, which no retry gets past, nor those that settled.
-TEST(EngineExecutor, ReportsTheLastPlansUnsettledMovesButNotPermissionRefusals) {
+// that left pages off their target for a reason a later try may not meet (here busy pages) are
+// unsettled; those refused for want of permission, which no retry gets past, and those that moved
+// are settled.
+TEST(EngineExecutor, ReportsTheLastPlansRunsUnsettledButNotForPermissionRefusals) {
   constexpr uint64_t kBase = 0x10000000, kPage = tt::kBasePageSize;
   tt::fakes::FakePageMover mover;
   mover.map(100, kBase, 8 * kPage, 1);
@@ -497,13 +498,15 @@ TEST(EngineExecutor, ReportsTheLastPlansUnsettledMovesButNotPermissionRefusals) 
   config.set_busy_backoff_ms(1);
   tt::migrate::Engine engine(topology, mover, free, config, tt::migrate::EngineHooks{&clock, &probe, nullptr});
   tt::service::EngineExecutor executor(engine, config);
-  EXPECT_TRUE(executor.lastUnsettled().empty()) << "no plan finished yet";
+  EXPECT_TRUE(executor.lastRuns().empty()) << "no plan finished yet";
   (void)engine.execute({1, {{100, kBase, 8 * kPage, 0, 0, 0}, {200, kBase, 8 * kPage, 0, 0, 0}, {300, kBase, 8 * kPage, 0, 0, 0}}});
-  const auto unsettled = executor.lastUnsettled();
-  ASSERT_EQ(unsettled.size(), 1U);
-  EXPECT_EQ(unsettled[0].tgid, 100);
-  EXPECT_EQ(unsettled[0].start, kBase);
-  EXPECT_EQ(unsettled[0].length, 8 * kPage);
-  EXPECT_EQ(unsettled[0].targetNode, 0);
+  const auto runs = executor.lastRuns();
+  ASSERT_EQ(runs.size(), 3U);
+  for (const auto& r : runs) {
+    EXPECT_EQ(r.start, kBase);
+    EXPECT_EQ(r.length, 8 * kPage);
+    EXPECT_EQ(r.targetNode, 0);
+    EXPECT_EQ(r.settled, r.tgid != 100) << "pid " << r.tgid;
+  }
   engine.shutdown();
 }

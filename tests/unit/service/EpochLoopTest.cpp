@@ -470,34 +470,42 @@ TEST_F(EpochLoopTest, APinWhoseManualMoveIsDoneIsNotMovedAgainByLaterPlans) {
 }
 
 // A manual move the engine finished with pages left off the pin's node (busy pages, the node full:
-// lastUnsettled) is retried with the next plan to the idle engine, even an empty one, since the
-// pin keeps the planner from moving those pages; once it has settled, nothing is carried.
-TEST_F(EpochLoopTest, AnUnsettledPinnedMoveIsRetriedUntilItSettles) {
+// an unsettled run in lastRuns) is retried with the next plan to the idle engine, even an empty
+// one, since the pin keeps the planner from moving those pages; while it stays unsettled, after 1,
+// 2, 4 ... epochs (pinned pages may never move); once it has settled, nothing is carried. Plans
+// that do not mention the pin, finished in between, change nothing.
+TEST_F(EpochLoopTest, AnUnsettledPinnedMoveIsRetriedWithBackoffUntilItSettles) {
   registry.attachProcess(peer, "t", false);
   const uint64_t id = addRegion(0, 4 * kPage);
   loop.runOnce(1 * kSecond);
   ASSERT_TRUE(loop.submitManual(manualMove(kBase, 4 * kPage, 1, id), 1 * kSecond, 0).ok());
   ASSERT_EQ(executor.submitted.size(), 1u);
-  {
+  auto lastRuns = [&](std::vector<tt::service::FinishedRun> runs) {
     std::lock_guard lock(executor.mutex);
-    executor.unsettled = {{10, kBase, 4 * kPage, 1}, {10, kBase + 64 * kPage, kPage, 0}};  // the second: not pinned
+    executor.runs = std::move(runs);
+  };
+  lastRuns({{10, kBase, 4 * kPage, 1, false}, {10, kBase + 64 * kPage, kPage, 0, false}});  // the second: not pinned
+  std::vector<uint64_t> retriedAt;
+  for (uint64_t s = 2; s <= 12; ++s) {
+    const size_t before = executor.submitted.size();
+    loop.runOnce(s * kSecond);  // the policy plans nothing
+    if (executor.submitted.size() == before) continue;
+    ASSERT_EQ(executor.submitted.back().moves.size(), 1u);
+    const auto& m = executor.submitted.back().moves[0];
+    EXPECT_EQ(m.start, kBase);
+    EXPECT_EQ(m.length, 4 * kPage);
+    EXPECT_EQ(m.targetNode, 1);
+    EXPECT_EQ(m.priority, EpochLoop::kManualPriority);
+    EXPECT_EQ(m.regionId, id);
+    retriedAt.push_back(s);
+    if (s == 2) lastRuns({{10, kBase + 64 * kPage, kPage, 0, true}});  // a policy plan finished: no word of the pin
+    else lastRuns({{10, kBase, 4 * kPage, 1, false}});                  // the retry: still unsettled
   }
-  loop.runOnce(2 * kSecond);  // the policy plans nothing
-  ASSERT_EQ(executor.submitted.size(), 2u) << "the unsettled pinned move was not retried";
-  ASSERT_EQ(executor.submitted[1].moves.size(), 1u);
-  EXPECT_EQ(executor.submitted[1].moves[0].start, kBase);
-  EXPECT_EQ(executor.submitted[1].moves[0].length, 4 * kPage);
-  EXPECT_EQ(executor.submitted[1].moves[0].targetNode, 1);
-  EXPECT_EQ(executor.submitted[1].moves[0].priority, EpochLoop::kManualPriority);
-  EXPECT_EQ(executor.submitted[1].moves[0].regionId, id);
-  {
-    std::lock_guard lock(executor.mutex);
-    executor.unsettled.clear();  // the retry settled it
-  }
-  loop.runOnce(3 * kSecond);
-  EXPECT_EQ(executor.submitted.size(), 2u) << "a settled pin was moved again";
-  ASSERT_EQ(policy.lastStillMoving.size(), 1u) << "the policy reads the retried range again";
-  EXPECT_EQ(policy.lastStillMoving[0].start, kBase);
+  EXPECT_EQ(retriedAt, (std::vector<uint64_t>{2, 4, 7, 12})) << "retried every epoch, or lost";
+  lastRuns({{10, kBase, 4 * kPage, 1, true}});  // the last retry settled it
+  const size_t settled = executor.submitted.size();
+  for (uint64_t s = 13; s <= 40; ++s) loop.runOnce(s * kSecond);
+  EXPECT_EQ(executor.submitted.size(), settled) << "a settled pin was moved again";
 }
 
 // A manual plan supersedes the engine's: one submitted while an earlier manual plan may still be
