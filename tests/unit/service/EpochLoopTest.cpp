@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 
 #include <atomic>
 #include <thread>
@@ -32,6 +33,11 @@ class EpochLoopTest : public ::testing::Test {
     auto info = registry.registerRegion(peer, r);
     EXPECT_TRUE(info.ok()) << info.error().message();
     return info.ok() ? info->id : 0;
+  }
+  // Three regions of 4 pages, 16 pages apart from kBase, of an attached process; their ids.
+  std::array<uint64_t, 3> threeRegions() {
+    registry.attachProcess(peer, "t", false);
+    return {addRegion(0, 4 * kPage), addRegion(16 * kPage, 4 * kPage), addRegion(32 * kPage, 4 * kPage)};
   }
   tt::test::FakeAddressSpace space;
   tt::registry::Registry registry;
@@ -512,10 +518,7 @@ TEST_F(EpochLoopTest, AnUnsettledPinnedMoveIsRetriedWithBackoffUntilItSettles) {
 // running brings that plan's pinned moves along, except those it replaces; once the engine has
 // been seen idle they are done and nothing is carried.
 TEST_F(EpochLoopTest, AManualPlanSupersedingAnUnfinishedOneCarriesItsPinnedMoves) {
-  registry.attachProcess(peer, "t", false);
-  const uint64_t a = addRegion(0, 4 * kPage);
-  const uint64_t b = addRegion(16 * kPage, 4 * kPage);
-  const uint64_t c = addRegion(32 * kPage, 4 * kPage);
+  const auto [a, b, c] = threeRegions();
   loop.runOnce(1 * kSecond);
   auto engineBusy = [&](bool busy) {
     std::lock_guard lock(executor.mutex);
@@ -601,10 +604,7 @@ TEST_F(EpochLoopTest, ANewerPinOfTheSameRangeReplacesTheOlder) {
 }
 
 TEST_F(EpochLoopTest, PinsEndWithTheirRegionOrProcess) {
-  registry.attachProcess(peer, "t", false);
-  const uint64_t a = addRegion(0, 4 * kPage);
-  const uint64_t b = addRegion(16 * kPage, 4 * kPage);
-  const uint64_t c = addRegion(32 * kPage, 4 * kPage);
+  const auto [a, b, c] = threeRegions();
   loop.runOnce(1 * kSecond);
   auto plan = manualMove(kBase, 4 * kPage, 1, a);
   plan.moves.push_back({10, kBase + 16 * kPage, 4 * kPage, 1, EpochLoop::kManualPriority, b});

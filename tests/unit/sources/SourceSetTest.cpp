@@ -274,6 +274,18 @@ class TempTree : public ::testing::Test {
 
 using SoftDirtySourceTest = TempTree;
 
+// A soft-dirty source over `tracker` and the fixture tree at `root`, tracking pid 42 (its first
+// collect only clears); null, and a test failure, when it cannot.
+std::unique_ptr<SoftDirtySource> sourceTracking42(std::unique_ptr<sys::SoftDirtyTracker> tracker, const fs::path& root) {
+  auto source = std::make_unique<SoftDirtySource>(std::move(tracker), sys::Fs(root.string()), 1 << 20, Result<bool>(true));
+  EXPECT_TRUE(source->status().available);
+  if (!source->status().available || !source->addProcess(42).ok()) {
+    ADD_FAILURE() << "pid 42 not tracked";
+    return nullptr;
+  }
+  return source;
+}
+
 // One /proc/PID/maps line: [start, end), permissions, and the path ("" for anonymous memory).
 std::string mapsLine(uint64_t start, uint64_t end, const std::string& perms, const std::string& path = "") {
   std::ostringstream line;
@@ -288,22 +300,21 @@ TEST_F(SoftDirtySourceTest, ReportsPagesWrittenSinceLastEpochOnly) {
                        mapsLine(0x7f1000000000, 0x7f1000010000, "r--p", "/usr/lib/libc.so"));
   auto tracker = std::make_unique<fakes::FakeSoftDirtyTracker>();
   auto* t = tracker.get();
-  SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
-  ASSERT_TRUE(source.status().available);
-  ASSERT_TRUE(source.addProcess(42).ok());
+  auto source = sourceTracking42(std::move(tracker), root_);
+  ASSERT_NE(source, nullptr);
   t->markWritten(42, 0x7f0000001000);  // dirty before the first epoch: initial state, ignored
   std::vector<AccessEvidence> out;
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());
   EXPECT_TRUE(out.empty());
   EXPECT_EQ(t->clears[42], 1);
   t->markWritten(42, 0x7f0000002000);
   t->markWritten(42, 0x7f1000002000);  // file mapping: not scanned
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());
   ASSERT_EQ(out.size(), 1U);
   EXPECT_EQ(out[0].page, 0x7f0000002000U);
   EXPECT_EQ(out[0].kind, AccessKind::Store);
   out.clear();
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());
   EXPECT_TRUE(out.empty()) << "bits cleared after each epoch";
 }
 
@@ -335,18 +346,18 @@ TEST_F(SoftDirtySourceTest, TheTrackerActsOnTheProcessItWasGivenNotOnAReusedPid)
 TEST_F(SoftDirtySourceTest, AProcessExitingMidScanIsDroppedWithoutAnError) {
   auto tracker = std::make_unique<fakes::FakeSoftDirtyTracker>();
   auto* t = tracker.get();
-  SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
-  ASSERT_TRUE(source.addProcess(42).ok());
+  auto source = sourceTracking42(std::move(tracker), root_);
+  ASSERT_NE(source, nullptr);
   write("42/maps", mapsLine(0x7f0000000000, 0x7f0000010000, "rw-p"));
-  source.setRanges(42, {{0x7f0000000000, 0x7f0000004000}});
+  source->setRanges(42, {{0x7f0000000000, 0x7f0000004000}});
   std::vector<AccessEvidence> out;
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());  // primes
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());  // primes
   t->exited.insert(42);
-  auto r = tt::test::collectRecords(source, out);
+  auto r = tt::test::collectRecords(*source, out);
   EXPECT_TRUE(r.ok()) << r.error().message();
   EXPECT_TRUE(out.empty());
   t->exited.clear();
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());
   EXPECT_EQ(t->clears[42], 1) << "the exited process is still scanned";
 }
 
@@ -354,21 +365,21 @@ TEST_F(SoftDirtySourceTest, ScansOnlyTheRegisteredRangesOnceSet) {
   write("42/maps", mapsLine(0x7f0000000000, 0x7f0000010000, "rw-p"));
   auto tracker = std::make_unique<fakes::FakeSoftDirtyTracker>();
   auto* t = tracker.get();
-  SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
-  ASSERT_TRUE(source.addProcess(42).ok());
-  source.setRanges(42, {{0x7f0000000000, 0x7f0000004000}});
+  auto source = sourceTracking42(std::move(tracker), root_);
+  ASSERT_NE(source, nullptr);
+  source->setRanges(42, {{0x7f0000000000, 0x7f0000004000}});
   std::vector<AccessEvidence> out;
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());  // primes
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());  // primes
   t->markWritten(42, 0x7f0000001000);     // inside the region
   t->markWritten(42, 0x7f0000008000);     // written, but outside every registered region
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());
   ASSERT_EQ(out.size(), 1U);
   EXPECT_EQ(out[0].page, 0x7f0000001000U);
   // Back to every anonymous mapping when the process has no region left.
-  source.setRanges(42, {});
+  source->setRanges(42, {});
   out.clear();
   t->markWritten(42, 0x7f0000008000);
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());
   ASSERT_EQ(out.size(), 1U);
   EXPECT_EQ(out[0].page, 0x7f0000008000U);
 }
@@ -417,10 +428,10 @@ TEST_F(SoftDirtySourceTest, ANewOrResizedMappingGivesNoEvidenceUntilTheEpochAfte
                        mapsLine(kMerged, kMerged + 4 * kPage, "rw-p"));
   auto tracker = std::make_unique<fakes::FakeSoftDirtyTracker>();
   auto* t = tracker.get();
-  SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
-  ASSERT_TRUE(source.addProcess(42).ok());
+  auto source = sourceTracking42(std::move(tracker), root_);
+  ASSERT_NE(source, nullptr);
   std::vector<AccessEvidence> out;
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());  // primes
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());  // primes
   // Since the clear: brk grew the heap, an mmap merged below kMerged, another one is new.
   const std::vector<std::pair<uint64_t, uint64_t>> now = {{kHeap, kHeap + 8 * kPage},
                                                           {kKept, kKept + 4 * kPage},
@@ -439,12 +450,12 @@ TEST_F(SoftDirtySourceTest, ANewOrResizedMappingGivesNoEvidenceUntilTheEpochAfte
     return pages;
   };
   dirtyEveryPage();
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());
   EXPECT_EQ(pagesOf(out), (std::set<uint64_t>{kKept, kKept + kPage, kKept + 2 * kPage, kKept + 3 * kPage}))
       << "only the mapping that kept its boundaries";
   out.clear();
   dirtyEveryPage();
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());
   EXPECT_EQ(out.size(), 24U) << "every mapping, once the clear has seen its boundaries";
 }
 
@@ -459,12 +470,12 @@ TEST_F(SoftDirtySourceTest, WithoutRegionsScansTheWritableAnonymousMappingsFound
                        mapsLine(kStack, kStack + 0x10000, "rw-p", "[stack]"));  // and no smaps
   auto tracker = std::make_unique<fakes::FakeSoftDirtyTracker>();
   auto* t = tracker.get();
-  SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
-  ASSERT_TRUE(source.addProcess(42).ok());
+  auto source = sourceTracking42(std::move(tracker), root_);
+  ASSERT_NE(source, nullptr);
   std::vector<AccessEvidence> out;
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());  // primes
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());  // primes
   for (uint64_t start : {kHeap, kAnon, kReadOnly, kGuard, kFile, kStack}) t->markWritten(42, start + 0x2000);
-  auto r = tt::test::collectRecords(source, out);
+  auto r = tt::test::collectRecords(*source, out);
   ASSERT_TRUE(r.ok()) << r.error().message();
   std::set<uint64_t> pages;
   for (const auto& e : out) pages.insert(e.page);
@@ -478,22 +489,22 @@ TEST_F(SoftDirtySourceTest, ARegisteredRangeInAGrownMappingGivesNoEvidenceThatEp
   write("42/maps", mapsLine(kA, kA + 16 * kPage, "rw-p") + mapsLine(kB, kB + 16 * kPage, "rw-p"));
   auto tracker = std::make_unique<fakes::FakeSoftDirtyTracker>();
   auto* t = tracker.get();
-  SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
-  ASSERT_TRUE(source.addProcess(42).ok());
-  source.setRanges(42, {{kA + kPage, kA + 3 * kPage}, {kB, kB + 2 * kPage}});
+  auto source = sourceTracking42(std::move(tracker), root_);
+  ASSERT_NE(source, nullptr);
+  source->setRanges(42, {{kA + kPage, kA + 3 * kPage}, {kB, kB + 2 * kPage}});
   std::vector<AccessEvidence> out;
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());  // primes
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());  // primes
   write("42/maps", mapsLine(kA, kA + 32 * kPage, "rw-p") + mapsLine(kB, kB + 16 * kPage, "rw-p"));
   auto dirty = [&] {
     for (uint64_t page : {kA + kPage, kA + 2 * kPage, kB + kPage}) t->markWritten(42, page);
   };
   dirty();
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());
   ASSERT_EQ(out.size(), 1U) << "the region in the grown mapping gave evidence";
   EXPECT_EQ(out[0].page, kB + kPage);
   out.clear();
   dirty();
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());
   EXPECT_EQ(out.size(), 3U);
 }
 
@@ -525,15 +536,15 @@ TEST_F(SoftDirtySourceTest, AMappingGrownJustAfterTheClearGivesNoEvidenceNextEpo
   auto tracker = std::make_unique<HookedSoftDirtyTracker>();
   auto* t = tracker.get();
   t->afterClear = [&] { write("42/maps", mapsLine(kHeap, kHeap + 8 * kPage, "rw-p", "[heap]")); };  // brk
-  SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
-  ASSERT_TRUE(source.addProcess(42).ok());
+  auto source = sourceTracking42(std::move(tracker), root_);
+  ASSERT_NE(source, nullptr);
   std::vector<AccessEvidence> out;
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());  // primes; the heap grows right after
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());  // primes; the heap grows right after
   for (uint64_t page = kHeap; page < kHeap + 8 * kPage; page += kPage) t->fake.markWritten(42, page);
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());
   EXPECT_TRUE(out.empty()) << out.size() << " pages of the heap grown after the clear";
   for (uint64_t page = kHeap; page < kHeap + 8 * kPage; page += kPage) t->fake.markWritten(42, page);
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());
   EXPECT_EQ(out.size(), 8U);
 }
 
@@ -547,17 +558,17 @@ TEST_F(SoftDirtySourceTest, AMappingGrownWhileItIsScannedGivesNoEvidenceThatEpoc
   write("42/maps", mapsLine(kHeap, kHeap + 4 * kPage, "rw-p", "[heap]") + anon);
   auto tracker = std::make_unique<HookedSoftDirtyTracker>();
   auto* t = tracker.get();
-  SoftDirtySource source(std::move(tracker), sys::Fs(root_.string()), 1 << 20, Result<bool>(true));
-  ASSERT_TRUE(source.addProcess(42).ok());
+  auto source = sourceTracking42(std::move(tracker), root_);
+  ASSERT_NE(source, nullptr);
   std::vector<AccessEvidence> out;
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());  // primes
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());  // primes
   t->beforeScan = [&] {  // brk while the scan runs: the kernel flags the whole heap
     write("42/maps", mapsLine(kHeap, kHeap + 8 * kPage, "rw-p", "[heap]") + anon);
     for (uint64_t page = kHeap; page < kHeap + 8 * kPage; page += kPage) t->fake.markWritten(42, page);
     t->beforeScan = nullptr;
   };
   t->fake.markWritten(42, kAnon + kPage);
-  ASSERT_TRUE(tt::test::collectRecords(source, out).ok());
+  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());
   ASSERT_EQ(out.size(), 1U) << out.size() << " pages: the heap grown during the scan was reported";
   EXPECT_EQ(out[0].page, kAnon + kPage);
 }
@@ -929,6 +940,28 @@ class DamonSysfsTest : public TempTree {
         for (const char* m : {"min", "max"}) write(ctx + "/schemes/0/access_pattern/" + d + "/" + m, "");
     }
   }
+  // An open source on two kdamonds, tracking nothing yet; null (and a test failure) when it does
+  // not open.
+  std::unique_ptr<DamonSource> twoSlotSource() {
+    makeKdamonds(2);
+    for (const char* slot : {"0", "1"})
+      fs::create_directories(root_ / kAdmin / slot / "contexts/0/schemes/0/tried_regions");
+    auto source = std::make_unique<DamonSource>(sys::DamonSysfs(sys::Fs(root_.string()), 0, 2), sys::DamonAttrs{}, 1024);
+    source->open();
+    EXPECT_TRUE(source->status().available) << source->status().detail;
+    return source->status().available ? std::move(source) : nullptr;
+  }
+  // Reads the FIFO standing for a kdamond's state file until the request written to it arrives
+  // (the refresher may not have reached it yet); false after 10 s.
+  static bool requestArrives(int reader) {
+    char request[64];
+    const auto through = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < through) {
+      if (::read(reader, request, sizeof request) > 0) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
   // An open source on one kdamond, tracking pid 77, whose tried regions hold one region of two
   // pages (4096-12288) seen 5 times; null (and a test failure) when it does not open.
   std::unique_ptr<DamonSource> sourceWithOneRegion() {
@@ -1026,14 +1059,7 @@ TEST_F(DamonSysfsTest, CollectDoesNotWaitForTheKdamonds) {
   ASSERT_GE(reader, 0);
   // The request must have come through before the FIFO goes: the refresher may not have reached
   // it yet (it would then find no state file and fail the request).
-  char request[64];
-  ssize_t got = 0;
-  const auto through = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (got <= 0 && std::chrono::steady_clock::now() < through) {
-    got = ::read(reader, request, sizeof request);
-    if (got <= 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_GT(got, 0) << "the request in flight never reached the kdamond";
+  ASSERT_TRUE(requestArrives(reader)) << "the request in flight never reached the kdamond";
   fs::remove(state);
   write(kd + "/state", "on\n");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -1056,13 +1082,10 @@ TEST_F(DamonSysfsTest, CollectDoesNotWaitForTheKdamonds) {
 // kdamond stopped, at a later collect. Slot 0's state file is a FIFO: its request blocks until
 // the test reads it.
 TEST_F(DamonSysfsTest, AddingAndRemovingDoNotWaitForARequestInFlight) {
-  makeKdamonds(2);
   const std::string kd0 = std::string(kAdmin) + "/0", kd1 = std::string(kAdmin) + "/1";
-  fs::create_directories(root_ / kd0 / "contexts/0/schemes/0/tried_regions");
-  fs::create_directories(root_ / kd1 / "contexts/0/schemes/0/tried_regions");
-  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 2), sys::DamonAttrs{}, 1024);
-  source.open();
-  ASSERT_TRUE(source.status().available) << source.status().detail;
+  auto opened = twoSlotSource();
+  ASSERT_NE(opened, nullptr);
+  DamonSource& source = *opened;
   ASSERT_TRUE(source.addProcess(77).ok());
   const fs::path state = root_ / kd0 / "state";
   fs::remove(state);
@@ -1075,14 +1098,7 @@ TEST_F(DamonSysfsTest, AddingAndRemovingDoNotWaitForARequestInFlight) {
   int reader = -1;
   auto release = [&] {
     reader = ::open(state.c_str(), O_RDONLY | O_NONBLOCK);
-    char request[64];
-    ssize_t got = 0;
-    const auto through = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (reader >= 0 && got <= 0 && std::chrono::steady_clock::now() < through) {
-      got = ::read(reader, request, sizeof request);
-      if (got <= 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return got > 0;
+    return reader >= 0 && requestArrives(reader);
   };
   auto added = std::async(std::launch::async, [&] { return source.addProcess(88); });
   const bool addReturned = added.wait_for(std::chrono::seconds(1)) == std::future_status::ready;
@@ -1128,10 +1144,7 @@ TEST_F(DamonSysfsTest, AddingWithoutAFreeSlotWhileARequestIsInFlightSaysSo) {
   auto r = added.get();
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message().find("no free kdamond slot"), std::string::npos) << r.error().message();
-  char request[64];
-  const auto through = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (::read(reader, request, sizeof request) <= 0 && std::chrono::steady_clock::now() < through)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(requestArrives(reader));
   fs::remove(state);
   write(kd + "/state", "on\n");
   (void)source.removeProcess(88);
@@ -1185,13 +1198,10 @@ TEST_F(DamonSysfsTest, SlotsRunningAtStartAreLeftAloneUnlessTheirProcessIsTracke
 // start there would fail, and its process would seem unmonitorable), is stopped again at each
 // collect, and is handed out once it has stopped. A start that fails on one slot tries the next.
 TEST_F(DamonSysfsTest, ASlotThatWouldNotStopIsRetriedAndNotHandedOut) {
-  makeKdamonds(2);
   const std::string kd0 = std::string(kAdmin) + "/0", kd1 = std::string(kAdmin) + "/1";
-  fs::create_directories(root_ / kd0 / "contexts/0/schemes/0/tried_regions");
-  fs::create_directories(root_ / kd1 / "contexts/0/schemes/0/tried_regions");
-  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 2), sys::DamonAttrs{}, 1024);
-  source.open();
-  ASSERT_TRUE(source.status().available) << source.status().detail;
+  auto opened = twoSlotSource();
+  ASSERT_NE(opened, nullptr);
+  DamonSource& source = *opened;
   ASSERT_TRUE(source.addProcess(77).ok());
   ASSERT_EQ(read(kd0 + "/contexts/0/targets/0/pid_target"), "77");
   // Slot 0's state cannot be read or written: its stop fails.
