@@ -244,15 +244,14 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     // and reads their ranges again.
     inFlightMoves_.insert(inFlightMoves_.end(), manualMovesUnseen_.begin(), manualMovesUnseen_.end());
     manualMovesUnseen_.clear();
-    // A pin's manual move is carried into the plan only while it is unsettled: the last plan the
-    // (idle) engine finished left pages of it off the pin's node (busy pages, the node full), and
-    // the pin keeps the planner from moving them. A settled one is not: a pinned range that is
-    // where the user put it would cost the engine a pass over it in every plan. (The plan goes to
-    // an idle engine only, below, so it supersedes no manual plan.)
-    // A move that stays unsettled (pages pinned by RDMA or GPU registrations, a node that stays
-    // full) is retried after 1, 2, 4 ... up to kMaxPinRetryEpochs epochs, not in every one.
-    // The last finished plan says which pinned moves settled and which did not; a pin it does not
-    // mention keeps what an earlier plan said (plans without it finish in between).
+    // A pin's manual move is carried into the plan only while it is unsettled: a finished plan left
+    // pages of it off the pin's node (busy pages, the node full), and the pin keeps the planner from
+    // moving them. A settled one is not: a pinned range that is where the user put it would cost
+    // the engine a pass over it in every plan. The last finished plan says which pinned moves
+    // settled; a pin it does not mention keeps what an earlier plan said. One that stays unsettled
+    // (pages pinned by RDMA or GPU registrations, a node that stays full) is retried after 1, 2,
+    // 4 ... up to kMaxPinRetryEpochs epochs. (The plan goes to an idle engine only, below, so it
+    // supersedes no manual plan.)
     std::vector<MoveRequest> retried;
     if (!counters.planInFlight && stages_.executor) {
       const std::vector<FinishedRun> runs = pins.empty() ? std::vector<FinishedRun>{} : stages_.executor->lastRuns();
