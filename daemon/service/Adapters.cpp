@@ -223,16 +223,7 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
   context.accessesPerPagePass = accessesPerPagePass_;
   context.slowPenaltyNs = penalty_.ns;
   context.slowPenaltyByNode = penalty_.byNode;
-  // A range newly pinned was moved by hand, which this policy did not plan: its blocks are asked
-  // where they are again (once: a pinned range then stays put and is refreshed in its turn).
-  std::set<std::tuple<pid_t, uint64_t, uint64_t, int>> pinsNow;
-  for (const auto& p : pins) {
-    context.pins.push_back({p.tgid, p.start, p.length});
-    pinsNow.insert({p.tgid, p.start, p.length, p.node});
-    if (!pinsSeen_.contains({p.tgid, p.start, p.length, p.node}))
-      placement_.markMoved(p.tgid, p.start, p.length, MovePagesPlacement::kDirtyPlans);
-  }
-  pinsSeen_ = std::move(pinsNow);
+  for (const auto& p : pins) context.pins.push_back({p.tgid, p.start, p.length});
   placement_.setQueryBudget(config_.residency_query_pages_per_epoch());
   // Each process's home node (homeNodeOf): its promotions go to the fast node nearest it first.
   // Unknown (the process is exiting): the planner takes the first fast node.
@@ -243,9 +234,9 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
   placement_.stillMoving(stillMoving);
   MigrationPlan plan = planner_->plan(heat, placement_, topology_, context);
   // Pinned ranges are not marked here every plan: once their manual move is done they stay put,
-  // and are asked at their refresh turn like any block (within the query budget). A new pin is
-  // marked once (above), and the move itself comes in `stillMoving` (the epoch loop hands manual
-  // moves, and pinned moves it retries, to the next plan, and on while the engine runs them).
+  // and are asked at their refresh turn like any block (within the query budget). The move itself
+  // comes in `stillMoving` (the epoch loop hands manual moves, and pinned moves it retries, to the
+  // next plan, and on while the engine runs them), whose ranges are asked again.
   placement_.endPlan(plan);
   TT_LOG(Debug) << "policy: residency of " << placement_.pagesQueried() << " pages asked for this plan; each block "
                 << "refreshed every " << placement_.refreshPlans() << " plans";

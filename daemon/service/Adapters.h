@@ -12,7 +12,6 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <set>
 #include <span>
 #include <tuple>
 
@@ -171,7 +170,6 @@ class HeatPlannerPolicy final : public PlacementPolicy {
   MovePagesPlacement placement_;
   heat::HeatModel heat_;
   std::unique_ptr<policy::Planner> planner_;
-  std::set<std::tuple<pid_t, uint64_t, uint64_t, int>> pinsSeen_;  // (tgid, start, length, node) at the last plan
   tensortier::v1::PolicyConfig config_;
   SlowAccessPenalty penalty_;
   double accessesPerPagePass_ = 1;

@@ -329,10 +329,12 @@ TEST(HeatPlannerPolicy, AsksWhereAPinnedRangeIsAtItsRefreshTurnNotInEveryPlan) {
   ASSERT_EQ(first, 4U) << "each of the 4 pinned blocks asked once, as new";
   for (uint64_t p = 2; p <= 9; ++p) EXPECT_TRUE(policy.plan(p * kSecond, kSecond, 1e9, pins, {}).moves.empty());
   EXPECT_EQ(mover.queryCalls() - first, 8U) << "in 8 plans each block twice, not in every plan";
-  // Pinned anew (moved by hand to another node): asked again at the next plan, not at its turn.
+  // Pinned anew (moved by hand to another node; the epoch loop hands the manual move to the next
+  // plan): asked again at that plan, not at its turn.
   const std::vector<tt::service::ManualPin> moved = {{kPid, 1, kBase, kLength, 1, 0}};
+  const std::vector<tt::MoveRequest> manual = {{kPid, kBase, kLength, 1, tt::service::EpochLoop::kManualPriority, 1}};
   const size_t before = mover.queryCalls();
-  EXPECT_TRUE(policy.plan(10 * kSecond, kSecond, 1e9, moved, {}).moves.empty());
+  EXPECT_TRUE(policy.plan(10 * kSecond, kSecond, 1e9, moved, manual).moves.empty());
   EXPECT_EQ(mover.queryCalls() - before, 4U) << "each block of the range moved by hand asked again";
 }
 
