@@ -8,6 +8,7 @@
 #include <chrono>
 #include <thread>
 #include <filesystem>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -286,6 +287,20 @@ std::unique_ptr<SoftDirtySource> sourceTracking42(std::unique_ptr<sys::SoftDirty
   return source;
 }
 
+// The same over a fake tracker (`tracker` points at it), its first collect (which only clears)
+// done.
+std::unique_ptr<SoftDirtySource> primedFakeSource(const fs::path& root, fakes::FakeSoftDirtyTracker*& tracker) {
+  auto fake = std::make_unique<fakes::FakeSoftDirtyTracker>();
+  tracker = fake.get();
+  auto source = sourceTracking42(std::move(fake), root);
+  std::vector<AccessEvidence> primed;
+  if (source && !tt::test::collectRecords(*source, primed).ok()) {
+    ADD_FAILURE() << "priming collect failed";
+    return nullptr;
+  }
+  return source;
+}
+
 // One /proc/PID/maps line: [start, end), permissions, and the path ("" for anonymous memory).
 std::string mapsLine(uint64_t start, uint64_t end, const std::string& perms, const std::string& path = "") {
   std::ostringstream line;
@@ -426,12 +441,10 @@ TEST_F(SoftDirtySourceTest, ANewOrResizedMappingGivesNoEvidenceUntilTheEpochAfte
   constexpr uint64_t kHeap = 0x555500000000, kKept = 0x7f0000000000, kMerged = 0x7f1000004000, kNew = 0x7f2000000000;
   write("42/maps", mapsLine(kHeap, kHeap + 4 * kPage, "rw-p", "[heap]") + mapsLine(kKept, kKept + 4 * kPage, "rw-p") +
                        mapsLine(kMerged, kMerged + 4 * kPage, "rw-p"));
-  auto tracker = std::make_unique<fakes::FakeSoftDirtyTracker>();
-  auto* t = tracker.get();
-  auto source = sourceTracking42(std::move(tracker), root_);
+  fakes::FakeSoftDirtyTracker* t = nullptr;
+  auto source = primedFakeSource(root_, t);
   ASSERT_NE(source, nullptr);
   std::vector<AccessEvidence> out;
-  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());  // primes
   // Since the clear: brk grew the heap, an mmap merged below kMerged, another one is new.
   const std::vector<std::pair<uint64_t, uint64_t>> now = {{kHeap, kHeap + 8 * kPage},
                                                           {kKept, kKept + 4 * kPage},
@@ -468,12 +481,10 @@ TEST_F(SoftDirtySourceTest, WithoutRegionsScansTheWritableAnonymousMappingsFound
                        mapsLine(kReadOnly, kReadOnly + 0x10000, "r--p") + mapsLine(kGuard, kGuard + 0x10000, "---p") +
                        mapsLine(kFile, kFile + 0x10000, "rw-p", "/data/weights.bin") +
                        mapsLine(kStack, kStack + 0x10000, "rw-p", "[stack]"));  // and no smaps
-  auto tracker = std::make_unique<fakes::FakeSoftDirtyTracker>();
-  auto* t = tracker.get();
-  auto source = sourceTracking42(std::move(tracker), root_);
+  fakes::FakeSoftDirtyTracker* t = nullptr;
+  auto source = primedFakeSource(root_, t);
   ASSERT_NE(source, nullptr);
   std::vector<AccessEvidence> out;
-  ASSERT_TRUE(tt::test::collectRecords(*source, out).ok());  // primes
   for (uint64_t start : {kHeap, kAnon, kReadOnly, kGuard, kFile, kStack}) t->markWritten(42, start + 0x2000);
   auto r = tt::test::collectRecords(*source, out);
   ASSERT_TRUE(r.ok()) << r.error().message();
@@ -940,16 +951,28 @@ class DamonSysfsTest : public TempTree {
         for (const char* m : {"min", "max"}) write(ctx + "/schemes/0/access_pattern/" + d + "/" + m, "");
     }
   }
-  // An open source on two kdamonds, tracking nothing yet; null (and a test failure) when it does
-  // not open.
-  std::unique_ptr<DamonSource> twoSlotSource() {
+  // An open source on two kdamonds, tracking `tracked` (on slot 0); null (and a test failure) when
+  // it does not open or track.
+  std::unique_ptr<DamonSource> twoSlotSource(pid_t tracked) {
     makeKdamonds(2);
     for (const char* slot : {"0", "1"})
       fs::create_directories(root_ / kAdmin / slot / "contexts/0/schemes/0/tried_regions");
     auto source = std::make_unique<DamonSource>(sys::DamonSysfs(sys::Fs(root_.string()), 0, 2), sys::DamonAttrs{}, 1024);
     source->open();
     EXPECT_TRUE(source->status().available) << source->status().detail;
-    return source->status().available ? std::move(source) : nullptr;
+    if (!source->status().available || !source->addProcess(tracked).ok()) {
+      ADD_FAILURE() << "pid " << tracked << " not monitored";
+      return nullptr;
+    }
+    return source;
+  }
+  // Replaces a kdamond's state file (`kd`: its directory under root_) with a FIFO: a request
+  // written to it blocks until the test reads it, as the kernel's does until the kdamond answers.
+  fs::path stateAsFifo(const std::string& kd) {
+    const fs::path state = root_ / kd / "state";
+    fs::remove(state);
+    EXPECT_EQ(::mkfifo(state.c_str(), 0600), 0) << std::strerror(errno);
+    return state;
   }
   // Reads the FIFO standing for a kdamond's state file until the request written to it arrives
   // (the refresher may not have reached it yet); false after 10 s.
@@ -1042,9 +1065,7 @@ TEST_F(DamonSysfsTest, CollectDoesNotWaitForTheKdamonds) {
   auto opened = sourceWithOneRegion();
   ASSERT_NE(opened, nullptr);
   DamonSource& source = *opened;
-  const fs::path state = root_ / kd / "state";
-  fs::remove(state);
-  ASSERT_EQ(::mkfifo(state.c_str(), 0600), 0);
+  const fs::path state = stateAsFifo(kd);
 
   EvidenceBatch out;
   const auto began = std::chrono::steady_clock::now();
@@ -1083,13 +1104,10 @@ TEST_F(DamonSysfsTest, CollectDoesNotWaitForTheKdamonds) {
 // the test reads it.
 TEST_F(DamonSysfsTest, AddingAndRemovingDoNotWaitForARequestInFlight) {
   const std::string kd0 = std::string(kAdmin) + "/0", kd1 = std::string(kAdmin) + "/1";
-  auto opened = twoSlotSource();
+  auto opened = twoSlotSource(77);
   ASSERT_NE(opened, nullptr);
   DamonSource& source = *opened;
-  ASSERT_TRUE(source.addProcess(77).ok());
-  const fs::path state = root_ / kd0 / "state";
-  fs::remove(state);
-  ASSERT_EQ(::mkfifo(state.c_str(), 0600), 0);
+  const fs::path state = stateAsFifo(kd0);
   EvidenceBatch out;
   ASSERT_TRUE(source.collect(out).ok());  // slot 0's request: blocked on the FIFO
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -1130,9 +1148,7 @@ TEST_F(DamonSysfsTest, AddingWithoutAFreeSlotWhileARequestIsInFlightSaysSo) {
   auto opened = sourceWithOneRegion();  // one slot, pid 77 on it
   ASSERT_NE(opened, nullptr);
   DamonSource& source = *opened;
-  const fs::path state = root_ / kd / "state";
-  fs::remove(state);
-  ASSERT_EQ(::mkfifo(state.c_str(), 0600), 0);
+  const fs::path state = stateAsFifo(kd);
   EvidenceBatch out;
   ASSERT_TRUE(source.collect(out).ok());  // the request: blocked on the FIFO
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -1199,10 +1215,9 @@ TEST_F(DamonSysfsTest, SlotsRunningAtStartAreLeftAloneUnlessTheirProcessIsTracke
 // collect, and is handed out once it has stopped. A start that fails on one slot tries the next.
 TEST_F(DamonSysfsTest, ASlotThatWouldNotStopIsRetriedAndNotHandedOut) {
   const std::string kd0 = std::string(kAdmin) + "/0", kd1 = std::string(kAdmin) + "/1";
-  auto opened = twoSlotSource();
+  auto opened = twoSlotSource(77);
   ASSERT_NE(opened, nullptr);
   DamonSource& source = *opened;
-  ASSERT_TRUE(source.addProcess(77).ok());
   ASSERT_EQ(read(kd0 + "/contexts/0/targets/0/pid_target"), "77");
   // Slot 0's state cannot be read or written: its stop fails.
   fs::remove(root_ / kd0 / "state");
