@@ -166,6 +166,27 @@ struct MigrationPlan {
   std::vector<MoveRequest> moves;
 };
 
+// [start, start + length): whole 4 KiB pages.
+struct AddressRange {
+  uint64_t start = 0;
+  uint64_t length = 0;
+  friend bool operator==(const AddressRange&, const AddressRange&) = default;
+};
+
+// Pages the engine could not move off their node after every retry (busy: pinned by RDMA or GPU
+// registrations, io_uring fixed buffers, ...). The planner leaves them where they are while they
+// are held, and charges the fast ones to the budgets, so that it neither re-issues the move every
+// plan nor sizes promotions into room that never frees.
+struct StuckRange {
+  pid_t tgid = 0;
+  uint64_t start = 0;   // page aligned
+  uint64_t length = 0;  // bytes, page multiple
+  bool onFast = false;  // left on a fast node (a demotion failed); false: on a slow node
+  // Due a retry: planned like any other pages, except that demoting them frees no room in that
+  // plan (the promotions do not count on it until the demotion has succeeded).
+  bool retry = false;
+};
+
 [[nodiscard]] const char* accessKindName(AccessKind kind);
 [[nodiscard]] const char* regionKindName(RegionKind kind);
 

@@ -47,6 +47,46 @@ uint64_t Outcome::total() const {
          cancelled;
 }
 
+void addBusyPages(std::vector<AddressRange>& ranges, std::span<void* const> pages, uint64_t pageBytes) {
+  if (pages.empty()) return;
+  for (void* p : pages) ranges.push_back({reinterpret_cast<uint64_t>(p), pageBytes});
+  std::sort(ranges.begin(), ranges.end(), [](const AddressRange& a, const AddressRange& b) { return a.start < b.start; });
+  size_t k = 0;
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    AddressRange& last = ranges[k];
+    if (ranges[i].start <= last.start + last.length) {
+      last.length = std::max(last.length, ranges[i].start + ranges[i].length - last.start);
+    } else {
+      ranges[++k] = ranges[i];
+    }
+  }
+  ranges.resize(k + 1);
+  if (ranges.size() <= RunReport::kMaxBusyRanges) return;
+  // Too many: join across the smallest gaps, so that what is held back takes in as few pages that
+  // did move as it can. Gaps up to the one that leaves kMaxBusyRanges go (ties: from the left).
+  std::vector<uint64_t> gaps;
+  for (size_t i = 1; i < ranges.size(); ++i) gaps.push_back(ranges[i].start - (ranges[i - 1].start + ranges[i - 1].length));
+  const size_t join = ranges.size() - RunReport::kMaxBusyRanges;
+  std::vector<uint64_t> sorted = gaps;
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<ptrdiff_t>(join - 1), sorted.end());
+  const uint64_t threshold = sorted[join - 1];
+  size_t below = 0;  // gaps strictly under the threshold all go; of those equal to it, what is left
+  for (uint64_t g : gaps) below += g < threshold ? 1 : 0;
+  size_t equalToJoin = join - below;
+  k = 0;
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    const uint64_t g = gaps[i - 1];
+    const bool joinIt = g < threshold || (g == threshold && equalToJoin > 0);
+    if (g == threshold && joinIt) --equalToJoin;
+    if (joinIt) {
+      ranges[k].length = ranges[i].start + ranges[i].length - ranges[k].start;
+    } else {
+      ranges[++k] = ranges[i];
+    }
+  }
+  ranges.resize(k + 1);
+}
+
 Outcome PlanReport::total() const {
   Outcome sum;
   for (const RunReport& r : runs) sum.add(r.outcome);
@@ -606,12 +646,22 @@ bool Engine::tryInProcess(PlanState& plan, size_t runIndex) {
       plan.addError(q.error().message());
       break;
     }
+    std::vector<void*> busy;
     for (size_t i = 0; i < n; ++i) {
       if (before[done + i] != kElsewhere) continue;
       const int s = scratch->status[i];
-      if (s == run.targetNode) ++o.moved;
-      else if (s == -ENOENT || s == -EFAULT) ++o.notMapped;
-      else ++o.busy;  // mbind's MPOL_MF_MOVE leaves pages it cannot isolate where they are
+      if (s == run.targetNode) {
+        ++o.moved;
+      } else if (s == -ENOENT || s == -EFAULT) {
+        ++o.notMapped;
+      } else {
+        ++o.busy;  // mbind's MPOL_MF_MOVE leaves pages it cannot isolate where they are
+        busy.push_back(reinterpret_cast<void*>(run.start + (done + i) * kBasePageSize));
+      }
+    }
+    if (!busy.empty()) {
+      std::lock_guard lock(plan.mutex);
+      addBusyPages(plan.report.runs[runIndex].busy, busy, kBasePageSize);
     }
     done += n;
   }
@@ -899,6 +949,8 @@ void Engine::executeBatch(Batch& b) {
     if (n == 0) break;
     if (attempt >= retries) {
       o.busy += n * unit;
+      std::lock_guard lock(plan.mutex);
+      addBusyPages(plan.report.runs[b.runIndex].busy, std::span<void* const>(b.pages.data(), n), entryBytes(b.huge));
       break;
     }
     counters.busyRetries.fetch_add(1, std::memory_order_relaxed);

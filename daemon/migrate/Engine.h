@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -106,7 +107,15 @@ struct RunReport {
   bool viaMbind = false;                     // carried out by the in-process mover
   std::vector<sys::HugeRange> hugeRanges;    // THP-backed parts, moved one entry per 2 MiB
   Outcome outcome;
+  // Where outcome.busy's pages are, sorted and merged; at most kMaxBusyRanges, the closest ones
+  // joined beyond that (a joined range may then take in pages that did move).
+  std::vector<AddressRange> busy;
+  static constexpr size_t kMaxBusyRanges = 64;
 };
+
+// Adds `pages` (each `pageBytes` long, in any order) to `ranges`, keeping them sorted, merged and
+// at most RunReport::kMaxBusyRanges.
+void addBusyPages(std::vector<AddressRange>& ranges, std::span<void* const> pages, uint64_t pageBytes);
 
 struct PlanReport {
   uint64_t generation = 0;

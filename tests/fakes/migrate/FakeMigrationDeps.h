@@ -125,9 +125,10 @@ class FakeInProcessMover final : public migrate::InProcessMover {
       requests_.push_back({tgid, regionId, start, length, node});
       if (fail_ != 0) return systemError(fail_, "fake mbind of region " + std::to_string(regionId));
     }
-    // The client's mbind(MPOL_MF_MOVE) moves the pages it has: simulate through the page table.
+    // The client's mbind(MPOL_MF_MOVE) moves the pages it has, but not pinned ones: simulate
+    // through the page table.
     for (uint64_t a = start; a < start + length; a += kBasePageSize)
-      if (mover_.nodeOf(tgid, a) >= 0) mover_.map(tgid, a, kBasePageSize, node);
+      if (mover_.nodeOf(tgid, a) >= 0 && !mover_.isPinned(tgid, a)) mover_.map(tgid, a, kBasePageSize, node);
     return {};
   }
   [[nodiscard]] std::vector<Request> requests() const { std::lock_guard l(mutex_); return requests_; }

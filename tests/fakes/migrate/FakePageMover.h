@@ -71,6 +71,14 @@ class FakePageMover final : public sys::PageMover {
     auto it = p->second.pages.find(page);
     return it == p->second.pages.end() ? -ENOENT : it->second;
   }
+  // Whether the page is pinned for further attempts (the in-process mover's mbind leaves it too).
+  [[nodiscard]] bool isPinned(pid_t pid, uint64_t page) const {
+    std::lock_guard lock(mutex_);
+    auto p = procs_.find(pid);
+    if (p == procs_.end()) return false;
+    auto it = p->second.pinned.find(page);
+    return it != p->second.pinned.end() && it->second > 0;
+  }
   [[nodiscard]] uint64_t pagesOn(int node) const {
     std::lock_guard lock(mutex_);
     return pagesOnLocked(node);

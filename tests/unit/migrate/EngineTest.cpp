@@ -236,6 +236,75 @@ TEST_F(MigrateEngine, BusyPagesAreRetriedWithBackoffThenReported) {
   EXPECT_EQ(calls[3].pages.size(), 1u);
 }
 
+// The report says where the busy pages are (the service holds them back from later plans), the
+// huge ones as whole folios.
+TEST_F(MigrateEngine, TheReportSaysWhereTheBusyPagesAre) {
+  mover_.map(100, kBase, 512 * kPage, kFast);
+  mover_.map(100, kBase + 4 * kMiB, 4 * kMiB, kFast, true);  // 2 THPs
+  for (uint64_t p : {20, 21, 22, 300}) mover_.setPinned(100, kBase + p * kPage, 1000);
+  mover_.setBusy(100, kBase + 40 * kPage, 1);  // busy once, then moves: not reported
+  mover_.setBusy(100, kBase + 4 * kMiB + 2 * kMiB, 1000);  // the second THP's head
+  probe_.add(100, {kBase + 4 * kMiB, 4 * kMiB});
+  auto engine = make(unlimited());
+  const PlanReport report =
+      engine->execute(plan(1, {{100, kBase, 512 * kPage, kSlow, 0, 0}, {100, kBase + 4 * kMiB, 4 * kMiB, kSlow, 0, 0}}));
+  ASSERT_EQ(report.runs.size(), 2u);
+  EXPECT_EQ(report.runs[0].outcome.busy, 4u);
+  EXPECT_EQ(report.runs[0].busy,
+            (std::vector<tt::AddressRange>{{kBase + 20 * kPage, 3 * kPage}, {kBase + 300 * kPage, kPage}}));
+  EXPECT_EQ(report.runs[1].outcome.busy, 512u);
+  EXPECT_EQ(report.runs[1].busy, (std::vector<tt::AddressRange>{{kBase + 6 * kMiB, 2 * kMiB}}));
+  EXPECT_EQ(mover_.nodeOf(100, kBase + 40 * kPage), kSlow);
+}
+
+// Through the client's mbind the same: pages it could not move are named.
+TEST_F(MigrateEngine, TheReportSaysWhereAnMbindLeftPages) {
+  mover_.map(100, kBase, 256 * kPage, kFast);
+  mover_.setPinned(100, kBase + 9 * kPage, 1000);
+  inProcess_.accept(100);
+  auto engine = make(unlimited(), true);
+  const PlanReport report = engine->execute(plan(1, {{100, kBase, 256 * kPage, kSlow, 0, 7}}));
+  ASSERT_EQ(report.runs.size(), 1u);
+  EXPECT_TRUE(report.runs[0].viaMbind);
+  EXPECT_EQ(report.runs[0].outcome.busy, 1u);
+  EXPECT_EQ(report.runs[0].busy, (std::vector<tt::AddressRange>{{kBase + 9 * kPage, kPage}}));
+}
+
+// Busy pages are kept as at most kMaxBusyRanges ranges: beyond that the closest are joined, so
+// what is held back takes in as few moved pages as it can.
+TEST(BusyPages, AreMergedAndBoundedByJoiningTheSmallestGaps) {
+  constexpr size_t kMax = tt::migrate::RunReport::kMaxBusyRanges;
+  std::vector<tt::AddressRange> ranges;
+  std::vector<void*> pages;
+  // kMax + 2 single pages: every 10th page, except two pairs only 2 pages apart.
+  for (uint64_t i = 0; i < kMax + 2; ++i) pages.push_back(reinterpret_cast<void*>(kBase + i * 10 * kPage));
+  pages.push_back(reinterpret_cast<void*>(kBase + 52 * kPage));
+  pages.push_back(reinterpret_cast<void*>(kBase + 202 * kPage));
+  std::reverse(pages.begin(), pages.end());  // any order
+  tt::migrate::addBusyPages(ranges, pages, kPage);
+  ASSERT_EQ(ranges.size(), kMax);
+  // Four gaps must go: the two of 1 page (50 to 52, 200 to 202), then the two of 7 (52 to 60,
+  // 202 to 210); the 9-page gaps between the others stay.
+  EXPECT_EQ(ranges[4], (tt::AddressRange{kBase + 40 * kPage, kPage}));
+  EXPECT_EQ(ranges[5], (tt::AddressRange{kBase + 50 * kPage, 11 * kPage})) << "50, 52 and 60 joined";
+  EXPECT_EQ(ranges[6], (tt::AddressRange{kBase + 70 * kPage, kPage}));
+  EXPECT_EQ(ranges[19], (tt::AddressRange{kBase + 200 * kPage, 11 * kPage})) << "200, 202 and 210 joined";
+  uint64_t covered = 0;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    covered += ranges[i].length;
+    if (i > 0) {
+      EXPECT_GT(ranges[i].start, ranges[i - 1].start + ranges[i - 1].length) << "sorted, apart";
+    }
+  }
+  EXPECT_EQ(covered, (kMax + 4 + 1 + 7 + 1 + 7) * kPage) << "only the joined gaps were added";
+  // Adjacent and repeated pages merge without joining anything.
+  std::vector<tt::AddressRange> adjacent;
+  std::vector<void*> run = {reinterpret_cast<void*>(kBase + kPage), reinterpret_cast<void*>(kBase),
+                            reinterpret_cast<void*>(kBase + kPage)};
+  tt::migrate::addBusyPages(adjacent, run, kPage);
+  EXPECT_EQ(adjacent, (std::vector<tt::AddressRange>{{kBase, 2 * kPage}}));
+}
+
 TEST_F(MigrateEngine, PinnedPagesWithUnwrittenStatusesAreLookedUpNotMiscounted) {
   mover_.map(100, kBase, 512 * kPage, kSlow);
   mover_.setPinned(100, kBase + 7 * kPage, 1000);
