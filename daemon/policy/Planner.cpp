@@ -32,6 +32,57 @@ void forEachFastNode(const PlanBlock& b, F&& f) {
     if (n.pages > 0) f(n.node, n.pages);
 }
 
+// PlanContext::stuck by (process, address), for look-ups per block and per move.
+class StuckIndex {
+ public:
+  explicit StuckIndex(const std::vector<StuckRange>& stuck) : ranges_(stuck) {
+    std::sort(ranges_.begin(), ranges_.end(), [](const StuckRange& a, const StuckRange& b) {
+      return a.tgid != b.tgid ? a.tgid < b.tgid : a.start < b.start;
+    });
+  }
+  // Pages of [start, start + length) of `tgid` in ranges for which `match` holds.
+  template <class Match>
+  [[nodiscard]] uint64_t pages(pid_t tgid, uint64_t start, uint64_t length, Match&& match) const {
+    uint64_t bytes = 0;
+    const uint64_t end = start + length;
+    for (auto it = first(tgid, start); it != ranges_.end() && it->tgid == tgid && it->start < end; ++it)
+      if (match(*it)) bytes += std::min(end, it->start + it->length) - std::max(start, it->start);
+    return bytes / kBasePageSize;
+  }
+  // Calls f(start, length) for each part of [start, start + length) of `tgid` in a range for
+  // which `match` holds, in address order.
+  template <class Match, class F>
+  void forEachInside(pid_t tgid, uint64_t start, uint64_t length, Match&& match, F&& f) const {
+    const uint64_t end = start + length;
+    for (auto it = first(tgid, start); it != ranges_.end() && it->tgid == tgid && it->start < end; ++it)
+      if (match(*it)) {
+        const uint64_t s = std::max(start, it->start);
+        f(s, std::min(end, it->start + it->length) - s);
+      }
+  }
+  // The same for each part outside every range for which `match` holds.
+  template <class Match, class F>
+  void forEachOutside(pid_t tgid, uint64_t start, uint64_t length, Match&& match, F&& f) const {
+    const uint64_t end = start + length;
+    uint64_t at = start;
+    for (auto it = first(tgid, start); it != ranges_.end() && it->tgid == tgid && it->start < end; ++it) {
+      if (!match(*it)) continue;
+      if (it->start > at) f(at, it->start - at);
+      at = std::max(at, it->start + it->length);
+    }
+    if (at < end) f(at, end - at);
+  }
+  [[nodiscard]] bool empty() const { return ranges_.empty(); }
+
+ private:
+  [[nodiscard]] std::vector<StuckRange>::const_iterator first(pid_t tgid, uint64_t start) const {
+    return std::partition_point(ranges_.begin(), ranges_.end(), [&](const StuckRange& r) {
+      return r.tgid < tgid || (r.tgid == tgid && r.start + r.length <= start);
+    });
+  }
+  std::vector<StuckRange> ranges_;
+};
+
 }  // namespace
 
 Planner::Planner(const tensortier::v1::PolicyConfig& config) : config_(config) {}
@@ -73,6 +124,7 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
       inst.pinnedFastByNode.push_back({node, 0});
     }
   }
+  const StuckIndex stuck(context.stuck);
   auto pinned = [&context](pid_t tgid, uint64_t start, uint64_t length) {
     for (const PinnedRange& p : context.pins)
       if (p.tgid == tgid && p.start < start + length && start < p.start + p.length) return true;
@@ -172,7 +224,7 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
       b.nextUseInNs = unit.nextUseInNs;
       b.fastNode = nodes.fast;
       b.slowNode = nodes.slow;
-      const uint64_t present = b.residency.fastPages + b.residency.slowPages;
+      uint64_t present = b.residency.fastPages + b.residency.slowPages;
       if (present == 0) continue;
       if (pinned(b.tgid, b.start, b.length)) {
         inst.pinnedFastBytes += b.residency.fastPages * kBasePageSize;
@@ -185,6 +237,48 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
         groupPinnedFast[group] += b.residency.fastPages * kBasePageSize;
         continue;
       }
+      std::vector<AddressRange> retries;
+      if (!stuck.empty()) {
+        // Stuck pages leave the block (see the header): the fast ones, held or due a retry, are
+        // charged like pinned ones, taken from the nodes in the order the residency lists them;
+        // held slow ones are not planned.
+        const uint64_t heldFast = std::min(
+            b.residency.fastPages, stuck.pages(b.tgid, b.start, b.length, [](const StuckRange& r) { return r.onFast; }));
+        const uint64_t heldSlow =
+            std::min(b.residency.slowPages, stuck.pages(b.tgid, b.start, b.length,
+                                                        [](const StuckRange& r) { return !r.onFast && !r.retry; }));
+        stuck.forEachInside(
+            b.tgid, b.start, b.length, [](const StuckRange& r) { return r.onFast && r.retry; },
+            [&](uint64_t start, uint64_t length) { retries.push_back({start, length}); });
+        if (heldFast > 0) {
+          uint64_t left = heldFast;
+          auto charge = [&](int node, uint64_t pages) {
+            for (NodeBytes& n : inst.pinnedFastByNode)
+              if (n.node == node) n.bytes += pages * kBasePageSize;
+          };
+          if (b.residency.fastByNode.empty()) {
+            charge(b.fastNode, heldFast);
+          } else {
+            for (NodePages& n : b.residency.fastByNode) {
+              const uint64_t take = std::min(left, n.pages);
+              n.pages -= take;
+              left -= take;
+              charge(n.node, take);
+            }
+          }
+          b.residency.fastPages -= heldFast;
+          inst.pinnedFastBytes += heldFast * kBasePageSize;
+          if (groupPinnedFast.size() <= group) groupPinnedFast.resize(group + 1, 0);
+          groupPinnedFast[group] += heldFast * kBasePageSize;
+        }
+        b.residency.slowPages -= heldSlow;
+        present = b.residency.fastPages + b.residency.slowPages;
+      }
+      // A retry's demotion goes out unless the block stays fast (decided with the selection).
+      const size_t index = present == 0 ? SIZE_MAX : inst.blocks.size();
+      for (const AddressRange& r : retries)
+        if (b.slowNode >= 0) inst.retries.push_back({index, b.tgid, r.start, r.length, b.slowNode, b.regionId});
+      if (present == 0) continue;
       const auto fast = static_cast<double>(b.residency.fastPages);
       const auto slow = static_cast<double>(b.residency.slowPages);
       const double fastShare = fast / static_cast<double>(present);
@@ -408,6 +502,25 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     return a.start < b.start;
   });
   const uint64_t maxRun = std::max<uint64_t>(kBasePageSize, config_.max_run_bytes() - config_.max_run_bytes() % kBasePageSize);
+  // No move touches stuck pages (see the header), except a retry's demotion, which goes out
+  // where the selection did not keep its block fast (the lowest demotion priority: it frees no
+  // room this plan counts on).
+  if (!context.stuck.empty()) {
+    const StuckIndex stuck(context.stuck);
+    std::vector<Move> outside;
+    for (const Move& m : moves)
+      stuck.forEachOutside(
+          m.tgid, m.start, m.length, [](const StuckRange& r) { return r.onFast || !r.retry; },
+          [&](uint64_t start, uint64_t length) { outside.push_back({m.tgid, m.node, start, length, m.priority, m.regionId}); });
+    for (const RetryDemotion& r : inst.retries)
+      if (r.block == SIZE_MAX || !sel.chosen[r.block]) outside.push_back({r.tgid, r.slowNode, r.start, r.length, 1000, r.regionId});
+    std::sort(outside.begin(), outside.end(), [](const Move& a, const Move& b) {
+      if (a.tgid != b.tgid) return a.tgid < b.tgid;
+      if (a.node != b.node) return a.node < b.node;
+      return a.start < b.start;
+    });
+    moves = std::move(outside);
+  }
   for (const Move& m : moves) {
     if (!plan.moves.empty()) {
       MoveRequest& last = plan.moves.back();

@@ -66,6 +66,14 @@
 // where it is: it is neither promoted nor demoted, and its fast pages are taken off the global
 // budget and its process's quota before the selection, so the others are planned around them.
 //
+// Stuck pages (PlanContext::stuck: pages the engine left busy, pinned by the kernel) are left out
+// of their block, as if they were not its pages: the fast ones are charged to the budgets like
+// pinned pages (they stay in DRAM whatever the plan says), held slow ones are not planned, and
+// the block's moves skip them all, so the engine does not retry them every plan. Fast pages due a
+// retry stay charged in that plan too (no promotion is sized into room that may not free), and are
+// demoted again unless the selection keeps their block fast; slow ones due a retry are planned
+// like any other pages. A block is charged at most its fast (or slow) pages.
+//
 // Threading: not thread-safe; the daemon's epoch loop owns it.
 #pragma once
 
@@ -137,6 +145,9 @@ struct PlanContext {
   // evidence is page-granular (soft-dirty, DAMON, fault tracer). 0 = 1. Scales the move floor.
   double accessesPerPagePass = 0;
   std::vector<PinnedRange> pins;            // left where they are (see above)
+  // Pages the engine could not move in earlier plans (service::StuckMoves; never overlapping
+  // within a process): see "Stuck pages" in the header.
+  std::vector<StuckRange> stuck;
 };
 
 struct PlanBlock {
@@ -148,6 +159,17 @@ struct PlanBlock {
   uint64_t nextUseInNs = UINT64_MAX;
   int fastNode = -1;
   int slowNode = -1;
+};
+
+// Stuck fast pages due a retry (PlanContext::stuck) in one block: demoted unless the selection
+// keeps the block fast.
+struct RetryDemotion {
+  size_t block = SIZE_MAX;  // index in PlanningInstance::blocks; SIZE_MAX: only stuck pages left in it
+  pid_t tgid = 0;
+  uint64_t start = 0;
+  uint64_t length = 0;
+  int slowNode = -1;
+  uint64_t regionId = 0;
 };
 
 struct NodeBytes {
@@ -165,6 +187,7 @@ struct PlanningInstance {
   uint64_t pinnedBytes = 0;          // pinned blocks' present pages
   std::vector<NodeBytes> nodeBudgets;     // each fast node's share (see the header), node order
   std::vector<NodeBytes> pinnedFastByNode;  // pinned blocks' fast pages per fast node
+  std::vector<RetryDemotion> retries;
 };
 
 // A fast node's share of the budget and its use, as the last plan saw them.

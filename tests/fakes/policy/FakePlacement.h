@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <vector>
 #include <utility>
 
@@ -40,12 +41,18 @@ class FakePlacement : public policy::PlacementQuery {
     }
     return r;
   }
-  // Moves every present page of every request to its target node (what the engine does).
+  // Moves every present page of every request to its target node (what the engine does), except
+  // pinned ones (the kernel's busy pages), which stay.
   void apply(const MigrationPlan& plan) {
     for (const MoveRequest& m : plan.moves)
       for (auto it = pages_.lower_bound({m.tgid, m.start});
            it != pages_.end() && it->first.first == m.tgid && it->first.second < m.start + m.length; ++it)
-        it->second = m.targetNode;
+        if (!pinned_.count(it->first)) it->second = m.targetNode;
+  }
+  // The page cannot be moved (true) or can again (false).
+  void pin(pid_t tgid, uint64_t page, bool pinned = true) {
+    if (pinned) pinned_.insert({tgid, page});
+    else pinned_.erase({tgid, page});
   }
   [[nodiscard]] uint64_t fastBytes(pid_t tgid = 0) const {
     uint64_t n = 0;
@@ -67,6 +74,7 @@ class FakePlacement : public policy::PlacementQuery {
     return std::find(fastNodes_.begin(), fastNodes_.end(), node) != fastNodes_.end();
   }
   std::map<std::pair<pid_t, uint64_t>, int> pages_;
+  std::set<std::pair<pid_t, uint64_t>> pinned_;
   std::vector<int> fastNodes_{0};
 };
 

@@ -521,6 +521,101 @@ TEST(Planner, PinnedFastPagesCountAgainstTheProcessQuota) {
   EXPECT_FALSE(isFastUnit(placement, kTgid, snap.units[9].start));
 }
 
+// Two pages of the coldest unit, on the fast node, cannot be demoted (the kernel has them pinned).
+// Held (the engine reported them busy), they are charged to the budget: the other units fill only
+// what is left, the plan never touches them, and the fast tier stays within its budget.
+TEST(Planner, HeldStuckPagesStayWhereTheyAreAndCountAgainstTheBudget) {
+  Planner planner(plannerConfig());
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  HeatSnapshot snap = spreadUnits(placement, kTgid, 20, 0x1000000);
+  const uint64_t coldest = snap.units[0].start;
+  placement.map(kTgid, coldest, kChunk, 0);
+  placement.pin(kTgid, coldest + 3 * kPage);
+  placement.pin(kTgid, coldest + 4 * kPage);
+  PlanContext ctx;
+  ctx.fastCapacityBytes = 5 * kChunk;
+  // What the daemon did before: every plan demotes the unit and promotes a full budget's worth,
+  // and the two pages stay: the fast tier ends over its budget.
+  {
+    Planner unaware(plannerConfig());
+    FakePlacement p = placement;
+    for (int round = 0; round < 3; ++round) p.apply(unaware.plan(snap, p, topo, ctx));
+    EXPECT_EQ(p.fastBytes(), 5 * kChunk + 2 * kPage) << "the case this test is about did not arise";
+  }
+  ctx.stuck.push_back({kTgid, coldest + 3 * kPage, 2 * kPage, true, false});
+  for (int round = 0; round < 3; ++round) {
+    const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
+    for (const auto& m : plan.moves)
+      EXPECT_FALSE(m.start < coldest + 5 * kPage && coldest + 3 * kPage < m.start + m.length)
+          << "a move touches the stuck pages: " << std::hex << m.start << "+" << m.length;
+    placement.apply(plan);
+    EXPECT_LE(placement.fastBytes(), 5 * kChunk) << "round " << round;
+  }
+  EXPECT_EQ(placement.nodeOf(kTgid, coldest + 3 * kPage), 0);
+  // Room for four whole chunks beside the two pages: the four hottest (the rest of the budget,
+  // 14 pages, holds what is left of the coldest unit, the only block that fits there).
+  for (size_t i = 16; i < 20; ++i) EXPECT_TRUE(isFastUnit(placement, kTgid, snap.units[i].start)) << i;
+  EXPECT_FALSE(isFastUnit(placement, kTgid, snap.units[15].start));
+  EXPECT_EQ(planner.lastStats().pinnedFastBytes, 2 * kPage);
+  EXPECT_EQ(planner.lastStats().fastUsedBytes, 5 * kChunk);
+}
+
+// Due a retry, the stuck pages are demoted again, but the plan sizes no promotion into their room:
+// only once the demotion has succeeded does the next plan use it.
+TEST(Planner, ARetriedDemotionFreesNoRoomUntilItHasSucceeded) {
+  Planner planner(plannerConfig());
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  HeatSnapshot snap = spreadUnits(placement, kTgid, 20, 0x1000000);
+  snap.units[0].expectedAccessesPerPage = 0;  // idle: not worth any room
+  const uint64_t coldest = snap.units[0].start;
+  placement.map(kTgid, coldest + 3 * kPage, 2 * kPage, 0);  // what the failed demotion left
+  for (size_t i = 16; i < 20; ++i) placement.map(kTgid, snap.units[i].start, kChunk, 0);
+  PlanContext ctx;
+  ctx.fastCapacityBytes = 5 * kChunk;
+  ctx.stuck.push_back({kTgid, coldest + 3 * kPage, 2 * kPage, true, true});
+  placement.pin(kTgid, coldest + 3 * kPage);  // still pinned: the retry fails
+  placement.pin(kTgid, coldest + 4 * kPage);
+  MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
+  const bool retried = std::any_of(plan.moves.begin(), plan.moves.end(), [&](const tt::MoveRequest& m) {
+    return m.targetNode == 1 && m.start <= coldest + 3 * kPage && coldest + 5 * kPage <= m.start + m.length;
+  });
+  EXPECT_TRUE(retried) << "the stuck pages' demotion was not retried";
+  for (const auto& m : plan.moves)
+    EXPECT_NE(m.start, snap.units[15].start) << "unit 15 promoted into room the retry may not free";
+  placement.apply(plan);
+  EXPECT_LE(placement.fastBytes(), 5 * kChunk);
+  // The pages come free and the retry moves them: the next plan has the room.
+  placement.pin(kTgid, coldest + 3 * kPage, false);
+  placement.pin(kTgid, coldest + 4 * kPage, false);
+  placement.apply(planner.plan(snap, placement, topo, ctx));
+  ctx.stuck.clear();  // the engine reported the retry's run settled
+  placement.apply(planner.plan(snap, placement, topo, ctx));
+  EXPECT_TRUE(isFastUnit(placement, kTgid, snap.units[15].start));
+  EXPECT_EQ(placement.fastBytes(), 5 * kChunk);
+}
+
+// A page a promotion could not move stays on the slow node: the promotion of the rest of its
+// block goes around it.
+TEST(Planner, PromotionsGoAroundHeldSlowPages) {
+  Planner planner(plannerConfig());
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  HeatSnapshot snap = spreadUnits(placement, kTgid, 1, 0x1000000);
+  const uint64_t start = snap.units[0].start;
+  PlanContext ctx;
+  ctx.fastCapacityBytes = 5 * kChunk;
+  ctx.stuck.push_back({kTgid, start + 7 * kPage, kPage, false, false});
+  const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
+  ASSERT_EQ(plan.moves.size(), 2u);
+  EXPECT_EQ(plan.moves[0].start, start);
+  EXPECT_EQ(plan.moves[0].length, 7 * kPage);
+  EXPECT_EQ(plan.moves[1].start, start + 8 * kPage);
+  EXPECT_EQ(plan.moves[1].length, kChunk - 8 * kPage);
+  EXPECT_EQ(planner.lastStats().promoteBytes, kChunk - kPage) << "the held page is not counted as moving";
+}
+
 }  // namespace
 
 // Plans one round for a slow block whose pages each expect `accessesPerPage` accesses (no long-run
