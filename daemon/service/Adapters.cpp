@@ -213,7 +213,8 @@ void HeatPlannerPolicy::observe(const EvidenceBatch& evidence, uint64_t sinceNs,
 }
 
 MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,
-                                     std::span<const ManualPin> pins, std::span<const MoveRequest> stillMoving) {
+                                     std::span<const ManualPin> pins, std::span<const MoveRequest> stillMoving,
+                                     std::span<const StuckRange> stuck) {
   if (migrationBytesPerSec > 0) heat_.setMigrationBandwidth(migrationBytesPerSec);
   heat_.setPlanInterval(intervalNs);
   heat_.advanceEpoch(nowNs);
@@ -224,6 +225,7 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
   context.slowPenaltyNs = penalty_.ns;
   context.slowPenaltyByNode = penalty_.byNode;
   for (const auto& p : pins) context.pins.push_back({p.tgid, p.start, p.length});
+  context.stuck.assign(stuck.begin(), stuck.end());
   placement_.setQueryBudget(config_.residency_query_pages_per_epoch());
   // Each process's home node (homeNodeOf): its promotions go to the fast node nearest it first.
   // Unknown (the process is exiting): the planner takes the first fast node.
@@ -301,7 +303,8 @@ std::vector<FinishedRun> EngineExecutor::lastRuns() const {
     const migrate::Outcome& o = r.outcome;
     // Not permission denied: no later try gets past that.
     out.push_back({r.tgid, r.start, r.length, r.targetNode,
-                   o.busy + o.skippedTargetFull + o.noMemory + o.cancelled + o.failed == 0});
+                   o.busy + o.skippedTargetFull + o.noMemory + o.cancelled + o.failed == 0, report->generation,
+                   r.direction == migrate::Direction::Demote, r.busy});
   }
   return out;
 }

@@ -156,7 +156,8 @@ class HeatPlannerPolicy final : public PlacementPolicy {
   void observe(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs) override;
   void onMark(const IterationMark& mark) override { heat_.onMark(mark); }
   MigrationPlan plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,
-                     std::span<const ManualPin> pins, std::span<const MoveRequest> stillMoving) override;
+                     std::span<const ManualPin> pins, std::span<const MoveRequest> stillMoving,
+                     std::span<const StuckRange> stuck) override;
   std::vector<registry::RegionHeat> regionHeat() const override;
   PolicyView view() const override;
   std::vector<PageHeatView> hottestPages(size_t limit, pid_t tgid, uint64_t nowNs) const override;

@@ -114,6 +114,8 @@ void AdminService::status(pb::DaemonMessage& reply) {
   s->set_promote_bytes_per_sec(st.promoteBytesPerSec);
   s->set_demote_bytes_per_sec(st.demoteBytesPerSec);
   s->set_migration_bandwidth_bytes_per_sec(st.migrationBandwidth);
+  s->set_stuck_fast_pages(st.stuck.fastPages);
+  s->set_stuck_slow_pages(st.stuck.slowPages);
   const auto totals = ctx_.registry->totals();
   s->set_processes(totals.processes);
   s->set_regions(totals.regions);

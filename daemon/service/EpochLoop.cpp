@@ -103,6 +103,7 @@ void EpochLoop::applyEvents(uint64_t nowNs) {
         break;
       case T::ProcessRemoved:
         (void)unpin(ev.tgid, 0);
+        stuck_.removeProcess(ev.tgid);
         if (stages_.executor) stages_.executor->cancelProcess(ev.tgid);
         if (stages_.source) (void)stages_.source->removeProcess(ev.tgid);
         if (stages_.policy) stages_.policy->removeProcess(ev.tgid);
@@ -126,6 +127,7 @@ void EpochLoop::applyEvents(uint64_t nowNs) {
         break;
       case T::RegionRemoved:
         (void)unpin(ev.tgid, ev.region.id);
+        stuck_.removeRange(ev.tgid, ev.region.start, ev.region.length);
         if (stages_.policy) stages_.policy->removeRegion(ev.region.id);
         if (auto p = regions_.find(ev.tgid); p != regions_.end()) {
           p->second.erase(ev.region.start);
@@ -254,7 +256,20 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     // supersedes no manual plan.)
     std::vector<MoveRequest> retried;
     if (!counters.planInFlight && stages_.executor) {
-      const std::vector<FinishedRun> runs = pins.empty() ? std::vector<FinishedRun>{} : stages_.executor->lastRuns();
+      const std::vector<FinishedRun> runs = stages_.executor->lastRuns();
+      // The pages the engine left busy in the policy's own last plan, read once. Pinned ranges'
+      // moves (retried in a policy plan, below) are the pins' business, not held here.
+      if (!runs.empty() && runs.front().generation == lastPolicyGeneration_ &&
+          runs.front().generation != stuckReadGeneration_) {
+        stuckReadGeneration_ = runs.front().generation;
+        std::vector<FinishedRun> own;
+        for (const FinishedRun& r : runs)
+          if (std::none_of(pins.begin(), pins.end(), [&r](const ManualPin& p) {
+                return p.tgid == r.tgid && p.start < r.start + r.length && r.start < p.start + p.length;
+              }))
+            own.push_back(r);
+        stuck_.onFinishedPlan(own);
+      }
       std::map<PinKey, PinRetry> live;
       for (const ManualPin& p : pins) {
         const PinKey key{p.tgid, p.start, p.length, p.node};
@@ -278,7 +293,8 @@ void EpochLoop::runOnce(uint64_t nowNs) {
       }
       pinRetries_ = std::move(live);  // settled or unpinned ones are forgotten
     }
-    MigrationPlan plan = stages_.policy->plan(nowNs, untilNextNs, bandwidth, pins, inFlightMoves_);
+    const std::vector<StuckRange> stuck = stuck_.nextPlan();
+    MigrationPlan plan = stages_.policy->plan(nowNs, untilNextNs, bandwidth, pins, inFlightMoves_, stuck);
     if (!retried.empty() && !counters.planInFlight) {
       TT_LOG(Debug) << "epoch: " << retried.size() << " pinned range(s) not settled yet: their manual move is retried";
       plan.moves.insert(plan.moves.begin(), retried.begin(), retried.end());
@@ -302,6 +318,7 @@ void EpochLoop::runOnce(uint64_t nowNs) {
       if (auto r = stages_.executor->submit(std::move(plan)); !r) {
         TT_LOG(Warn) << "engine refused plan " << generation_ << ": " << r.error().message();
       } else {
+        lastPolicyGeneration_ = generation_;
         inFlightMoves_ = std::move(submitted);
         manualMovesUnseen_.insert(manualMovesUnseen_.end(), retried.begin(), retried.end());
         planMoves_.add(static_cast<double>(moves));
@@ -325,6 +342,7 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     ++stats_.epochs;
     stats_.lastEpochMs = ms;
     stats_.lastPlanMoves = moves;
+    stats_.stuck = stuck_.totals();
     stats_.policy = view;
     if (stages_.executor && epochSeconds > 0) {
       stats_.promoteBytesPerSec =
@@ -382,6 +400,11 @@ void EpochLoop::exportCounters(double epochSeconds, const ExecutorCounters& c) {
     demotedPages_.add(delta(c.demotedPages, lastCounters_.demotedPages));
     promotedBytes_.add(delta(c.promotedBytes, lastCounters_.promotedBytes));
     demotedBytes_.add(delta(c.demotedBytes, lastCounters_.demotedBytes));
+    const StuckMoves::Totals stuck = stuck_.totals();
+    const char* const kStuckHelp =
+        "4 KiB pages the policy's moves left busy (pinned by the kernel), held where they are, by the tier they are on";
+    metrics_.gauge("tensortier_stuck_pages", kStuckHelp, {{"tier", "fast"}}).set(static_cast<double>(stuck.fastPages));
+    metrics_.gauge("tensortier_stuck_pages", kStuckHelp, {{"tier", "slow"}}).set(static_cast<double>(stuck.slowPages));
     for (const auto& [reason, pages] : c.failedPages) {
       const auto before = lastCounters_.failedPages.find(reason);
       metrics_.counter("tensortier_migration_failed_pages_total", "Pages not migrated, by reason", {{"reason", reason}})

@@ -24,6 +24,7 @@
 #include "metrics/Metrics.h"
 #include "registry/Registry.h"
 #include "service/Stages.h"
+#include "service/StuckMoves.h"
 
 namespace tt::service {
 
@@ -46,6 +47,8 @@ struct EpochStats {
   // plans with; 0 = not measured yet (the policy then plans with initial_migration_bandwidth, or
   // the rate limit when that is lower).
   double migrationBandwidth = 0;
+  // Pages the policy's moves left busy, held where they are (StuckMoves), as of the last epoch.
+  StuckMoves::Totals stuck;
   PolicyView policy;
   std::vector<SourceReport> sources;  // as of the last epoch (sources are epoch-thread only)
   std::vector<std::string> sourceNotes;  // EvidenceSource::notes(), from the start
@@ -163,6 +166,11 @@ class EpochLoop {
   };
   static constexpr uint32_t kMaxPinRetryEpochs = 64;
   std::map<PinKey, PinRetry> pinRetries_;
+  // Busy pages of the policy's own plans (run lock): the generation of the last plan the policy
+  // made that the engine took, and of the last finished plan whose runs were read.
+  StuckMoves stuck_;
+  uint64_t lastPolicyGeneration_ = 0;
+  uint64_t stuckReadGeneration_ = 0;
 
   mutable std::mutex pinsMutex_;
   std::vector<ManualPin> pins_;

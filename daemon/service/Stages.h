@@ -128,10 +128,11 @@ class PlacementPolicy {
   // sized to what the engine can move at `migrationBytesPerSec` before the next plan, `intervalNs`
   // later. No move may touch a pinned range; its fast bytes count against the budgets.
   // `stillMoving`: the moves of the plan the engine is still running (empty once it is idle), whose
-  // ranges may change tier until it is done.
+  // ranges may change tier until it is done. `stuck`: pages the engine could not move in the
+  // policy's earlier plans (StuckRange says how the plan treats them).
   [[nodiscard]] virtual MigrationPlan plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,
-                                           std::span<const ManualPin> pins,
-                                           std::span<const MoveRequest> stillMoving) = 0;
+                                           std::span<const ManualPin> pins, std::span<const MoveRequest> stillMoving,
+                                           std::span<const StuckRange> stuck) = 0;
   // Heat per registered region as of the last plan.
   [[nodiscard]] virtual std::vector<registry::RegionHeat> regionHeat() const = 0;
   [[nodiscard]] virtual PolicyView view() const = 0;
@@ -167,6 +168,11 @@ struct FinishedRun {
   uint64_t length = 0;
   int targetNode = -1;
   bool settled = true;
+  uint64_t generation = 0;  // of the plan
+  bool demotion = false;    // to a slow node
+  // Where the pages it left busy after every retry are (sorted, merged, bounded: see
+  // migrate::RunReport::busy).
+  std::vector<AddressRange> busy;
 };
 
 // The migration engine.

@@ -75,6 +75,8 @@ json statusJson(const pb::StatusReply& s) {
             {"promote_bytes_per_sec", s.promote_bytes_per_sec()},
             {"demote_bytes_per_sec", s.demote_bytes_per_sec()},
             {"migration_bandwidth_bytes_per_sec", s.migration_bandwidth_bytes_per_sec()},
+            {"stuck_fast_pages", s.stuck_fast_pages()},
+            {"stuck_slow_pages", s.stuck_slow_pages()},
             {"slow_access_penalty_ns", s.slow_access_penalty_ns()},
             {"slow_access_penalty_source", s.slow_access_penalty_source()},
             {"processes", s.processes()},
@@ -113,6 +115,9 @@ std::string statusText(const pb::StatusReply& s) {
               ? bytes(static_cast<uint64_t>(s.migration_bandwidth_bytes_per_sec())) + "/s (measured)"
               : std::string("the configured initial bandwidth (not measured yet)"))
       << "\n";
+  if (s.stuck_fast_pages() + s.stuck_slow_pages() > 0)
+    out << "migration: " << s.stuck_fast_pages() << " page(s) on fast nodes and " << s.stuck_slow_pages()
+        << " on slow nodes left busy by the last moves (pinned by the kernel), held where they are before a retry\n";
   if (s.slow_access_penalty_ns() > 0) {
     char ns[32];
     std::snprintf(ns, sizeof ns, "%.6g", s.slow_access_penalty_ns());

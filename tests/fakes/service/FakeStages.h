@@ -70,8 +70,9 @@ class FakePolicy final : public service::PlacementPolicy {
   }
   void onMark(const IterationMark& mark) override { marks.push_back(mark); }
   MigrationPlan plan(uint64_t, uint64_t intervalNs, double bandwidth, std::span<const service::ManualPin> pins,
-                     std::span<const MoveRequest> stillMoving) override {
+                     std::span<const MoveRequest> stillMoving, std::span<const StuckRange> stuck) override {
     lastStillMoving.assign(stillMoving.begin(), stillMoving.end());
+    lastStuck.assign(stuck.begin(), stuck.end());
     lastIntervalNs = intervalNs;
     lastBandwidth = bandwidth;
     lastPins.assign(pins.begin(), pins.end());
@@ -101,6 +102,7 @@ class FakePolicy final : public service::PlacementPolicy {
   MigrationPlan nextPlan;
   std::vector<service::ManualPin> lastPins;  // as handed to the last plan()
   std::vector<MoveRequest> lastStillMoving;  // as handed to the last plan()
+  std::vector<StuckRange> lastStuck;         // as handed to the last plan()
   size_t observed = 0;
   uint64_t lastObserveNs = 0;
   uint64_t lastObserveSinceNs = 0;

@@ -211,7 +211,7 @@ tt::MigrationPlan planOneRegion(const tt::topology::Topology& topology, const tt
   tt::service::HeatPlannerPolicy policy(config, topology, mover, procfs);
   EXPECT_TRUE(policy.addRegion(regionOf(pid, kBase, kLength)).ok());
   policy.observe(evenEvidence(pid, kBase, kLength, weight), 0, kSecond);
-  tt::MigrationPlan plan = policy.plan(kSecond, kSecond, 1e9, {}, {});
+  tt::MigrationPlan plan = policy.plan(kSecond, kSecond, 1e9, {}, {}, {});
   if (penaltyNs != nullptr) *penaltyNs = policy.view().slowPenaltyNs;
   return plan;
 }
@@ -324,17 +324,17 @@ TEST(HeatPlannerPolicy, AsksWhereAPinnedRangeIsAtItsRefreshTurnNotInEveryPlan) {
   ASSERT_TRUE(policy.addRegion(regionOf(kPid, kBase, kLength)).ok());
   const std::vector<tt::service::ManualPin> pins = {{kPid, 1, kBase, kLength, 0, 0}};
   policy.observe(evenEvidence(kPid, kBase, kLength, 10), 0, kSecond);
-  EXPECT_TRUE(policy.plan(kSecond, kSecond, 1e9, pins, {}).moves.empty());
+  EXPECT_TRUE(policy.plan(kSecond, kSecond, 1e9, pins, {}, {}).moves.empty());
   const size_t first = mover.queryCalls();
   ASSERT_EQ(first, 4U) << "each of the 4 pinned blocks asked once, as new";
-  for (uint64_t p = 2; p <= 9; ++p) EXPECT_TRUE(policy.plan(p * kSecond, kSecond, 1e9, pins, {}).moves.empty());
+  for (uint64_t p = 2; p <= 9; ++p) EXPECT_TRUE(policy.plan(p * kSecond, kSecond, 1e9, pins, {}, {}).moves.empty());
   EXPECT_EQ(mover.queryCalls() - first, 8U) << "in 8 plans each block twice, not in every plan";
   // Pinned anew (moved by hand to another node; the epoch loop hands the manual move to the next
   // plan): asked again at that plan, not at its turn.
   const std::vector<tt::service::ManualPin> moved = {{kPid, 1, kBase, kLength, 1, 0}};
   const std::vector<tt::MoveRequest> manual = {{kPid, kBase, kLength, 1, tt::service::EpochLoop::kManualPriority, 1}};
   const size_t before = mover.queryCalls();
-  EXPECT_TRUE(policy.plan(10 * kSecond, kSecond, 1e9, moved, manual).moves.empty());
+  EXPECT_TRUE(policy.plan(10 * kSecond, kSecond, 1e9, moved, manual, {}).moves.empty());
   EXPECT_EQ(mover.queryCalls() - before, 4U) << "each block of the range moved by hand asked again";
 }
 
@@ -353,7 +353,7 @@ TEST(HeatPlannerPolicy, AppliesHeatModelKeysLiveOverTheLearnedHeat) {
   tt::service::HeatPlannerPolicy policy(config, topology, mover, tt::sys::Fs("/nonexistent-procfs"));
   ASSERT_TRUE(policy.addRegion(regionOf(kPid, kBase, kLength)).ok());
   policy.observe(evenEvidence(kPid, kBase, kLength, 10), kSecond - 1, kSecond);
-  (void)policy.plan(kSecond, kSecond, 1e9, {}, {});
+  (void)policy.plan(kSecond, kSecond, 1e9, {}, {}, {});
   auto hottest = [&](uint64_t nowNs) {
     const auto pages = policy.hottestPages(1, kPid, nowNs);
     return pages.empty() ? 0.0 : pages[0].heat;
@@ -361,7 +361,7 @@ TEST(HeatPlannerPolicy, AppliesHeatModelKeysLiveOverTheLearnedHeat) {
   EXPECT_NEAR(hottest(kSecond), 10.0, 1e-3);
   config.set_heat_half_life_ms(250);
   ASSERT_TRUE(policy.applyConfig(config).ok());
-  (void)policy.plan(kSecond + kSecond / 2, kSecond, 1e9, {}, {});
+  (void)policy.plan(kSecond + kSecond / 2, kSecond, 1e9, {}, {}, {});
   EXPECT_NEAR(hottest(kSecond + kSecond / 2), 2.5, 1e-3);
 }
 

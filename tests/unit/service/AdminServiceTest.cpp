@@ -622,6 +622,19 @@ TEST(AdminServiceSources, StatusCarriesStartNotesThrottlingPausesAndSystemMigrat
   EXPECT_FALSE(json["sources"][1].contains("kernel_undone_entries")) << json.dump();
 }
 
+// Pages held after the engine left them busy are shown only when there are any.
+TEST(StatusText, StuckPagesAreShownWhenThereAreAny) {
+  pb::StatusReply st;
+  EXPECT_EQ(tt::ctl::statusText(st).find("left busy"), std::string::npos);
+  st.set_stuck_fast_pages(7);
+  st.set_stuck_slow_pages(1);
+  const std::string text = tt::ctl::statusText(st);
+  EXPECT_NE(text.find("7 page(s) on fast nodes and 1 on slow nodes left busy"), std::string::npos) << text;
+  const auto json = tt::ctl::statusJson(st);
+  EXPECT_EQ(json["stuck_fast_pages"], 7);
+  EXPECT_EQ(json["stuck_slow_pages"], 1);
+}
+
 // The weights follow fixed-point figures in the same text: a weight tuned near 0 must still show.
 TEST(StatusText, FeatureWeightsKeepThreeSignificantDigits) {
   pb::StatusReply st;

@@ -490,7 +490,7 @@ TEST_F(EpochLoopTest, AnUnsettledPinnedMoveIsRetriedWithBackoffUntilItSettles) {
     std::lock_guard lock(executor.mutex);
     executor.runs = std::move(runs);
   };
-  lastRuns({{10, kBase, 4 * kPage, 1, false}, {10, kBase + 64 * kPage, kPage, 0, false}});  // the second: not pinned
+  lastRuns({{10, kBase, 4 * kPage, 1, false, 0, false, {}}, {10, kBase + 64 * kPage, kPage, 0, false, 0, false, {}}});  // the second: not pinned
   std::vector<uint64_t> retriedAt;
   for (uint64_t s = 2; s <= 12; ++s) {
     const size_t before = executor.submitted.size();
@@ -504,14 +504,58 @@ TEST_F(EpochLoopTest, AnUnsettledPinnedMoveIsRetriedWithBackoffUntilItSettles) {
     EXPECT_EQ(m.priority, EpochLoop::kManualPriority);
     EXPECT_EQ(m.regionId, id);
     retriedAt.push_back(s);
-    if (s == 2) lastRuns({{10, kBase + 64 * kPage, kPage, 0, true}});  // a policy plan finished: no word of the pin
-    else lastRuns({{10, kBase, 4 * kPage, 1, false}});                  // the retry: still unsettled
+    if (s == 2) lastRuns({{10, kBase + 64 * kPage, kPage, 0, true, 0, false, {}}});  // a policy plan finished: no word of the pin
+    else lastRuns({{10, kBase, 4 * kPage, 1, false, 0, false, {}}});                  // the retry: still unsettled
   }
   EXPECT_EQ(retriedAt, (std::vector<uint64_t>{2, 4, 7, 12})) << "retried every epoch, or lost";
-  lastRuns({{10, kBase, 4 * kPage, 1, true}});  // the last retry settled it
+  lastRuns({{10, kBase, 4 * kPage, 1, true, 0, false, {}}});  // the last retry settled it
   const size_t settled = executor.submitted.size();
   for (uint64_t s = 13; s <= 40; ++s) loop.runOnce(s * kSecond);
   EXPECT_EQ(executor.submitted.size(), settled) << "a settled pin was moved again";
+}
+
+// Pages the engine left busy in the policy's own plan reach the policy's next plans as stuck
+// ranges (held, then due a retry), and the status and metrics count them; a manual plan's busy
+// pages do not, and a process's exit drops its ranges.
+TEST_F(EpochLoopTest, BusyPagesOfThePolicysPlanAreHandedToItsNextPlans) {
+  registry.attachProcess(peer, "t", false);
+  addRegion(0, 64 * kPage);
+  loop.runOnce(1 * kSecond);
+  policy.nextPlan.moves.push_back({10, kBase, 64 * kPage, 1, 1500, 0, true});
+  loop.runOnce(2 * kSecond);
+  ASSERT_EQ(executor.submitted.size(), 1u);
+  const uint64_t generation = executor.submitted[0].generation;
+  auto finished = [&](uint64_t gen, std::vector<tt::AddressRange> busy) {
+    tt::service::FinishedRun r{10, kBase, 64 * kPage, 1, busy.empty(), gen, true, std::move(busy)};
+    std::lock_guard lock(executor.mutex);
+    executor.runs = {r};
+  };
+  finished(generation, {{kBase + 3 * kPage, 2 * kPage}});
+  loop.runOnce(3 * kSecond);
+  ASSERT_EQ(policy.lastStuck.size(), 1u);
+  EXPECT_EQ(policy.lastStuck[0].tgid, 10);
+  EXPECT_EQ(policy.lastStuck[0].start, kBase + 3 * kPage);
+  EXPECT_EQ(policy.lastStuck[0].length, 2 * kPage);
+  EXPECT_TRUE(policy.lastStuck[0].onFast);
+  EXPECT_FALSE(policy.lastStuck[0].retry);
+  EXPECT_EQ(loop.stats().stuck.fastPages, 2u);
+  EXPECT_NE(metrics.render().find("tensortier_stuck_pages{tier=\"fast\"} 2"), std::string::npos) << metrics.render();
+  // The same report read again (no new plan finished) changes nothing: held until it is due.
+  int held = 1;
+  for (uint64_t s = 4; s < 20 && !policy.lastStuck.empty() && !policy.lastStuck[0].retry; ++s, ++held) loop.runOnce(s * kSecond);
+  EXPECT_EQ(held, static_cast<int>(tt::service::StuckMoves::kFirstHoldPlans) + 1) << "held for the first hold, then due";
+
+  // A manual plan that leaves pages busy: the pins' business, not held here.
+  ASSERT_TRUE(loop.submitManual({0, {{10, kBase + 32 * kPage, kPage, 0, EpochLoop::kManualPriority, 0}}}).ok());
+  finished(executor.submitted.back().generation, {{kBase + 32 * kPage, kPage}});
+  loop.runOnce(30 * kSecond);
+  ASSERT_EQ(policy.lastStuck.size(), 1u);
+  EXPECT_EQ(policy.lastStuck[0].start, kBase + 3 * kPage);
+
+  (void)registry.removeProcess(10);
+  loop.runOnce(31 * kSecond);
+  EXPECT_TRUE(policy.lastStuck.empty());
+  EXPECT_EQ(loop.stats().stuck.fastPages, 0u);
 }
 
 // A manual plan supersedes the engine's: one submitted while an earlier manual plan may still be
