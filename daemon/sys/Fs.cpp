@@ -81,6 +81,26 @@ Result<void> Fs::writeFile(std::string_view relative, std::string_view content) 
   return {};
 }
 
+Result<void> replaceFile(const std::string& path, std::string_view text) {
+  if (auto d = ensureParentDirectory(path); !d) return d.error();
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return errnoError("create " + tmp);
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!written) {
+    ::unlink(tmp.c_str());
+    return systemError(err, "write " + tmp);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const Error e = errnoError("rename " + tmp + " to " + path);
+    ::unlink(tmp.c_str());
+    return e;
+  }
+  return {};
+}
+
 Result<void> ensureParentDirectory(const std::string& path) {
   const size_t slash = path.rfind('/');
   if (slash == std::string::npos || slash == 0) return {};

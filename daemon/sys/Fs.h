@@ -45,5 +45,8 @@ class Fs {
 // Creates the parent directory of `path` (mode 0755) if missing; one level only (its own parent,
 // such as /run, exists): the runtime directory of the socket and of the kernel-tiering state.
 [[nodiscard]] Result<void> ensureParentDirectory(const std::string& path);
+// Writes `text` to `path` whole or not at all (a file beside it, synced, renamed over it; mode
+// 0600), creating the parent directory: for the daemon's state files, read back after a crash.
+[[nodiscard]] Result<void> replaceFile(const std::string& path, std::string_view text);
 
 }  // namespace tt::sys

@@ -71,23 +71,7 @@ Result<void> saveKernelTiering(const std::string& path, const KernelTiering& val
   if (values.numaBalancing) text += "numa_balancing=" + std::to_string(*values.numaBalancing) + "\n";
   if (values.demotionEnabled) text += std::string("demotion_enabled=") + (*values.demotionEnabled ? "1" : "0") + "\n";
   if (byUnit) text += "owner=unit\n";
-  if (auto d = ensureParentDirectory(path); !d) return d.error();
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return errnoError("create " + tmp);
-  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!written) {
-    ::unlink(tmp.c_str());
-    return systemError(err, "write " + tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const Error e = errnoError("rename " + tmp + " to " + path);
-    ::unlink(tmp.c_str());
-    return e;
-  }
-  return {};
+  return replaceFile(path, text);
 }
 
 Result<std::optional<SavedKernelTiering>> loadKernelTieringState(const std::string& path) {
