@@ -6,8 +6,45 @@
 
 namespace tt::sources {
 
-DamonSource::DamonSource(sys::DamonSysfs damon, sys::DamonAttrs attrs, uint64_t maxPagesPerEpoch)
-    : damon_(std::move(damon)), attrs_(attrs), maxPages_(maxPagesPerEpoch) {}
+DamonSource::DamonSource(sys::DamonSysfs damon, sys::DamonAttrs attrs, uint64_t maxPagesPerEpoch, std::string stateFile)
+    : damon_(std::move(damon)), attrs_(attrs), maxPages_(maxPagesPerEpoch), stateFile_(std::move(stateFile)) {}
+
+void DamonSource::saveOwned() {
+  if (stateFile_.empty()) return;
+  std::vector<sys::OwnedKdamond> owned;
+  for (const auto& [slot, pid] : owned_) owned.push_back({damon_.firstKdamond() + slot, pid});
+  if (auto r = sys::saveOwnedKdamonds(stateFile_, owned); !r) {
+    TT_LOG(Warn) << "damon: could not save the kdamonds it runs: " << r.error().message()
+                 << " (a run after a crash will leave them running as another tool's)";
+  }
+}
+
+void DamonSource::stopLeftovers() {
+  if (stateFile_.empty()) return;
+  auto listed = sys::loadOwnedKdamonds(stateFile_);
+  if (!listed) {
+    TT_LOG(Warn) << "damon: " << listed.error().message() << ": every kdamond found running is left alone";
+    return;
+  }
+  for (const sys::OwnedKdamond& k : *listed) {
+    if (k.kdamond < damon_.firstKdamond() || k.kdamond - damon_.firstKdamond() >= damon_.slots()) continue;
+    const uint32_t slot = k.kdamond - damon_.firstKdamond();
+    const auto busy = std::find(busy_slots_.begin(), busy_slots_.end(), slot);
+    if (busy == busy_slots_.end()) continue;  // stopped by itself since
+    // Restarted by someone else since (for another process): theirs now.
+    if (auto target = damon_.targetPid(slot); !target || *target != k.pid) continue;
+    busy_slots_.erase(busy);
+    if (auto r = damon_.stop(slot); !r) {
+      TT_LOG(Warn) << "damon: kdamond " << k.kdamond << " (pid " << k.pid << "), left running by a run that died, "
+                   << "does not stop: " << r.error().message() << "; tried again at each collect";
+      owned_[slot] = k.pid;
+      stopping_slots_.push_back(slot);
+      continue;
+    }
+    TT_LOG(Info) << "damon: stopped kdamond " << k.kdamond << " (pid " << k.pid << "), left running by a run that died";
+  }
+  saveOwned();
+}
 
 DamonSource::~DamonSource() {
   {
@@ -20,13 +57,21 @@ DamonSource::~DamonSource() {
     std::lock_guard sysfs(sysfsMutex_);
     if (auto s = damon_.stop(slot); !s) {
       TT_LOG(Warn) << "DAMON stop for pid " << tgid << ": " << s.error().message();
+    } else {
+      owned_.erase(slot);
     }
   }
   for (uint32_t slot : stopping_slots_) {
     std::lock_guard sysfs(sysfsMutex_);
     if (auto s = damon_.stop(slot); !s) {
       TT_LOG(Warn) << "DAMON stop of kdamond slot " << slot << ": " << s.error().message();
+    } else {
+      owned_.erase(slot);
     }
+  }
+  {
+    std::lock_guard sysfs(sysfsMutex_);
+    saveOwned();  // removes the file once all are stopped
   }
   if (refresher_.joinable()) refresher_.join();
 }
@@ -64,12 +109,16 @@ void DamonSource::open() {
     return;
   }
   busy_slots_ = *prepared;
+  {
+    std::lock_guard sysfs(sysfsMutex_);
+    stopLeftovers();
+  }
   if (!busy_slots_.empty()) {
     std::string which;
     for (uint32_t s : busy_slots_) which += (which.empty() ? "" : ", ") + std::to_string(s);
     TT_LOG(Warn) << "damon: kdamond slots " << which << " (of " << damon_.slots() << ", from sources.damon.kdamond_index) "
-                 << "were running at start, an earlier run's or another tool's: left alone until they stop; a "
-                 << "tracked process one of them monitors is taken over";
+                 << "were running at start for another tool (not listed in " << (stateFile_.empty() ? "no state file" : stateFile_)
+                 << "): left alone until they stop";
   }
   // Any slot shows whether the kernel reports tried regions; one that is off can be given a scheme
   // to look, a running one only looked at.
@@ -105,7 +154,7 @@ Result<void> DamonSource::addProcess(pid_t tgid) {
   if (!sysfs.owns_lock()) {
     waiting_.insert(tgid);
     // Whether a slot is free needs no sysfs write: without one, say so now, as below.
-    bool anyFree = !busy_slots_.empty();  // one may be running for this very process
+    bool anyFree = false;
     for (uint32_t slot = 0; slot < damon_.slots() && !anyFree; ++slot) anyFree = !slotTaken(slot);
     if (anyFree) {
       TT_LOG(Debug) << "damon: pid " << tgid << " is monitored from the next collect (a request is in flight)";
@@ -124,23 +173,6 @@ Result<void> DamonSource::addProcess(pid_t tgid) {
 }
 
 bool DamonSource::startFor(pid_t tgid, std::string& failed) {
-  // A kdamond found running for this very process (the daemon that died was tracking it): taken
-  // over, restarted with this daemon's settings.
-  for (auto it = busy_slots_.begin(); it != busy_slots_.end(); ++it) {
-    const uint32_t slot = *it;
-    if (auto target = damon_.targetPid(slot); !target || *target != tgid) continue;
-    if (auto r = damon_.stop(slot); !r) {
-      failed += "slot " + std::to_string(slot) + " (running for it): " + r.error().message() + "; ";
-      return false;
-    }
-    busy_slots_.erase(it);
-    if (auto r = damon_.start(slot, tgid, attrs_); !r) {
-      failed += "slot " + std::to_string(slot) + ": " + r.error().message() + "; ";
-      return false;
-    }
-    slots_[tgid] = slot;
-    return true;
-  }
   // A slot that will not start (a sysfs writer in the way) does not stop the others from being
   // tried.
   for (uint32_t slot = 0; slot < damon_.slots(); ++slot) {
@@ -150,6 +182,8 @@ bool DamonSource::startFor(pid_t tgid, std::string& failed) {
       continue;
     }
     slots_[tgid] = slot;
+    owned_[slot] = tgid;
+    saveOwned();
     return true;
   }
   return false;
@@ -187,7 +221,12 @@ Result<void> DamonSource::removeProcess(pid_t tgid) {
     return {};
   }
   auto r = damon_.stop(slot);
-  if (!r) stopping_slots_.push_back(slot);
+  if (!r) {
+    stopping_slots_.push_back(slot);
+    return r;
+  }
+  owned_.erase(slot);
+  saveOwned();
   return r;
 }
 
@@ -195,13 +234,17 @@ void DamonSource::reviewSlots() {
   // Not while a request is in flight (it can take an aggregation interval): collect() never waits.
   std::unique_lock sysfs(sysfsMutex_, std::try_to_lock);
   if (!sysfs.owns_lock()) return;
+  const size_t stuck = stopping_slots_.size();
   std::erase_if(stopping_slots_, [this](uint32_t slot) {
     auto r = damon_.stop(slot);
     if (!r) {
       TT_LOG(Debug) << "damon: kdamond slot " << slot << " still does not stop: " << r.error().message();
+      return false;
     }
-    return r.ok();
+    owned_.erase(slot);
+    return true;
   });
+  if (stopping_slots_.size() != stuck) saveOwned();
   std::erase_if(busy_slots_, [this](uint32_t slot) {
     auto on = damon_.running(slot);
     return on && !*on;

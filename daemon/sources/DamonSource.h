@@ -22,8 +22,9 @@
 #include <condition_variable>
 #include <map>
 #include <memory>
-#include <set>
 #include <mutex>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -40,7 +41,9 @@ uint64_t appendRegionBlocks(pid_t tgid, const std::vector<sys::DamonRegion>& reg
 
 class DamonSource final : public Source {
  public:
-  DamonSource(sys::DamonSysfs damon, sys::DamonAttrs attrs, uint64_t maxPagesPerEpoch);
+  // `stateFile` (sources.damon.state_file; empty: none) lists the kdamonds this daemon runs, so
+  // that the next run can tell its own, left running by a run that died, from another tool's.
+  DamonSource(sys::DamonSysfs damon, sys::DamonAttrs attrs, uint64_t maxPagesPerEpoch, std::string stateFile = {});
   void open();
 
   std::string_view name() const override { return "damon"; }
@@ -63,16 +66,24 @@ class DamonSource final : public Source {
   // Slots of removed processes whose kdamond would not stop (EBUSY from another DAMON sysfs
   // writer, say): not handed out again, and stopped again at each collect until they are.
   std::vector<uint32_t> stopping_slots_;
-  // Slots found running at open (an earlier run's that died, or another tool's): not handed out
-  // until they stop by themselves (a kdamond stops when its process exits), except to the process
-  // they monitor, which the source takes over.
+  // Slots found running at open that the state file does not list for the pid they monitor:
+  // another tool's (damo's default is kdamond 0), never touched, handed out only once they stop by
+  // themselves (a kdamond stops when its process exits). Those it lists are this daemon's, left by
+  // a run that died: stopped at open, whether or not their process is tracked again.
   std::vector<uint32_t> busy_slots_;
+  // The kdamonds this source started and has not seen stop (slot -> pid), as saved in the state
+  // file after every change; under sysfsMutex_.
+  std::string stateFile_;
+  std::map<uint32_t, pid_t> owned_;
+  void saveOwned();
+  // At open: stops the kdamonds the state file says a run that died left running.
+  void stopLeftovers();
   // Processes refused for want of a free slot (or whose every free slot failed to start): given
   // the next slot that frees, at a collect.
   std::set<pid_t> waiting_;
   [[nodiscard]] bool slotTaken(uint32_t slot) const;
-  // Starts a kdamond for `tgid`: the one found running for it at open, taken over, else the first
-  // free slot that starts; what failed is appended to `failed`. Called with sysfsMutex_ held.
+  // Starts a kdamond for `tgid` on the first free slot that starts; what failed is appended to
+  // `failed`. Called with sysfsMutex_ held.
   [[nodiscard]] bool startFor(pid_t tgid, std::string& failed);
   // Gives the waiting processes the slots that freed, unless a request holds DAMON's sysfs.
   void startWaiting();

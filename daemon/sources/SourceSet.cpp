@@ -306,7 +306,7 @@ std::unique_ptr<SourceSet> SourceSet::open(const pb::SourcesConfig& c, const top
     attrs.minRegions = d.min_regions();
     attrs.maxRegions = d.max_regions();
     auto s = std::make_unique<DamonSource>(sys::DamonSysfs(sysfs, d.kdamond_index(), d.max_processes()), attrs,
-                                           d.max_pages_per_epoch());
+                                           d.max_pages_per_epoch(), d.state_file());
     s->open();
     sources.push_back(std::move(s));
   }

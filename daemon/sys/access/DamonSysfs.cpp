@@ -1,6 +1,11 @@
 #include "sys/access/DamonSysfs.h"
 
+#include <errno.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 
 #include "core/Parse.h"
 
@@ -17,6 +22,36 @@ Result<uint64_t> readUint(const Fs& fs, const std::string& path) {
   return v;
 }
 }  // namespace
+
+Result<std::vector<OwnedKdamond>> loadOwnedKdamonds(const std::string& path) {
+  std::vector<OwnedKdamond> out;
+  std::ifstream in(path);
+  if (!in) {
+    if (errno == ENOENT) return out;
+    return errnoError("open " + path);
+  }
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    unsigned kdamond = 0;
+    int pid = 0;
+    char rest = 0;
+    if (std::sscanf(line.c_str(), "kdamond=%u pid=%d%c", &kdamond, &pid, &rest) != 2 || pid <= 0)
+      return systemError(EINVAL, path + ":" + std::to_string(n) + ": not \"kdamond=N pid=P\": " + line);
+    out.push_back({kdamond, static_cast<pid_t>(pid)});
+  }
+  return out;
+}
+
+Result<void> saveOwnedKdamonds(const std::string& path, const std::vector<OwnedKdamond>& owned) {
+  if (owned.empty()) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return errnoError("remove " + path);
+    return {};
+  }
+  std::string text;
+  for (const OwnedKdamond& k : owned) text += "kdamond=" + std::to_string(k.kdamond) + " pid=" + std::to_string(k.pid) + "\n";
+  return replaceFile(path, text);
+}
 
 std::string DamonSysfs::dir(uint32_t slot) const {
   return std::string(kAdmin) + "/" + std::to_string(first_ + slot);

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/Result.h"
@@ -31,6 +32,19 @@ struct DamonRegion {
   uint32_t nrAccesses = 0;  // samples (of aggrUs / sampleUs) that saw the region accessed
   uint32_t age = 0;
 };
+
+// A kdamond this daemon started, as its state file lists them: `kdamond` is the index under
+// kdamonds/ (not the slot), `pid` its target.
+struct OwnedKdamond {
+  uint32_t kdamond = 0;
+  pid_t pid = 0;
+  friend bool operator==(const OwnedKdamond&, const OwnedKdamond&) = default;
+};
+// The state file: one "kdamond=N pid=P" line each. A missing file is an empty list; a malformed
+// one an error (naming the line).
+[[nodiscard]] Result<std::vector<OwnedKdamond>> loadOwnedKdamonds(const std::string& path);
+// Replaces the file whole (sys::replaceFile); an empty list removes it.
+[[nodiscard]] Result<void> saveOwnedKdamonds(const std::string& path, const std::vector<OwnedKdamond>& owned);
 
 class DamonSysfs {
  public:
@@ -63,6 +77,7 @@ class DamonSysfs {
   // Both, one after the other.
   [[nodiscard]] Result<std::vector<DamonRegion>> regions(uint32_t slot);
   [[nodiscard]] uint32_t slots() const { return slots_; }
+  [[nodiscard]] uint32_t firstKdamond() const { return first_; }
 
  private:
   [[nodiscard]] std::string dir(uint32_t slot) const;

@@ -1168,46 +1168,90 @@ TEST_F(DamonSysfsTest, AddingWithoutAFreeSlotWhileARequestIsInFlightSaysSo) {
   ::close(reader);
 }
 
-// Kdamonds running at start are left alone: nothing says whose they are (an earlier run of the
-// daemon that died, or another tool: damo's default is kdamond 0). A tracked process one of them
-// monitors takes it over (the daemon that died was tracking it); the others are handed out only
-// once they stop by themselves (a kdamond stops when its process exits). (The fixture's files are
-// written in place, not truncated, as on sysfs: values are chosen so that what the source writes
-// over them reads back whole.)
-TEST_F(DamonSysfsTest, SlotsRunningAtStartAreLeftAloneUnlessTheirProcessIsTracked) {
-  makeKdamonds(3);
+// Kdamonds running at start: those the state file lists for the pid they monitor were left by a
+// run of the daemon that died, and are stopped; any other is another tool's (damo's default is
+// kdamond 0), never touched, even when its process is tracked, and handed out only once it stops
+// by itself (a kdamond stops when its process exits). The state file follows the kdamonds the
+// source runs and is gone once none runs. (The fixture's files are written in place, not
+// truncated, as on sysfs: values are chosen so that what the source writes over them reads back
+// whole.)
+TEST_F(DamonSysfsTest, OnlyTheDaemonsOwnLeftoverKdamondsAreStoppedAtStart) {
+  makeKdamonds(4);
   const std::string admin = kAdmin;
-  write(admin + "/nr_kdamonds", "3\n");
+  write(admin + "/nr_kdamonds", "4\n");
   write(admin + "/0/state", "on\n");
-  write(admin + "/0/contexts/0/targets/0/pid_target", "5\n");  // someone else's
+  write(admin + "/0/contexts/0/targets/0/pid_target", "5\n");  // another tool's
   write(admin + "/1/state", "on\n");
-  write(admin + "/1/contexts/0/targets/0/pid_target", "77\n");   // the dead daemon's, for pid 77
-  fs::create_directories(root_ / admin / "2/contexts/0/schemes/0/tried_regions");
-  sys::DamonSysfs damon(sys::Fs(root_.string()), 0, 3);
-  auto busy = damon.prepare();
-  ASSERT_TRUE(busy.ok()) << busy.error().message();
-  EXPECT_EQ(*busy, (std::vector<uint32_t>{0, 1}));
-  EXPECT_EQ(read(admin + "/0/state"), "on");
-  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 3), sys::DamonAttrs{}, 1024);
+  write(admin + "/1/contexts/0/targets/0/pid_target", "77\n");  // the dead daemon's, for pid 77
+  write(admin + "/2/state", "on\n");
+  write(admin + "/2/contexts/0/targets/0/pid_target", "66\n");  // once the dead daemon's, since restarted by another tool
+  for (const char* slot : {"1", "3"}) fs::create_directories(root_ / admin / slot / "contexts/0/schemes/0/tried_regions");
+  const std::string state = (root_ / "run/damon.state").string();
+  fs::create_directories(root_ / "run");
+  {
+    std::ofstream f(state);
+    f << "kdamond=1 pid=77\nkdamond=2 pid=65\nkdamond=9 pid=1\n";
+  }
+  auto owner = std::make_unique<DamonSource>(sys::DamonSysfs(sys::Fs(root_.string()), 0, 4), sys::DamonAttrs{}, 1024, state);
+  DamonSource& source = *owner;
   source.open();
   ASSERT_TRUE(source.status().available) << source.status().detail;
+  EXPECT_EQ(read(admin + "/1/state"), "off") << "the dead run's kdamond was not stopped";
   EXPECT_EQ(read(admin + "/0/state"), "on") << "another tool's kdamond was touched";
-  ASSERT_TRUE(source.addProcess(88).ok());
-  EXPECT_EQ(read(admin + "/2/contexts/0/targets/0/pid_target"), "88") << "a running slot was handed out";
+  EXPECT_EQ(read(admin + "/2/state"), "on") << "a kdamond restarted by another tool was touched";
+  EXPECT_FALSE(fs::exists(state)) << "nothing of the daemon's runs now";
+  // Its process is tracked again: it gets a free slot like any other.
   ASSERT_TRUE(source.addProcess(77).ok());
   EXPECT_EQ(read(admin + "/1/contexts/0/targets/0/pid_target"), "77");
-  EXPECT_EQ(read(admin + "/1/contexts/0/operations"), "vaddr") << "the leftover kdamond of pid 77 was not taken over";
+  EXPECT_EQ(read(admin + "/1/contexts/0/operations"), "vaddr");
+  // The other tool's process tracked: not taken over.
+  ASSERT_TRUE(source.addProcess(5).ok());
+  EXPECT_EQ(read(admin + "/3/contexts/0/targets/0/pid_target"), "5");
   EXPECT_EQ(read(admin + "/0/contexts/0/operations"), "") << "another tool's kdamond was reconfigured";
+  auto listed = sys::loadOwnedKdamonds(state);
+  ASSERT_TRUE(listed.ok()) << listed.error().message();
+  EXPECT_EQ(*listed, (std::vector<sys::OwnedKdamond>{{1, 77}, {3, 5}}));
   const auto full = source.addProcess(99);
   ASSERT_FALSE(full.ok());
-  EXPECT_NE(full.error().message().find("1 were running at start for others"), std::string::npos) << full.error().message();
+  EXPECT_NE(full.error().message().find("2 were running at start for others"), std::string::npos) << full.error().message();
   // The other tool's kdamond stops: its slot is free from the next collect on.
   write(admin + "/0/state", "off\n");
   EvidenceBatch out;
   (void)source.collect(out);
   ASSERT_TRUE(source.addProcess(99).ok());
   EXPECT_EQ(read(admin + "/0/contexts/0/targets/0/pid_target"), "99");
-  for (pid_t p : {77, 88, 99}) (void)source.removeProcess(p);
+  // A stop waits for a request in flight (the refresher's, after that collect) until a collect.
+  (void)source.removeProcess(77);
+  for (int i = 0; i < 200; ++i) {
+    listed = sys::loadOwnedKdamonds(state);
+    ASSERT_TRUE(listed.ok()) << listed.error().message();
+    if (listed->size() < 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    (void)source.collect(out);
+  }
+  EXPECT_EQ(*listed, (std::vector<sys::OwnedKdamond>{{0, 99}, {3, 5}}));
+  owner.reset();  // stops the rest
+  EXPECT_FALSE(fs::exists(state)) << "the state file outlived the kdamonds";
+}
+
+// A state file that cannot be read leaves every running kdamond alone.
+TEST_F(DamonSysfsTest, AMalformedStateFileLeavesEveryRunningKdamondAlone) {
+  makeKdamonds(2);
+  const std::string admin = kAdmin;
+  write(admin + "/nr_kdamonds", "2\n");
+  write(admin + "/0/state", "on\n");
+  write(admin + "/0/contexts/0/targets/0/pid_target", "77\n");
+  fs::create_directories(root_ / admin / "1/contexts/0/schemes/0/tried_regions");
+  const std::string state = (root_ / "damon.state").string();
+  {
+    std::ofstream f(state);
+    f << "kdamond=0 pid=77\nkdamond 1\n";
+  }
+  EXPECT_FALSE(sys::loadOwnedKdamonds(state).ok());
+  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 2), sys::DamonAttrs{}, 1024, state);
+  source.open();
+  ASSERT_TRUE(source.status().available) << source.status().detail;
+  EXPECT_EQ(read(admin + "/0/state"), "on");
 }
 
 // A kdamond that would not stop when its process was removed keeps its slot off the free ones (a
