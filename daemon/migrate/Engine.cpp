@@ -640,9 +640,15 @@ bool Engine::tryInProcess(PlanState& plan, size_t runIndex) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(batchPages_, pages - done));
     auto q = query(done, n);
     if (!q) {
-      // Bound, but where they are cannot be told.
-      const auto rest = before.begin() + static_cast<ptrdiff_t>(done);
-      o.busy += static_cast<uint64_t>(std::count(rest, before.end(), kElsewhere));
+      // Bound, but where they are cannot be told: counted busy, and named as such.
+      std::vector<void*> unknown;
+      for (uint64_t i = done; i < pages; ++i)
+        if (before[i] == kElsewhere) unknown.push_back(reinterpret_cast<void*>(run.start + i * kBasePageSize));
+      o.busy += unknown.size();
+      {
+        std::lock_guard lock(plan.mutex);
+        addBusyPages(plan.report.runs[runIndex].busy, unknown, kBasePageSize);
+      }
       plan.addError(q.error().message());
       break;
     }

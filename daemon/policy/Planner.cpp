@@ -481,6 +481,7 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     uint64_t length;
     int priority;
     uint64_t regionId;
+    bool demotion;
   };
   std::vector<Move> moves;
   const auto rankPriority = [](size_t rank, size_t count, int base) {
@@ -489,12 +490,12 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
   };
   for (size_t r = 0; r < demoteNow.size(); ++r) {
     const PlanBlock& b = inst.blocks[demoteNow[r].block];
-    moves.push_back({b.tgid, b.slowNode, b.start, b.length, rankPriority(r, demoteNow.size(), 1000), b.regionId});
+    moves.push_back({b.tgid, b.slowNode, b.start, b.length, rankPriority(r, demoteNow.size(), 1000), b.regionId, true});
   }
   for (size_t r = 0; r < promoteNow.size(); ++r) {
     const Placed& p = promoteNow[r];
     const PlanBlock& b = inst.blocks[p.block];
-    moves.push_back({b.tgid, p.node, p.start, p.length, rankPriority(r, promoteNow.size(), 0), b.regionId});
+    moves.push_back({b.tgid, p.node, p.start, p.length, rankPriority(r, promoteNow.size(), 0), b.regionId, false});
   }
   std::sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) {
     if (a.tgid != b.tgid) return a.tgid < b.tgid;
@@ -502,18 +503,24 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     return a.start < b.start;
   });
   const uint64_t maxRun = std::max<uint64_t>(kBasePageSize, config_.max_run_bytes() - config_.max_run_bytes() % kBasePageSize);
-  // No move touches stuck pages (see the header), except a retry's demotion, which goes out
-  // where the selection did not keep its block fast (the lowest demotion priority: it frees no
-  // room this plan counts on).
+  // No move the way that failed touches stuck pages (see the header): a demotion skips fast ones,
+  // a promotion held slow ones. A move the other way may cover them (pages already on its tier
+  // are left alone by the engine, and a run that covers a range whose pages have moved meanwhile
+  // settles its hold). A retry's demotion goes out where the selection did not keep its block
+  // fast (the lowest demotion priority: it frees no room this plan counts on).
   if (!context.stuck.empty()) {
     const StuckIndex stuck(context.stuck);
     std::vector<Move> outside;
     for (const Move& m : moves)
       stuck.forEachOutside(
-          m.tgid, m.start, m.length, [](const StuckRange& r) { return r.onFast || !r.retry; },
-          [&](uint64_t start, uint64_t length) { outside.push_back({m.tgid, m.node, start, length, m.priority, m.regionId}); });
+          m.tgid, m.start, m.length,
+          [&m](const StuckRange& r) { return m.demotion ? r.onFast : !r.onFast && !r.retry; },
+          [&](uint64_t start, uint64_t length) {
+            outside.push_back({m.tgid, m.node, start, length, m.priority, m.regionId, m.demotion});
+          });
     for (const RetryDemotion& r : inst.retries)
-      if (r.block == SIZE_MAX || !sel.chosen[r.block]) outside.push_back({r.tgid, r.slowNode, r.start, r.length, 1000, r.regionId});
+      if (r.block == SIZE_MAX || !sel.chosen[r.block])
+        outside.push_back({r.tgid, r.slowNode, r.start, r.length, 1000, r.regionId, true});
     std::sort(outside.begin(), outside.end(), [](const Move& a, const Move& b) {
       if (a.tgid != b.tgid) return a.tgid < b.tgid;
       if (a.node != b.node) return a.node < b.node;

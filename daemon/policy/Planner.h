@@ -69,7 +69,10 @@
 // Stuck pages (PlanContext::stuck: pages the engine left busy, pinned by the kernel) are left out
 // of their block, as if they were not its pages: the fast ones are charged to the budgets like
 // pinned pages (they stay in DRAM whatever the plan says), held slow ones are not planned, and
-// the block's moves skip them all, so the engine does not retry them every plan. Fast pages due a
+// the block's moves the way that failed skip them (demotions the fast ones, promotions the slow
+// ones), so the engine does not retry them every plan; a move the other way may cover them, which
+// settles a hold whose pages are not where it says (a range joined across moved pages, a page
+// moved by hand or by the kernel since). Fast pages due a
 // retry stay charged in that plan too (no promotion is sized into room that may not free), and are
 // demoted again unless the selection keeps their block fast; slow ones due a retry are planned
 // like any other pages. A block is charged at most its fast (or slow) pages.
@@ -183,7 +186,7 @@ struct PlanningInstance {
   SelectionProblem problem;  // budget and quotas net of the pinned fast bytes
   uint64_t fastUsedBytes = 0;        // of the blocks above (pinned ones excluded)
   uint64_t budgetBytes = 0;          // the global budget before the pinned bytes are taken off
-  uint64_t pinnedFastBytes = 0;      // pinned blocks' pages on fast nodes
+  uint64_t pinnedFastBytes = 0;      // pinned blocks' pages on fast nodes, and stuck fast pages
   uint64_t pinnedBytes = 0;          // pinned blocks' present pages
   std::vector<NodeBytes> nodeBudgets;     // each fast node's share (see the header), node order
   std::vector<NodeBytes> pinnedFastByNode;  // pinned blocks' fast pages per fast node
@@ -201,7 +204,7 @@ struct NodeUse {
 struct PlanStats {
   uint64_t budgetBytes = 0;
   uint64_t fastUsedBytes = 0;      // managed bytes on fast nodes before the plan (pinned included)
-  uint64_t pinnedFastBytes = 0;    // of which pinned
+  uint64_t pinnedFastBytes = 0;    // of which pinned, or stuck (PlanContext::stuck)
   uint64_t pinnedBytes = 0;        // present bytes of pinned blocks (any tier)
   uint64_t selectedBytes = 0;      // bytes the selection wants fast
   uint64_t promoteBytes = 0;       // in this plan

@@ -304,7 +304,8 @@ std::vector<FinishedRun> EngineExecutor::lastRuns() const {
     // Not permission denied: no later try gets past that.
     out.push_back({r.tgid, r.start, r.length, r.targetNode,
                    o.busy + o.skippedTargetFull + o.noMemory + o.cancelled + o.failed == 0, report->generation,
-                   r.direction == migrate::Direction::Demote, r.busy});
+                   r.direction == migrate::Direction::Demote,
+                   o.skippedTargetFull + o.noMemory + o.cancelled + o.failed + o.permissionDenied == 0, r.busy});
   }
   return out;
 }

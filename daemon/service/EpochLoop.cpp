@@ -202,6 +202,7 @@ void EpochLoop::runOnce(uint64_t nowNs) {
   const double epochSeconds = static_cast<double>(epochNs) / 1e9;
   const uint64_t sinceNs = nowNs - std::min(nowNs, epochNs);  // the span this epoch's evidence covers
   lastNowNs_ = nowNs;
+  readStuckPages();  // before the events: a process's exit or a region's removal drops its holds
   applyEvents(nowNs);
 
   releaseIfOversized(evidence_.records, 4096);  // a scan of 1 GiB can be 6 MiB of records
@@ -256,20 +257,7 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     // supersedes no manual plan.)
     std::vector<MoveRequest> retried;
     if (!counters.planInFlight && stages_.executor) {
-      const std::vector<FinishedRun> runs = stages_.executor->lastRuns();
-      // The pages the engine left busy in the policy's own last plan, read once. Pinned ranges'
-      // moves (retried in a policy plan, below) are the pins' business, not held here.
-      if (!runs.empty() && runs.front().generation == lastPolicyGeneration_ &&
-          runs.front().generation != stuckReadGeneration_) {
-        stuckReadGeneration_ = runs.front().generation;
-        std::vector<FinishedRun> own;
-        for (const FinishedRun& r : runs)
-          if (std::none_of(pins.begin(), pins.end(), [&r](const ManualPin& p) {
-                return p.tgid == r.tgid && p.start < r.start + r.length && r.start < p.start + p.length;
-              }))
-            own.push_back(r);
-        stuck_.onFinishedPlan(own);
-      }
+      const std::vector<FinishedRun> runs = pins.empty() ? std::vector<FinishedRun>{} : stages_.executor->lastRuns();
       std::map<PinKey, PinRetry> live;
       for (const ManualPin& p : pins) {
         const PinKey key{p.tgid, p.start, p.length, p.node};
@@ -293,7 +281,7 @@ void EpochLoop::runOnce(uint64_t nowNs) {
       }
       pinRetries_ = std::move(live);  // settled or unpinned ones are forgotten
     }
-    const std::vector<StuckRange> stuck = stuck_.nextPlan();
+    const std::vector<StuckRange> stuck = stuck_.nextPlan(!counters.planInFlight);
     MigrationPlan plan = stages_.policy->plan(nowNs, untilNextNs, bandwidth, pins, inFlightMoves_, stuck);
     if (!retried.empty() && !counters.planInFlight) {
       TT_LOG(Debug) << "epoch: " << retried.size() << " pinned range(s) not settled yet: their manual move is retried";
@@ -355,6 +343,27 @@ void EpochLoop::runOnce(uint64_t nowNs) {
   }
   if (stages_.executor) lastCounters_ = counters;
   if (keepAlive_) keepAlive_();
+}
+
+void EpochLoop::readStuckPages() {
+  if (!stages_.executor || lastPolicyGeneration_ == stuckReadGeneration_) return;
+  const std::vector<FinishedRun> runs = stages_.executor->lastRuns();
+  // The pages the engine left busy in the policy's own last plan, read once. Pinned ranges' moves
+  // (retried in a policy plan) are the pins' business, not held here.
+  if (runs.empty() || runs.front().generation != lastPolicyGeneration_) return;
+  stuckReadGeneration_ = lastPolicyGeneration_;
+  std::vector<ManualPin> pins;
+  {
+    std::lock_guard lock(pinsMutex_);
+    pins = pins_;
+  }
+  std::vector<FinishedRun> own;
+  for (const FinishedRun& r : runs)
+    if (std::none_of(pins.begin(), pins.end(), [&r](const ManualPin& p) {
+          return p.tgid == r.tgid && p.start < r.start + r.length && r.start < p.start + p.length;
+        }))
+      own.push_back(r);
+  stuck_.onFinishedPlan(own);
 }
 
 void EpochLoop::updateResidency() {
@@ -533,6 +542,8 @@ Result<void> EpochLoop::submitManualLocked(MigrationPlan plan, const std::vector
   plan.generation = ++generation_;
   std::vector<MoveRequest> moves = plan.moves;
   if (auto r = stages_.executor->submit(std::move(plan)); !r) return r;
+  // Moved by hand: whatever the policy's moves left busy there is the manual move's business now.
+  for (const MoveRequest& m : moves) stuck_.removeRange(m.tgid, m.start, m.length);
   if (stages_.policy) manualMovesUnseen_.insert(manualMovesUnseen_.end(), moves.begin(), moves.end());
   unfinished.insert(unfinished.end(), pinning.begin(), pinning.end());
   unfinishedPins_ = std::move(unfinished);

@@ -126,6 +126,8 @@ class EpochLoop {
  private:
   void threadMain();
   void applyEvents(uint64_t nowNs);
+  // Reads the runs of the policy's last plan once it has finished, for stuck_ (run lock).
+  void readStuckPages();
   void updateResidency();
   void exportCounters(double epochSeconds, const ExecutorCounters& counters);
   [[nodiscard]] double updateBandwidth(const ExecutorCounters& counters);

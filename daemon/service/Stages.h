@@ -170,6 +170,9 @@ struct FinishedRun {
   bool settled = true;
   uint64_t generation = 0;  // of the plan
   bool demotion = false;    // to a slow node
+  // Every page of it was tried (none cancelled, skipped for a full target, refused or failed):
+  // what it did not leave busy is where it asked for.
+  bool tried = true;
   // Where the pages it left busy after every retry are (sorted, merged, bounded: see
   // migrate::RunReport::busy).
   std::vector<AddressRange> busy;

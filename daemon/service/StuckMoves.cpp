@@ -37,11 +37,14 @@ void StuckMoves::onFinishedPlan(std::span<const FinishedRun> runs) {
   for (const FinishedRun& run : runs) {
     const uint64_t runEnd = run.start + run.length;
     std::vector<Erased> erased;
-    erase(run.tgid, run.start, runEnd, &erased);
+    // A run that tried every page settles its whole range; one that did not (cancelled, the target
+    // full, failed) says nothing of the pages it did not try: only its busy ranges are replaced.
+    if (run.tried) erase(run.tgid, run.start, runEnd, &erased);
     for (const AddressRange& b : run.busy) {
-      // Only what lies in the run (a 2 MiB folio reported busy may reach past a run's ends).
+      // Only what lies in the run (the engine's ranges always do; a fake's might not).
       const uint64_t start = std::max(b.start, run.start), end = std::min(b.start + b.length, runEnd);
       if (start >= end) continue;
+      if (!run.tried) erase(run.tgid, start, end, &erased);
       uint32_t wait = 0;  // the longest hold this one follows: a retry the engine left busy again
       for (const Erased& e : erased)
         if (e.start < end && start < e.end) wait = std::max(wait, e.wait);
@@ -58,13 +61,13 @@ void StuckMoves::onFinishedPlan(std::span<const FinishedRun> runs) {
   }
 }
 
-std::vector<StuckRange> StuckMoves::nextPlan() {
+std::vector<StuckRange> StuckMoves::nextPlan(bool counts) {
   std::vector<StuckRange> out;
   out.reserve(holds_.size());
   for (auto& [key, h] : holds_) {
     StuckRange r = h.range;
     r.retry = h.plansLeft == 0;
-    if (h.plansLeft > 0) --h.plansLeft;
+    if (counts && h.plansLeft > 0) --h.plansLeft;
     out.push_back(r);
   }
   return out;

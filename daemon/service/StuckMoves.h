@@ -11,8 +11,8 @@
 // pages where they are and charges fast ones to the budgets) and then due a retry (retry true: the
 // planner may move them, but a demotion of them frees no room in that plan). A retry the engine
 // leaves busy again is held twice as long as before, from kFirstHoldPlans up to kMaxHoldPlans. A
-// finished run settles every hold in its range: pages it moved are no longer held, and pages it
-// left busy are held anew. A due retry the planner does not act on (it wants the pages where they
+// finished run that tried every page settles every hold in its range: pages it moved are no
+// longer held, and pages it left busy are held anew (a run cut short settles only its busy ranges). A due retry the planner does not act on (it wants the pages where they
 // are) stays due; a process's exit or a region's removal drops its holds.
 //
 // Bounded: at most kMaxRanges ranges (the engine reports at most 64 per run); busy ranges past
@@ -42,8 +42,10 @@ class StuckMoves {
 
   // The runs of one finished plan of the policy's (all of them, each once).
   void onFinishedPlan(std::span<const FinishedRun> runs);
-  // The ranges for the next plan, held or due a retry; counts the holds down by one plan.
-  [[nodiscard]] std::vector<StuckRange> nextPlan();
+  // The ranges for the next plan, held or due a retry; counts the holds down by one plan when
+  // `counts` (the plan can go to the engine: it is idle, so a plan made while it is busy, which
+  // the loop drops, does not wear a hold down).
+  [[nodiscard]] std::vector<StuckRange> nextPlan(bool counts = true);
   void removeProcess(pid_t tgid);
   void removeRange(pid_t tgid, uint64_t start, uint64_t length);
 

@@ -616,6 +616,23 @@ TEST(Planner, PromotionsGoAroundHeldSlowPages) {
   EXPECT_EQ(planner.lastStats().promoteBytes, kChunk - kPage) << "the held page is not counted as moving";
 }
 
+// A fast hold whose pages are on the slow node after all (a range joined across pages that did
+// move, or moved since by hand or by the kernel) does not keep its hot block out of DRAM: only
+// demotions go around fast holds, so the promotion covers the range (and its run settles the hold).
+TEST(Planner, AFastHoldDoesNotStopThePromotionOfItsBlock) {
+  Planner planner(plannerConfig());
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  HeatSnapshot snap = spreadUnits(placement, kTgid, 1, 0x1000000);
+  const uint64_t start = snap.units[0].start;
+  PlanContext ctx;
+  ctx.fastCapacityBytes = 5 * kChunk;
+  ctx.stuck.push_back({kTgid, start, kChunk, true, false});
+  placement.apply(planner.plan(snap, placement, topo, ctx));
+  EXPECT_TRUE(isFastUnit(placement, kTgid, start));
+  EXPECT_EQ(planner.lastStats().pinnedFastBytes, 0u) << "no fast page there to charge";
+}
+
 }  // namespace
 
 // Plans one round for a slow block whose pages each expect `accessesPerPage` accesses (no long-run

@@ -490,7 +490,7 @@ TEST_F(EpochLoopTest, AnUnsettledPinnedMoveIsRetriedWithBackoffUntilItSettles) {
     std::lock_guard lock(executor.mutex);
     executor.runs = std::move(runs);
   };
-  lastRuns({{10, kBase, 4 * kPage, 1, false, 0, false, {}}, {10, kBase + 64 * kPage, kPage, 0, false, 0, false, {}}});  // the second: not pinned
+  lastRuns({{10, kBase, 4 * kPage, 1, false, 0, false, true, {}}, {10, kBase + 64 * kPage, kPage, 0, false, 0, false, true, {}}});  // the second: not pinned
   std::vector<uint64_t> retriedAt;
   for (uint64_t s = 2; s <= 12; ++s) {
     const size_t before = executor.submitted.size();
@@ -504,11 +504,11 @@ TEST_F(EpochLoopTest, AnUnsettledPinnedMoveIsRetriedWithBackoffUntilItSettles) {
     EXPECT_EQ(m.priority, EpochLoop::kManualPriority);
     EXPECT_EQ(m.regionId, id);
     retriedAt.push_back(s);
-    if (s == 2) lastRuns({{10, kBase + 64 * kPage, kPage, 0, true, 0, false, {}}});  // a policy plan finished: no word of the pin
-    else lastRuns({{10, kBase, 4 * kPage, 1, false, 0, false, {}}});                  // the retry: still unsettled
+    if (s == 2) lastRuns({{10, kBase + 64 * kPage, kPage, 0, true, 0, false, true, {}}});  // a policy plan finished: no word of the pin
+    else lastRuns({{10, kBase, 4 * kPage, 1, false, 0, false, true, {}}});                  // the retry: still unsettled
   }
   EXPECT_EQ(retriedAt, (std::vector<uint64_t>{2, 4, 7, 12})) << "retried every epoch, or lost";
-  lastRuns({{10, kBase, 4 * kPage, 1, true, 0, false, {}}});  // the last retry settled it
+  lastRuns({{10, kBase, 4 * kPage, 1, true, 0, false, true, {}}});  // the last retry settled it
   const size_t settled = executor.submitted.size();
   for (uint64_t s = 13; s <= 40; ++s) loop.runOnce(s * kSecond);
   EXPECT_EQ(executor.submitted.size(), settled) << "a settled pin was moved again";
@@ -526,7 +526,7 @@ TEST_F(EpochLoopTest, BusyPagesOfThePolicysPlanAreHandedToItsNextPlans) {
   ASSERT_EQ(executor.submitted.size(), 1u);
   const uint64_t generation = executor.submitted[0].generation;
   auto finished = [&](uint64_t gen, std::vector<tt::AddressRange> busy) {
-    tt::service::FinishedRun r{10, kBase, 64 * kPage, 1, busy.empty(), gen, true, std::move(busy)};
+    tt::service::FinishedRun r{10, kBase, 64 * kPage, 1, busy.empty(), gen, true, true, std::move(busy)};
     std::lock_guard lock(executor.mutex);
     executor.runs = {r};
   };
@@ -555,6 +555,35 @@ TEST_F(EpochLoopTest, BusyPagesOfThePolicysPlanAreHandedToItsNextPlans) {
   (void)registry.removeProcess(10);
   loop.runOnce(31 * kSecond);
   EXPECT_TRUE(policy.lastStuck.empty());
+  EXPECT_EQ(loop.stats().stuck.fastPages, 0u);
+}
+
+// A process that exits after its plan finished, before the loop has read the plan's runs: its
+// busy pages are not held (they would count against the holds' bound for good, and a reused pid
+// would inherit them). A manual move over a held range takes it over.
+TEST_F(EpochLoopTest, BusyPagesOfAnExitedProcessOrMovedByHandAreNotHeld) {
+  registry.attachProcess(peer, "t", false);
+  addRegion(0, 64 * kPage);
+  loop.runOnce(1 * kSecond);
+  auto planAndFinish = [&](uint64_t second, std::vector<tt::AddressRange> busy) {
+    policy.nextPlan.moves.push_back({10, kBase, 64 * kPage, 1, 1500, 0, true});
+    loop.runOnce(second * kSecond);
+    tt::service::FinishedRun r{10, kBase, 64 * kPage, 1, false, executor.submitted.back().generation, true, true, std::move(busy)};
+    std::lock_guard lock(executor.mutex);
+    executor.runs = {r};
+  };
+  planAndFinish(2, {{kBase + 3 * kPage, 2 * kPage}});
+  loop.runOnce(3 * kSecond);
+  ASSERT_EQ(policy.lastStuck.size(), 1u);
+  ASSERT_TRUE(loop.submitManual({0, {{10, kBase, 8 * kPage, 1, EpochLoop::kManualPriority, 0}}}).ok());
+  loop.runOnce(4 * kSecond);
+  EXPECT_TRUE(policy.lastStuck.empty()) << "a hold outlived a manual move over it";
+  EXPECT_EQ(loop.stats().stuck.fastPages, 0u);
+
+  planAndFinish(5, {{kBase + 9 * kPage, kPage}});
+  (void)registry.removeProcess(10);
+  loop.runOnce(6 * kSecond);
+  EXPECT_TRUE(policy.lastStuck.empty()) << "the exited process's busy pages came back";
   EXPECT_EQ(loop.stats().stuck.fastPages, 0u);
 }
 

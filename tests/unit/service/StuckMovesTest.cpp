@@ -79,6 +79,37 @@ TEST(StuckMoves, ARunSettlesOnlyItsOwnRange) {
   EXPECT_EQ(stuck.nextPlan().size(), 1u);
 }
 
+// A run cut short (cancelled, the target full, failed) says nothing of the pages it did not try:
+// the holds in its range stay, with their counts, but for its own busy ranges.
+TEST(StuckMoves, ARunCutShortSettlesOnlyItsBusyRanges) {
+  StuckMoves stuck;
+  stuck.onFinishedPlan(std::vector{demotion(0, 1024, {{kBase + 100 * kPage, kPage}, {kBase + 600 * kPage, kPage}})});
+  FinishedRun cut = demotion(0, 1024, {{kBase + 600 * kPage, kPage}});
+  cut.tried = false;
+  stuck.onFinishedPlan(std::vector{cut});
+  const auto ranges = stuck.nextPlan();
+  ASSERT_EQ(ranges.size(), 2u);
+  EXPECT_EQ(ranges[0].start, kBase + 100 * kPage) << "a hold the run did not try was dropped";
+  EXPECT_EQ(ranges[1].start, kBase + 600 * kPage);
+  // The second is a failed retry: held twice as long as the first.
+  int first = -1, second = -1;
+  for (int n = 0; n < 100 && (first < 0 || second < 0); ++n) {
+    const auto r = stuck.nextPlan();
+    if (first < 0 && r[0].retry) first = n;
+    if (second < 0 && r[1].retry) second = n;
+  }
+  EXPECT_EQ(first, static_cast<int>(StuckMoves::kFirstHoldPlans) - 1);
+  EXPECT_EQ(second, static_cast<int>(2 * StuckMoves::kFirstHoldPlans) - 1);
+}
+
+// Plans made while the engine is busy (which the loop drops) do not wear the holds down.
+TEST(StuckMoves, OnlyPlansThatCanGoOutCountDown) {
+  StuckMoves stuck;
+  stuck.onFinishedPlan(std::vector{demotion(0, 64, {{kBase, kPage}})});
+  for (int n = 0; n < 100; ++n) EXPECT_FALSE(stuck.nextPlan(false).front().retry);
+  EXPECT_EQ(plansHeld(stuck), static_cast<int>(StuckMoves::kFirstHoldPlans));
+}
+
 TEST(StuckMoves, AFailedPromotionIsHeldOnTheSlowTier) {
   StuckMoves stuck;
   FinishedRun r = demotion(0, 64, {{kBase, kPage}});
