@@ -48,8 +48,10 @@ class Daemon {
   std::string log() const { return dir_ + "/tensortierd.log"; }
   pid_t pid() const { return pid_; }
 
-  // Starts it and waits until the socket accepts connections; false (with the log) if not.
+  // Starts it and waits until it is ready (accepting is not serving: the socket listens before the
+  // sources are open, and a client's 500 ms hello would time out); false (with the log) if not.
   ::testing::AssertionResult start() {
+    ++starts_;
     const std::string cfg = dir_ + "/tensortierd.conf";
     std::ofstream(cfg) << config_;
     pid_ = fork();
@@ -70,7 +72,11 @@ class Daemon {
       std::strncpy(a.sun_path, socket().c_str(), sizeof a.sun_path - 1);
       const bool ok = connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
       close(s);
-      return ok;
+      if (!ok) return false;
+      std::ifstream in(log());  // one "ready" line per start: the log is appended to
+      int ready = 0;
+      for (std::string line; std::getline(in, line);) ready += line.find(" ready: serving ") != std::string::npos ? 1 : 0;
+      return ready >= starts_;
     });
     if (up && kill(pid_, 0) == 0) return ::testing::AssertionSuccess();
     pid_ = -1;
@@ -91,6 +97,7 @@ class Daemon {
  private:
   std::string dir_, config_;
   pid_t pid_ = -1;
+  int starts_ = 0;
 };
 
 // The daemon's own view of a process, through the admin ProcessesRequest (root may ask).

@@ -62,10 +62,21 @@ bool DaemonHarness::start(std::chrono::milliseconds timeout) {
     std::strncpy(addr.sun_path, socket().c_str(), sizeof addr.sun_path - 1);
     const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
     ::close(fd);
-    if (ok) return true;
+    // Accepting is not serving: the socket listens before the sources are open (half a second
+    // where a BPF program fails to load first), and a client's 500 ms hello would time out. Up
+    // when this start has logged that it is ready.
+    if (ok && readyLines(logPath) >= starts_) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
+}
+
+int DaemonHarness::readyLines(const std::string& logPath) {
+  std::ifstream in(logPath);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) n += line.find(" ready: serving ") != std::string::npos ? 1 : 0;
+  return n;
 }
 
 void DaemonHarness::signal(int sig) const {

@@ -35,6 +35,8 @@ class DaemonHarness {
   std::string dir_;
   pid_t pid_ = -1;
   int starts_ = 0;
+  // Lines of `logPath` saying the daemon is ready (one per start: the log is appended to).
+  static int readyLines(const std::string& logPath);
 };
 
 // Runs a command, returns (exit code, stdout).
