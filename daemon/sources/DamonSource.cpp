@@ -10,7 +10,7 @@ DamonSource::DamonSource(sys::DamonSysfs damon, sys::DamonAttrs attrs, uint64_t 
     : damon_(std::move(damon)), attrs_(attrs), maxPages_(maxPagesPerEpoch), stateFile_(std::move(stateFile)) {}
 
 void DamonSource::saveOwned() {
-  if (stateFile_.empty()) return;
+  if (stateFile_.empty() || !leftoversRead_) return;
   std::vector<sys::OwnedKdamond> owned;
   for (const auto& [slot, pid] : owned_) owned.push_back({damon_.firstKdamond() + slot, pid});
   if (auto r = sys::saveOwnedKdamonds(stateFile_, owned); !r) {
@@ -21,6 +21,9 @@ void DamonSource::saveOwned() {
 
 void DamonSource::stopLeftovers() {
   if (stateFile_.empty()) return;
+  // From here on the file is this source's to rewrite, also when it cannot be read: the kdamonds
+  // it starts must be listed, and an unreadable list names none that could be told apart.
+  leftoversRead_ = true;
   auto listed = sys::loadOwnedKdamonds(stateFile_);
   if (!listed) {
     TT_LOG(Warn) << "damon: " << listed.error().message() << ": every kdamond found running is left alone";

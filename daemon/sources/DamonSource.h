@@ -75,6 +75,9 @@ class DamonSource final : public Source {
   // file after every change; under sysfsMutex_.
   std::string stateFile_;
   std::map<uint32_t, pid_t> owned_;
+  // Whether stopLeftovers has read the state file: until then it may list a dead run's kdamonds,
+  // which saving this source's (none) would forget, as when open fails before reading it.
+  bool leftoversRead_ = false;
   void saveOwned();
   // At open: stops the kdamonds the state file says a run that died left running.
   void stopLeftovers();

@@ -1254,6 +1254,40 @@ TEST_F(DamonSysfsTest, AMalformedStateFileLeavesEveryRunningKdamondAlone) {
   EXPECT_EQ(read(admin + "/0/state"), "on");
 }
 
+// An open that fails before it has read the state file (here a kdamond whose state cannot be
+// read; in the kernel, nr_kdamonds refused with EBUSY) leaves the file as it was, so the next
+// start still finds the kdamond a dead run left and stops it.
+TEST_F(DamonSysfsTest, AnOpenThatFailsKeepsTheDeadRunsStateFile) {
+  makeKdamonds(2);
+  const std::string admin = kAdmin;
+  write(admin + "/nr_kdamonds", "2\n");
+  write(admin + "/0/state", "on\n");
+  write(admin + "/0/contexts/0/targets/0/pid_target", "77\n");
+  fs::remove(root_ / admin / "1/state");
+  const std::string state = (root_ / "damon.state").string();
+  {
+    std::ofstream f(state);
+    f << "kdamond=0 pid=77\n";
+  }
+  {
+    DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 2), sys::DamonAttrs{}, 1024, state);
+    source.open();
+    ASSERT_FALSE(source.status().available) << "the open was meant to fail";
+  }
+  auto listed = sys::loadOwnedKdamonds(state);
+  ASSERT_TRUE(listed.ok()) << "the dead run's state file is gone: " << listed.error().message();
+  EXPECT_EQ(*listed, (std::vector<sys::OwnedKdamond>{{0, 77}}));
+  EXPECT_EQ(read(admin + "/0/state"), "on");
+  // The next start can read every kdamond: it stops the dead run's.
+  write(admin + "/1/state", "");
+  for (const char* slot : {"0", "1"}) fs::create_directories(root_ / admin / slot / "contexts/0/schemes/0/tried_regions");
+  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 2), sys::DamonAttrs{}, 1024, state);
+  source.open();
+  ASSERT_TRUE(source.status().available) << source.status().detail;
+  EXPECT_EQ(read(admin + "/0/state"), "off") << "the dead run's kdamond was not stopped";
+  EXPECT_FALSE(fs::exists(state)) << "nothing of the daemon's runs now";
+}
+
 // A kdamond that would not stop when its process was removed keeps its slot off the free ones (a
 // start there would fail, and its process would seem unmonitorable), is stopped again at each
 // collect, and is handed out once it has stopped. A start that fails on one slot tries the next.
