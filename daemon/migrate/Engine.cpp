@@ -270,7 +270,7 @@ PlanReport Engine::execute(const MigrationPlan& plan) {
   std::lock_guard exec(executeMutex_);
   PlanReport report = runPlan(plan);
   std::lock_guard lock(planMutex_);
-  lastReport_ = report;
+  keepReport(report);
   return report;
 }
 
@@ -324,7 +324,20 @@ CountersSnapshot Engine::counters() const {
 
 std::optional<PlanReport> Engine::lastReport() const {
   std::lock_guard lock(planMutex_);
-  return lastReport_;
+  if (reports_.empty()) return std::nullopt;
+  return reports_.back();
+}
+
+std::optional<PlanReport> Engine::reportOf(uint64_t generation) const {
+  std::lock_guard lock(planMutex_);
+  for (const PlanReport& r : reports_)
+    if (r.generation == generation) return r;
+  return std::nullopt;
+}
+
+void Engine::keepReport(PlanReport report) {
+  reports_.push_back(std::move(report));
+  if (reports_.size() > kKeptReports) reports_.pop_front();
 }
 
 void Engine::setReportCallback(std::function<void(const PlanReport&)> callback) {
@@ -381,7 +394,7 @@ void Engine::coordinatorLoop() {
     }
     if (callback) callback(report);
     std::lock_guard lock(planMutex_);
-    lastReport_ = std::move(report);
+    keepReport(std::move(report));
     coordinatorBusy_ = false;
     planCv_.notify_all();
   }

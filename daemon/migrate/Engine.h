@@ -166,6 +166,11 @@ class Engine {
   [[nodiscard]] CountersSnapshot counters() const;
   // The report of the last finished plan (submitted or executed).
   [[nodiscard]] std::optional<PlanReport> lastReport() const;
+  // The report of plan `generation` while it is one of the last kKeptReports finished: a reader
+  // that waits for one plan's report (the policy's) still finds it after other plans (manual
+  // moves) have finished behind it.
+  [[nodiscard]] std::optional<PlanReport> reportOf(uint64_t generation) const;
+  static constexpr size_t kKeptReports = 4;
   // Called on the coordinator thread after every plan (the service logs and exports it).
   void setReportCallback(std::function<void(const PlanReport&)> callback);
 
@@ -245,7 +250,8 @@ class Engine {
   std::vector<std::pair<pid_t, uint64_t>> cancelledBeforeRunning_;
   bool coordinatorBusy_ = false;
   bool stopping_ = false;
-  std::optional<PlanReport> lastReport_;
+  std::deque<PlanReport> reports_;  // the last kKeptReports finished, oldest first
+  void keepReport(PlanReport report);
   std::function<void(const PlanReport&)> reportCallback_;
   std::mutex executeMutex_;  // one plan at a time, submitted or executed
 

@@ -295,19 +295,32 @@ Result<void> HeatPlannerPolicy::applyConfig(const tensortier::v1::PolicyConfig& 
   return {};
 }
 
-std::vector<FinishedRun> EngineExecutor::lastRuns() const {
+namespace {
+
+std::vector<FinishedRun> finishedRunsOf(const migrate::PlanReport& report) {
   std::vector<FinishedRun> out;
-  const auto report = engine_.lastReport();
-  if (!report) return out;
-  for (const auto& r : report->runs) {
+  for (const auto& r : report.runs) {
     const migrate::Outcome& o = r.outcome;
     // Not permission denied: no later try gets past that.
     out.push_back({r.tgid, r.start, r.length, r.targetNode,
-                   o.busy + o.skippedTargetFull + o.noMemory + o.cancelled + o.failed == 0, report->generation,
+                   o.busy + o.skippedTargetFull + o.noMemory + o.cancelled + o.failed == 0, report.generation,
                    r.direction == migrate::Direction::Demote,
                    o.skippedTargetFull + o.noMemory + o.cancelled + o.failed + o.permissionDenied == 0, r.busy});
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<FinishedRun> EngineExecutor::lastRuns() const {
+  const auto report = engine_.lastReport();
+  return report ? finishedRunsOf(*report) : std::vector<FinishedRun>{};
+}
+
+std::optional<std::vector<FinishedRun>> EngineExecutor::runsOf(uint64_t generation) const {
+  const auto report = engine_.reportOf(generation);
+  if (!report) return std::nullopt;
+  return finishedRunsOf(*report);
 }
 
 ExecutorCounters EngineExecutor::counters() const {

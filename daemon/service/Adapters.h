@@ -184,6 +184,7 @@ class EngineExecutor final : public PlanExecutor {
   void cancelProcess(pid_t tgid) override { engine_.cancelProcess(tgid); }
   ExecutorCounters counters() const override;
   std::vector<FinishedRun> lastRuns() const override;
+  std::optional<std::vector<FinishedRun>> runsOf(uint64_t generation) const override;
   Result<void> applyConfig(const tensortier::v1::MigrationConfig& config) override {
     auto r = engine_.applyConfig(config);
     if (r) promoteMbps_ = config.promote_mbps();  // workers take effect at restart only

@@ -347,10 +347,12 @@ void EpochLoop::runOnce(uint64_t nowNs) {
 
 void EpochLoop::readStuckPages() {
   if (!stages_.executor || lastPolicyGeneration_ == stuckReadGeneration_) return;
-  const std::vector<FinishedRun> runs = stages_.executor->lastRuns();
-  // The pages the engine left busy in the policy's own last plan, read once. Pinned ranges' moves
-  // (retried in a policy plan) are the pins' business, not held here.
-  if (runs.empty() || runs.front().generation != lastPolicyGeneration_) return;
+  // The pages the engine left busy in the policy's own last plan, read once, also when manual plans
+  // have finished behind it since (runsOf: the executor keeps a few plans' reports). Pinned
+  // ranges' moves (retried in a policy plan) are the pins' business, not held here.
+  const std::optional<std::vector<FinishedRun>> finished = stages_.executor->runsOf(lastPolicyGeneration_);
+  if (!finished) return;
+  const std::vector<FinishedRun>& runs = *finished;
   stuckReadGeneration_ = lastPolicyGeneration_;
   std::vector<ManualPin> pins;
   {

@@ -187,6 +187,11 @@ class PlanExecutor {
   [[nodiscard]] virtual ExecutorCounters counters() const = 0;
   // The runs of the last plan it finished (none when it finished none).
   [[nodiscard]] virtual std::vector<FinishedRun> lastRuns() const { return {}; }
+  // The runs of plan `generation` once it has finished, while the executor still holds its report
+  // (a few plans back); nullopt before or after.
+  [[nodiscard]] virtual std::optional<std::vector<FinishedRun>> runsOf(uint64_t /*generation*/) const {
+    return std::nullopt;
+  }
   [[nodiscard]] virtual Result<void> applyConfig(const tensortier::v1::MigrationConfig& config) = 0;
   // SIGTERM: let the in-flight batch finish for up to `graceMs`, cancel the rest, join threads.
   virtual void shutdown(uint32_t graceMs) = 0;

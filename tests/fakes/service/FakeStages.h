@@ -2,8 +2,10 @@
 // return scripted evidence and plans.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -128,15 +130,29 @@ class FakeExecutor final : public service::PlanExecutor {
     std::lock_guard lock(mutex);
     return current;
   }
+  // The runs of the newest generation in `runs`.
   std::vector<service::FinishedRun> lastRuns() const override {
     std::lock_guard lock(mutex);
-    return runs;
+    uint64_t newest = 0;
+    for (const auto& r : runs) newest = std::max(newest, r.generation);
+    std::vector<service::FinishedRun> out;
+    for (const auto& r : runs)
+      if (r.generation == newest) out.push_back(r);
+    return out;
+  }
+  std::optional<std::vector<service::FinishedRun>> runsOf(uint64_t generation) const override {
+    std::lock_guard lock(mutex);
+    std::vector<service::FinishedRun> out;
+    for (const auto& r : runs)
+      if (r.generation == generation) out.push_back(r);
+    if (out.empty()) return std::nullopt;
+    return out;
   }
   Result<void> applyConfig(const tensortier::v1::MigrationConfig&) override { return {}; }
   void shutdown(uint32_t) override {}
 
   mutable std::mutex mutex;
-  std::vector<service::FinishedRun> runs;  // what lastRuns() returns
+  std::vector<service::FinishedRun> runs;  // the finished plans' runs (each carries its plan's generation)
   std::vector<MigrationPlan> submitted;
   std::vector<pid_t> cancelled;
   service::ExecutorCounters current;

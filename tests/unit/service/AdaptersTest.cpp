@@ -510,5 +510,19 @@ TEST(EngineExecutor, ReportsTheLastPlansRunsUnsettledButNotForPermissionRefusals
     EXPECT_EQ(r.targetNode, 0);
     EXPECT_EQ(r.settled, r.tgid != 100) << "pid " << r.tgid;
   }
+  // Plan 1's runs are still found by its generation after later plans finished, until
+  // kKeptReports newer ones have; an unknown generation has none.
+  EXPECT_FALSE(executor.runsOf(2).has_value()) << "plan 2 has not run";
+  for (uint64_t g = 2; g <= tt::migrate::Engine::kKeptReports; ++g) {
+    (void)engine.execute({g, {{300, kBase, kPage, 1, 0, 0}}});
+    const auto first = executor.runsOf(1);
+    ASSERT_TRUE(first.has_value()) << "plan 1's report is gone after plan " << g;
+    EXPECT_EQ(first->size(), 3U);
+    ASSERT_EQ(executor.lastRuns().size(), 1U);
+    EXPECT_EQ(executor.lastRuns()[0].generation, g);
+  }
+  (void)engine.execute({tt::migrate::Engine::kKeptReports + 1, {{300, kBase, kPage, 0, 0, 0}}});
+  EXPECT_FALSE(executor.runsOf(1).has_value()) << "more than kKeptReports reports kept";
+  EXPECT_TRUE(executor.runsOf(2).has_value());
   engine.shutdown();
 }

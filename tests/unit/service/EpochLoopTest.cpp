@@ -558,6 +558,31 @@ TEST_F(EpochLoopTest, BusyPagesOfThePolicysPlanAreHandedToItsNextPlans) {
   EXPECT_EQ(loop.stats().stuck.fastPages, 0u);
 }
 
+// A manual plan that finishes after the policy's, before the loop has read the policy's runs,
+// does not hide them: the policy's busy pages are held all the same.
+TEST_F(EpochLoopTest, BusyPagesOfThePolicysPlanAreHeldWhenAManualPlanFinishedAfterIt) {
+  registry.attachProcess(peer, "t", false);
+  addRegion(0, 64 * kPage);
+  loop.runOnce(1 * kSecond);
+  policy.nextPlan.moves.push_back({10, kBase, 64 * kPage, 1, 1500, 0, true});
+  loop.runOnce(2 * kSecond);
+  ASSERT_EQ(executor.submitted.size(), 1u);
+  const uint64_t policyGeneration = executor.submitted[0].generation;
+  ASSERT_TRUE(loop.submitManual({0, {{10, kBase + 32 * kPage, kPage, 0, EpochLoop::kManualPriority, 0}}}).ok());
+  const uint64_t manualGeneration = executor.submitted.back().generation;
+  ASSERT_GT(manualGeneration, policyGeneration);
+  {
+    std::lock_guard lock(executor.mutex);
+    executor.runs = {{10, kBase, 64 * kPage, 1, false, policyGeneration, true, true, {{kBase + 3 * kPage, 2 * kPage}}},
+                     {10, kBase + 32 * kPage, kPage, 0, true, manualGeneration, false, true, {}}};
+  }
+  loop.runOnce(3 * kSecond);
+  ASSERT_EQ(policy.lastStuck.size(), 1u) << "the policy's busy pages were lost behind the manual plan's report";
+  EXPECT_EQ(policy.lastStuck[0].start, kBase + 3 * kPage);
+  EXPECT_EQ(policy.lastStuck[0].length, 2 * kPage);
+  EXPECT_EQ(loop.stats().stuck.fastPages, 2u);
+}
+
 // A process that exits after its plan finished, before the loop has read the plan's runs: its
 // busy pages are not held (they would count against the holds' bound for good, and a reused pid
 // would inherit them). A manual move over a held range takes it over.
