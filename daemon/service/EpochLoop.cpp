@@ -416,6 +416,13 @@ void EpochLoop::exportCounters(double epochSeconds, const ExecutorCounters& c) {
         "4 KiB pages the policy's moves left busy (pinned by the kernel), held where they are, by the tier they are on";
     metrics_.gauge("tensortier_stuck_pages", kStuckHelp, {{"tier", "fast"}}).set(static_cast<double>(stuck.fastPages));
     metrics_.gauge("tensortier_stuck_pages", kStuckHelp, {{"tier", "slow"}}).set(static_cast<double>(stuck.slowPages));
+    // Busy ranges past the holds' bound are asked again at once: a rising count says the bound
+    // (StuckMoves::kMaxRanges) is too small for what the kernel pins.
+    metrics_
+        .counter("tensortier_stuck_ranges_not_held_total",
+                 "Busy ranges the policy's moves left that were not held back because the holds were full")
+        .add(delta(stuck.notHeld, stuckNotHeldExported_));
+    stuckNotHeldExported_ = stuck.notHeld;
     for (const auto& [reason, pages] : c.failedPages) {
       const auto before = lastCounters_.failedPages.find(reason);
       metrics_.counter("tensortier_migration_failed_pages_total", "Pages not migrated, by reason", {{"reason", reason}})

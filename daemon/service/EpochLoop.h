@@ -173,6 +173,7 @@ class EpochLoop {
   StuckMoves stuck_;
   uint64_t lastPolicyGeneration_ = 0;
   uint64_t stuckReadGeneration_ = 0;
+  uint64_t stuckNotHeldExported_ = 0;  // stuck_.totals().notHeld as last exported
 
   mutable std::mutex pinsMutex_;
   std::vector<ManualPin> pins_;

@@ -583,6 +583,27 @@ TEST_F(EpochLoopTest, BusyPagesOfThePolicysPlanAreHeldWhenAManualPlanFinishedAft
   EXPECT_EQ(loop.stats().stuck.fastPages, 2u);
 }
 
+// Busy ranges past the holds' bound are counted in a metric, each once.
+TEST_F(EpochLoopTest, BusyRangesPastTheHoldsBoundAreCounted) {
+  registry.attachProcess(peer, "t", false);
+  addRegion(0, 2 * (tt::service::StuckMoves::kMaxRanges + 3) * kPage);
+  loop.runOnce(1 * kSecond);
+  const uint64_t length = 2 * (tt::service::StuckMoves::kMaxRanges + 3) * kPage;
+  policy.nextPlan.moves.push_back({10, kBase, length, 1, 1500, 0, true});
+  loop.runOnce(2 * kSecond);
+  ASSERT_EQ(executor.submitted.size(), 1u);
+  std::vector<tt::AddressRange> busy;
+  for (uint64_t i = 0; i < tt::service::StuckMoves::kMaxRanges + 3; ++i) busy.push_back({kBase + 2 * i * kPage, kPage});
+  {
+    std::lock_guard lock(executor.mutex);
+    executor.runs = {{10, kBase, length, 1, false, executor.submitted[0].generation, true, true, std::move(busy)}};
+  }
+  loop.runOnce(3 * kSecond);
+  loop.runOnce(4 * kSecond);  // the same report: nothing counted twice
+  EXPECT_EQ(loop.stats().stuck.fastPages, tt::service::StuckMoves::kMaxRanges);
+  EXPECT_NE(metrics.render().find("tensortier_stuck_ranges_not_held_total 3\n"), std::string::npos) << metrics.render();
+}
+
 // A process that exits after its plan finished, before the loop has read the plan's runs: its
 // busy pages are not held (they would count against the holds' bound for good, and a reused pid
 // would inherit them). A manual move over a held range takes it over.
