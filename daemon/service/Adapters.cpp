@@ -312,11 +312,6 @@ std::vector<FinishedRun> finishedRunsOf(const migrate::PlanReport& report) {
 
 }  // namespace
 
-std::vector<FinishedRun> EngineExecutor::lastRuns() const {
-  const auto report = engine_.lastReport();
-  return report ? finishedRunsOf(*report) : std::vector<FinishedRun>{};
-}
-
 std::optional<std::vector<FinishedRun>> EngineExecutor::runsOf(uint64_t generation) const {
   const auto report = engine_.reportOf(generation);
   if (!report) return std::nullopt;

@@ -183,7 +183,6 @@ class EngineExecutor final : public PlanExecutor {
   Result<void> submit(MigrationPlan plan) override { return engine_.submit(std::move(plan)); }
   void cancelProcess(pid_t tgid) override { engine_.cancelProcess(tgid); }
   ExecutorCounters counters() const override;
-  std::vector<FinishedRun> lastRuns() const override;
   std::optional<std::vector<FinishedRun>> runsOf(uint64_t generation) const override;
   Result<void> applyConfig(const tensortier::v1::MigrationConfig& config) override {
     auto r = engine_.applyConfig(config);

@@ -250,23 +250,34 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     // A pin's manual move is carried into the plan only while it is unsettled: a finished plan left
     // pages of it off the pin's node (busy pages, the node full), and the pin keeps the planner from
     // moving them. A settled one is not: a pinned range that is where the user put it would cost
-    // the engine a pass over it in every plan. The last finished plan says which pinned moves
-    // settled; a pin it does not mention keeps what an earlier plan said. One that stays unsettled
+    // the engine a pass over it in every plan. The plans finished since the last look say which
+    // pinned moves settled, the newest that mentions a pin deciding (a manual plan that finished
+    // right after another must not hide it); a pin none mentions keeps what an earlier plan said.
+    // One that stays unsettled
     // (pages pinned by RDMA or GPU registrations, a node that stays full) is retried after 1, 2,
     // 4 ... up to kMaxPinRetryEpochs epochs. (The plan goes to an idle engine only, below, so it
     // supersedes no manual plan.)
     std::vector<MoveRequest> retried;
     if (!counters.planInFlight && stages_.executor) {
-      const std::vector<FinishedRun> runs = pins.empty() ? std::vector<FinishedRun>{} : stages_.executor->lastRuns();
+      std::vector<std::vector<FinishedRun>> finished;  // newest first; every plan is done (the engine is idle)
+      if (!pins.empty()) {
+        const uint64_t oldest = std::max(pinsReadGeneration_, generation_ - std::min(generation_, kPinPlansRead)) + 1;
+        for (uint64_t g = generation_; g >= oldest && g > 0; --g)
+          if (auto runs = stages_.executor->runsOf(g)) finished.push_back(std::move(*runs));  // none: superseded unstarted
+      }
+      pinsReadGeneration_ = generation_;
       std::map<PinKey, PinRetry> live;
       for (const ManualPin& p : pins) {
         const PinKey key{p.tgid, p.start, p.length, p.node};
         bool mentioned = false, settled = true;
-        for (const FinishedRun& r : runs)
-          if (r.tgid == p.tgid && r.targetNode == p.node && r.start < p.start + p.length && p.start < r.start + r.length) {
-            mentioned = true;
-            settled = settled && r.settled;
-          }
+        for (const std::vector<FinishedRun>& runs : finished) {
+          for (const FinishedRun& r : runs)
+            if (r.tgid == p.tgid && r.targetNode == p.node && r.start < p.start + p.length && p.start < r.start + r.length) {
+              mentioned = true;
+              settled = settled && r.settled;
+            }
+          if (mentioned) break;
+        }
         const auto known = pinRetries_.find(key);
         if (mentioned ? settled : known == pinRetries_.end()) continue;  // settled, or never unsettled
         PinRetry r = known == pinRetries_.end() ? PinRetry{} : known->second;

@@ -98,7 +98,7 @@ class EpochLoop {
   // The same, and every move's range is pinned at its target node until nowNs + pinNs (0 = until
   // unpinned): the policy is told to leave it alone. A new pin of an overlapping range replaces
   // the old one. The policy's plans do not repeat a settled move (they go to an idle engine only,
-  // which has finished it); one the engine left unsettled (PlanExecutor::lastRuns) is put at
+  // which has finished it); one the engine left unsettled (PlanExecutor::runsOf) is put at
   // the head of the next plan until it settles; a manual plan that supersedes one still running
   // carries that one's pinned moves (pages already on the node are skipped by the engine).
   [[nodiscard]] Result<void> submitManual(MigrationPlan plan, uint64_t nowNs, uint64_t pinNs);
@@ -168,6 +168,10 @@ class EpochLoop {
   };
   static constexpr uint32_t kMaxPinRetryEpochs = 64;
   std::map<PinKey, PinRetry> pinRetries_;
+  // The newest plan whose runs the pins have been told of; each finished plan is read once, the
+  // last kPinPlansRead at most (the executor keeps a few reports).
+  uint64_t pinsReadGeneration_ = 0;
+  static constexpr uint64_t kPinPlansRead = 8;
   // Busy pages of the policy's own plans (run lock): the generation of the last plan the policy
   // made that the engine took, and of the last finished plan whose runs were read.
   StuckMoves stuck_;

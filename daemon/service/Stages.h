@@ -159,7 +159,7 @@ struct ExecutorCounters {
   uint64_t plans = 0;
 };
 
-// A run of the last plan the engine finished, and whether it settled: unsettled when it left pages
+// A run of a plan the engine finished, and whether it settled: unsettled when it left pages
 // off its target for reasons a later try may not meet (busy pages, the target full, no memory,
 // cancelled, failed; not a refused permission, which no retry gets past).
 struct FinishedRun {
@@ -185,8 +185,6 @@ class PlanExecutor {
   [[nodiscard]] virtual Result<void> submit(MigrationPlan plan) = 0;
   virtual void cancelProcess(pid_t tgid) = 0;
   [[nodiscard]] virtual ExecutorCounters counters() const = 0;
-  // The runs of the last plan it finished (none when it finished none).
-  [[nodiscard]] virtual std::vector<FinishedRun> lastRuns() const { return {}; }
   // The runs of plan `generation` once it has finished, while the executor still holds its report
   // (a few plans back); nullopt before or after.
   [[nodiscard]] virtual std::optional<std::vector<FinishedRun>> runsOf(uint64_t /*generation*/) const {

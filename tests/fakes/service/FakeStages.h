@@ -2,7 +2,6 @@
 // return scripted evidence and plans.
 #pragma once
 
-#include <algorithm>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -129,16 +128,6 @@ class FakeExecutor final : public service::PlanExecutor {
   service::ExecutorCounters counters() const override {
     std::lock_guard lock(mutex);
     return current;
-  }
-  // The runs of the newest generation in `runs`.
-  std::vector<service::FinishedRun> lastRuns() const override {
-    std::lock_guard lock(mutex);
-    uint64_t newest = 0;
-    for (const auto& r : runs) newest = std::max(newest, r.generation);
-    std::vector<service::FinishedRun> out;
-    for (const auto& r : runs)
-      if (r.generation == newest) out.push_back(r);
-    return out;
   }
   std::optional<std::vector<service::FinishedRun>> runsOf(uint64_t generation) const override {
     std::lock_guard lock(mutex);

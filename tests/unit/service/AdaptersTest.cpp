@@ -477,11 +477,11 @@ TEST_F(MovePagesPlacement, KeepsAskingForAPlansBlocksWhileTheEngineStillRunsIt) 
 
 }  // namespace
 
-// What the epoch loop retries of a pinned manual move: the runs of the engine's last finished plan
-// that left pages off their target for a reason a later try may not meet (here busy pages) are
+// What the epoch loop retries of a pinned manual move: the runs of a finished plan (by its
+// generation, while the engine keeps its report) that left pages off their target for a reason a later try may not meet (here busy pages) are
 // unsettled; those refused for want of permission, which no retry gets past, and those that moved
 // are settled.
-TEST(EngineExecutor, ReportsTheLastPlansRunsUnsettledButNotForPermissionRefusals) {
+TEST(EngineExecutor, ReportsAPlansRunsUnsettledButNotForPermissionRefusals) {
   constexpr uint64_t kBase = 0x10000000, kPage = tt::kBasePageSize;
   tt::fakes::FakePageMover mover;
   mover.map(100, kBase, 8 * kPage, 1);
@@ -500,11 +500,13 @@ TEST(EngineExecutor, ReportsTheLastPlansRunsUnsettledButNotForPermissionRefusals
   config.set_busy_backoff_ms(1);
   tt::migrate::Engine engine(topology, mover, free, config, tt::migrate::EngineHooks{&clock, &probe, nullptr});
   tt::service::EngineExecutor executor(engine, config);
-  EXPECT_TRUE(executor.lastRuns().empty()) << "no plan finished yet";
+  EXPECT_FALSE(executor.runsOf(1).has_value()) << "no plan finished yet";
   (void)engine.execute({1, {{100, kBase, 8 * kPage, 0, 0, 0}, {200, kBase, 8 * kPage, 0, 0, 0}, {300, kBase, 8 * kPage, 0, 0, 0}}});
-  const auto runs = executor.lastRuns();
-  ASSERT_EQ(runs.size(), 3U);
-  for (const auto& r : runs) {
+  const auto runs = executor.runsOf(1);
+  ASSERT_TRUE(runs.has_value());
+  ASSERT_EQ(runs->size(), 3U);
+  for (const auto& r : *runs) {
+    EXPECT_EQ(r.generation, 1U);
     EXPECT_EQ(r.start, kBase);
     EXPECT_EQ(r.length, 8 * kPage);
     EXPECT_EQ(r.targetNode, 0);
@@ -518,8 +520,10 @@ TEST(EngineExecutor, ReportsTheLastPlansRunsUnsettledButNotForPermissionRefusals
     const auto first = executor.runsOf(1);
     ASSERT_TRUE(first.has_value()) << "plan 1's report is gone after plan " << g;
     EXPECT_EQ(first->size(), 3U);
-    ASSERT_EQ(executor.lastRuns().size(), 1U);
-    EXPECT_EQ(executor.lastRuns()[0].generation, g);
+    const auto latest = executor.runsOf(g);
+    ASSERT_TRUE(latest.has_value());
+    ASSERT_EQ(latest->size(), 1U);
+    EXPECT_EQ((*latest)[0].generation, g);
   }
   (void)engine.execute({tt::migrate::Engine::kKeptReports + 1, {{300, kBase, kPage, 0, 0, 0}}});
   EXPECT_FALSE(executor.runsOf(1).has_value()) << "more than kKeptReports reports kept";

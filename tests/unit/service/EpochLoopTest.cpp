@@ -476,7 +476,7 @@ TEST_F(EpochLoopTest, APinWhoseManualMoveIsDoneIsNotMovedAgainByLaterPlans) {
 }
 
 // A manual move the engine finished with pages left off the pin's node (busy pages, the node full:
-// an unsettled run in lastRuns) is retried with the next plan to the idle engine, even an empty
+// an unsettled run in its plan's runs) is retried with the next plan to the idle engine, even an empty
 // one, since the pin keeps the planner from moving those pages; while it stays unsettled, after 1,
 // 2, 4 ... epochs (pinned pages may never move); once it has settled, nothing is carried. Plans
 // that do not mention the pin, finished in between, change nothing.
@@ -486,8 +486,10 @@ TEST_F(EpochLoopTest, AnUnsettledPinnedMoveIsRetriedWithBackoffUntilItSettles) {
   loop.runOnce(1 * kSecond);
   ASSERT_TRUE(loop.submitManual(manualMove(kBase, 4 * kPage, 1, id), 1 * kSecond, 0).ok());
   ASSERT_EQ(executor.submitted.size(), 1u);
+  // The last plan submitted finishes with `runs`.
   auto lastRuns = [&](std::vector<tt::service::FinishedRun> runs) {
     std::lock_guard lock(executor.mutex);
+    for (auto& r : runs) r.generation = executor.submitted.back().generation;
     executor.runs = std::move(runs);
   };
   lastRuns({{10, kBase, 4 * kPage, 1, false, 0, false, true, {}}, {10, kBase + 64 * kPage, kPage, 0, false, 0, false, true, {}}});  // the second: not pinned
