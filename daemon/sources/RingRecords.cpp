@@ -45,9 +45,10 @@ void RingRecords::handle(std::span<const uint8_t> record, uint64_t sampleType, A
       // THROTTLE / UNTHROTTLE pairs, two per tick while throttled: the program took every sample.
       // Counted as lost samples they would set the loss rule (up to 4x, held) on the period
       // instead of the throttle rule; a rare sample past the program among them is covered by
-      // that rule too.
+      // that rule too. Half the lost records were THROTTLEs, each a throttle the counter counts as
+      // if its record had been read.
       if ((sampleType & PERF_SAMPLE_TID) == 0) {
-        ++counters.throttled;
+        counters.throttled += std::max<uint64_t>(1, rec->lost / 2);
         return;
       }
       counters.lost += rec->lost;

@@ -71,8 +71,8 @@ TEST(RingRecords, ASampleOnAnInKernelEventsRingCountsAsLost) {
 
 // An in-kernel path event's control ring is one page, and what fills it is the kernel's THROTTLE
 // and UNTHROTTLE records, two per tick while throttled: the LOST record that follows counts lost
-// throttle records, not samples (the program took every sample), and tells the period controller
-// the events are throttled. Samples the PMU driver dropped (LOST_SAMPLES) never reached the
+// throttle records, not samples (the program took every sample), half of them throttles, and
+// tells the period controller the events are throttled. Samples the PMU driver dropped (LOST_SAMPLES) never reached the
 // program: lost on either path. On the ring path a LOST record counts lost samples.
 TEST(RingRecords, LostRecordsOnAnInKernelEventsRingAreThrottlingNotLostSamples) {
   const auto stream = test::readPerfStream(test::fixture("perf/pebs_ldlat.hex"));
@@ -91,7 +91,9 @@ TEST(RingRecords, LostRecordsOnAnInKernelEventsRingAreThrottlingNotLostSamples) 
   SourceCounters inKernel;
   ring.handle(lost, trimmed, AccessKind::Load, 100, inKernel);
   EXPECT_EQ(inKernel.lost, 0U);
-  EXPECT_EQ(inKernel.throttled, 1U);
+  EXPECT_EQ(inKernel.throttled, 900U) << "1800 lost THROTTLE/UNTHROTTLE records are 900 throttles";
+  ring.handle(record(PERF_RECORD_LOST, 7, 1), trimmed, AccessKind::Load, 100, inKernel);
+  EXPECT_EQ(inKernel.throttled, 901U) << "a single lost record still says the event was throttled";
   ring.handle(lostSamples, trimmed, AccessKind::Load, 100, inKernel);
   EXPECT_EQ(inKernel.lost, 42U);
   SourceCounters ringPath;
