@@ -113,12 +113,15 @@ Result<RegionInfo> Registry::registerRegion(const Peer& peer, const RegisterRequ
     std::lock_guard lock(mutex_);
     auto p = processes_.find(peer.pid);
     if (p == processes_.end()) return systemError(EINVAL, "process " + std::to_string(peer.pid) + " has not said Hello");
-    const UidUsage& u = usage_[peer.uid];
+    // Regions are charged to the uid the process was registered under, the one their removal
+    // refunds, also when a later connection of it has another uid (after a seteuid).
+    const uid_t owner = p->second.uid;
+    const UidUsage& u = usage_[owner];
     if (u.regions + 1 > limits_.maxRegionsPerUid)
-      return systemError(EDQUOT, "uid " + std::to_string(peer.uid) + " has " + std::to_string(u.regions) +
+      return systemError(EDQUOT, "uid " + std::to_string(owner) + " has " + std::to_string(u.regions) +
                                      " regions, the per-uid limit");
     if (u.bytes + length > limits_.maxBytesPerUid)
-      return systemError(EDQUOT, "uid " + std::to_string(peer.uid) + " would register " +
+      return systemError(EDQUOT, "uid " + std::to_string(owner) + " would register " +
                                      std::to_string(u.bytes + length) + " bytes, over the per-uid limit " +
                                      std::to_string(limits_.maxBytesPerUid));
   }
@@ -140,9 +143,9 @@ Result<RegionInfo> Registry::registerRegion(const Peer& peer, const RegisterRequ
     const RegionInfo& pr = regions_.at(prev->second).info;
     if (pr.start + pr.length > start) return systemError(EEXIST, "overlaps region " + std::to_string(prev->second));
   }
-  UidUsage& u = usage_[peer.uid];
+  UidUsage& u = usage_[proc.uid];
   if (u.regions + 1 > limits_.maxRegionsPerUid || u.bytes + length > limits_.maxBytesPerUid)
-    return systemError(EDQUOT, "per-uid limit reached for uid " + std::to_string(peer.uid));
+    return systemError(EDQUOT, "per-uid limit reached for uid " + std::to_string(proc.uid));
 
   RegionRecord rec;
   rec.info.id = nextRegionId_++;

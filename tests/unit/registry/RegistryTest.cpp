@@ -121,6 +121,24 @@ TEST_F(RegistryTest, ByteLimitIsPerUidAndFreedOnUnregister) {
   EXPECT_TRUE(registry.registerRegion(alice, req(kBase + 100 * kPage, 5 * kPage)).ok());
 }
 
+// A process registered under one uid that connects again under another (after a seteuid) is
+// charged to the first, which its regions' removal refunds: nothing leaks or wraps.
+TEST_F(RegistryTest, RegionsAreChargedToTheUidTheirProcessWasRegisteredUnder) {
+  registry.attachProcess(alice, "", false);
+  const Peer aliceAsBob{alice.pid, bob.uid, bob.gid};
+  registry.attachProcess(aliceAsBob, "", false);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(registry.registerRegion(aliceAsBob, req(kBase + i * kPage, kPage)).ok());
+  EXPECT_EQ(registry.registerRegion(alice, req(kBase + 10 * kPage, kPage)).error().code, EDQUOT)
+      << "alice's quota was not charged";
+  registry.attachProcess(bob, "", false);
+  EXPECT_TRUE(registry.registerRegion(bob, req(kBase, kPage)).ok()) << "bob was charged for alice's process";
+  EXPECT_EQ(registry.removeProcess(alice.pid), 4u);
+  registry.attachProcess(aliceToo, "", false);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(registry.registerRegion(aliceToo, req(kBase + i * kPage, kPage)).ok()) << i;
+  EXPECT_EQ(registry.registerRegion(aliceToo, req(kBase + 10 * kPage, kPage)).error().code, EDQUOT)
+      << "a refund went to the wrong uid";
+}
+
 TEST_F(RegistryTest, LoweredLimitsRefuseNewButKeepExisting) {
   registry.attachProcess(alice, "", false);
   ASSERT_TRUE(registry.registerRegion(alice, req(kBase, kPage)).ok());
