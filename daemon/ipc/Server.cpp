@@ -27,6 +27,20 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
 
   void start() { read(); }
 
+  // The connection speaks for the process that connected, and for no other: once it has exited,
+  // a child holding the socket, or a process given its pid since, must not act under that pid.
+  // The connection is closed when the peer's pidfd says it exited.
+  void watchPeer(sys::Pidfd pidfd) {
+    peer_ = std::move(pidfd);
+    peerWatch_ = std::make_unique<asio::posix::stream_descriptor>(socket_.get_executor(), peer_.fd());
+    peerWatch_->async_wait(asio::posix::stream_descriptor::wait_read, [self = shared_from_this()](error_code ec) {
+      if (ec == asio::error::operation_aborted || self->closed_) return;
+      TT_LOG(Info) << "pid " << self->session.peer.pid << " exited: its connection (session " << self->session.id
+                   << ") is closed, whoever holds it now";
+      self->close();
+    });
+  }
+
   // Queues one message. Returns false (and closes) when the client stopped reading.
   bool send(const pb::DaemonMessage& message) {
     if (closed_) return false;
@@ -59,6 +73,10 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
     error_code ignored;
     socket_.shutdown(local::socket::shutdown_both, ignored);
     socket_.close(ignored);
+    if (peerWatch_) {
+      peerWatch_->cancel(ignored);
+      (void)peerWatch_->release();  // peer_ owns the descriptor
+    }
     server_.connectionClosed(session.id);
   }
 
@@ -121,6 +139,8 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
 
   Server& server_;
   local::socket socket_;
+  sys::Pidfd peer_;
+  std::unique_ptr<asio::posix::stream_descriptor> peerWatch_;
   FrameDecoder decoder_;
   std::array<char, 65536> buffer_{};
   std::deque<std::string> queue_;
@@ -133,7 +153,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
 };
 
 Server::Server(asio::io_context& io, registry::Registry& registry, ProtocolHandler& handler, ServerOptions options)
-    : io_(io), registry_(registry), handler_(handler), options_(options), acceptor_(io) {
+    : io_(io), registry_(registry), handler_(handler), options_(options), acceptor_(io), acceptRetry_(io) {
   handler_.setProcessLifetime(this);
   handler_.setMbindResultSink(
       [this](const Session& s, uint64_t requestId, int errnoValue) { mbindResult(s, requestId, errnoValue); });
@@ -170,6 +190,7 @@ void Server::stop() {
   stopped_ = true;
   error_code ignored;
   acceptor_.close(ignored);
+  acceptRetry_.cancel();
   auto connections = connections_;  // close() erases from the map
   for (auto& [id, c] : connections) c->close();
   for (auto& [id, pending] : pendingMbinds_) {
@@ -185,9 +206,13 @@ void Server::accept() {
   acceptor_.async_accept([this](error_code ec, local::socket socket) {
     if (ec == asio::error::operation_aborted || stopped_) return;
     if (ec) {
-      // EMFILE and friends: log, and keep accepting (a later accept may succeed).
-      TT_LOG(Warn) << "accept: " << ec.message();
-      accept();
+      // EMFILE and friends: log, and accept again after a pause. At once would spin: the pending
+      // connection keeps the socket readable and the accept failing.
+      TT_LOG(Warn) << "accept: " << ec.message() << " (accepting again in " << kAcceptRetry.count() << " ms)";
+      acceptRetry_.expires_after(kAcceptRetry);
+      acceptRetry_.async_wait([this](error_code wait) {
+        if (!wait && !stopped_) accept();
+      });
       return;
     }
     Session session;
@@ -199,7 +224,15 @@ void Server::accept() {
       return;
     }
     session.peer = {cred->pid, cred->uid, cred->gid};
+    auto pidfd = sys::peerPidfd(socket.native_handle(), cred->pid);
+    if (!pidfd) {
+      // ESRCH: it connected and exited before the accept; nobody is left to serve.
+      TT_LOG(Debug) << "connection from pid " << cred->pid << " dropped: " << pidfd.error().message();
+      accept();
+      return;
+    }
     auto connection = std::make_shared<Connection>(*this, std::move(socket), session);
+    connection->watchPeer(std::move(*pidfd));
     connections_.emplace(session.id, connection);
     if (auto slot = registry_.openConnection(cred->uid); !slot) {
       pb::DaemonMessage refusal;
@@ -259,11 +292,15 @@ bool Server::watch(pid_t pid) {
   return true;
 }
 
-void Server::processExited(pid_t pid) {
+void Server::unwatch(pid_t pid) {
   if (auto it = watches_.find(pid); it != watches_.end()) {
     (void)it->second.descriptor->release();
     watches_.erase(it);
   }
+}
+
+void Server::processExited(pid_t pid) {
+  unwatch(pid);
   const size_t regions = registry_.removeProcess(pid);
   TT_LOG(Info) << "pid " << pid << " exited: dropped its " << regions << " region(s)";
   // Connections it leaked to children stay open but no longer speak for a registered process.

@@ -74,6 +74,7 @@ class Server final : public ProcessLifetime {
   // ProcessLifetime (loop thread).
   bool exited(pid_t pid) override;
   bool watch(pid_t pid) override;
+  void unwatch(pid_t pid) override;
 
  private:
   class Connection;
@@ -98,6 +99,8 @@ class Server final : public ProcessLifetime {
   ProtocolHandler& handler_;
   ServerOptions options_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
+  boost::asio::steady_timer acceptRetry_;  // after a failed accept (EMFILE: out of descriptors)
+  static constexpr std::chrono::milliseconds kAcceptRetry{100};
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;
   std::unordered_map<pid_t, ProcessWatch> watches_;
   std::unordered_map<uint64_t, PendingMbind> pendingMbinds_;

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include "core/Result.h"
+#include "sys/service/Pidfd.h"
 
 namespace tt::sys {
 
@@ -16,5 +17,11 @@ struct PeerCredentials {
 
 // getsockopt(SO_PEERCRED) on a connected AF_UNIX socket.
 [[nodiscard]] Result<PeerCredentials> peerCredentials(int socketFd);
+
+// A pidfd of the process that connected: SO_PEERPIDFD (Linux 6.5+), which the kernel took at
+// connect() and so cannot name another process; before 6.5, pidfd_open of `pid` (SO_PEERCRED's),
+// which names another process if the peer exited and its pid was handed out again between its
+// connect() and now (the daemon asks at accept). ESRCH when the peer has already exited.
+[[nodiscard]] Result<Pidfd> peerPidfd(int socketFd, pid_t pid);
 
 }  // namespace tt::sys

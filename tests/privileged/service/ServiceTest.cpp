@@ -14,6 +14,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 #include <cmath>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -264,6 +265,77 @@ TEST_F(ServiceTest, ProcessExitCleansUpThroughPidfdEvenWhenTheSocketLivesOn) {
   (void)!::write(hold[1], "x", 1);
   ::close(hold[1]);
   ::close(ready[0]);
+}
+
+// A connection speaks for the process that opened it and for no other. The opener exits while a
+// child it forked keeps the socket; its pid is then handed to another process (through
+// ns_last_pid, as CRIU does), which has the same mappings (a fork of this test). The child's
+// registration must not land on that process: the daemon closed the connection when the opener
+// exited.
+TEST_F(ServiceTest, AConnectionDiesWithTheProcessThatOpenedIt) {
+  Mapping shared(4 * kPage);  // mapped in every fork of this test, the victim included
+  int go[2], heirReady[2], victimHold[2], verdict[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(verdict), 0);
+  ASSERT_EQ(::pipe(heirReady), 0);
+  ASSERT_EQ(::pipe(victimHold), 0);
+  const pid_t opener = ::fork();
+  ASSERT_GE(opener, 0);
+  if (opener == 0) {
+    CtlClient c;
+    if (!c.connect(daemon.socket()).ok() || !c.hello("opener").ok()) std::_Exit(1);
+    if (::fork() == 0) {  // the heir: keeps the socket, registers when told to
+      char b;
+      (void)!::write(heirReady[1], "r", 1);
+      if (::read(go[0], &b, 1) != 1) std::_Exit(4);
+      auto r = c.call(registerMsg(shared.addr, shared.size, "not-mine"));
+      (void)!::write(verdict[1], r.ok() && r->has_register_region_reply() ? "A" : "R", 1);
+      std::_Exit(0);
+    }
+    char b;
+    (void)!::read(heirReady[0], &b, 1);
+    std::_Exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(opener, &status, 0), opener);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the opener could not connect";
+  // The daemon sees the opener gone: only this status request's own connection is left.
+  bool closed = false;
+  for (int i = 0; i < 60 && !closed; ++i) {
+    closed = ctlJson("status")["connections"] == 1;
+    if (!closed) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(closed) << "the opener's connection outlived it";
+  // A process of the opener's pid.
+  pid_t victim = -1;
+  for (int attempt = 0; attempt < 20 && victim != opener; ++attempt) {
+    if (victim > 0) {
+      ::kill(victim, SIGKILL);
+      ::waitpid(victim, nullptr, 0);
+    }
+    {
+      std::ofstream last("/proc/sys/kernel/ns_last_pid");
+      last << opener - 1;
+    }
+    victim = ::fork();
+    ASSERT_GE(victim, 0);
+    if (victim == 0) {
+      char b;
+      (void)!::read(victimHold[0], &b, 1);
+      std::_Exit(0);
+    }
+  }
+  ASSERT_EQ(victim, opener) << "no process got pid " << opener << " in 20 tries (other processes took it)";
+  (void)!::write(go[1], "g", 1);
+  char answer = 0;
+  ASSERT_EQ(::read(verdict[0], &answer, 1), 1);  // the heir is the opener's child: it tells by pipe
+  EXPECT_EQ(answer, 'R') << "the daemon accepted the heir's registration";
+  EXPECT_TRUE(ctlJson("regions")["regions"].empty()) << "the heir registered a region of pid " << opener
+                                                      << ", now another process";
+  EXPECT_TRUE(ctlJson("processes")["processes"].empty());
+  (void)!::write(victimHold[1], "x", 1);
+  ::waitpid(victim, nullptr, 0);
+  for (int fd : {go[0], go[1], heirReady[0], heirReady[1], victimHold[0], victimHold[1], verdict[0], verdict[1]}) ::close(fd);
 }
 
 TEST_F(ServiceTest, MalformedFrameGetsBadRequestAndTheConnectionKeepsWorking) {
