@@ -157,7 +157,7 @@ bool ProtocolHandler::attach(Session& s, pb::DaemonMessage& reply) {
 }
 
 void ProtocolHandler::sessionClosed(Session& s) {
-  if (s.attached) registry_.detachProcess(s.peer.pid);
+  if (s.attached && registry_.detachProcess(s.peer.pid) && lifetime_) lifetime_->unwatch(s.peer.pid);
   s.attached = false;
 }
 

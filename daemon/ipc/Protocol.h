@@ -47,6 +47,9 @@ class ProcessLifetime {
   [[nodiscard]] virtual bool exited(pid_t pid) = 0;
   // Begin watching; false when the process is already gone (pidfd_open ESRCH).
   [[nodiscard]] virtual bool watch(pid_t pid) = 0;
+  // Stop watching: the process left the registry with its last connection (its pidfd would
+  // otherwise stay open for as long as the process lives).
+  virtual void unwatch(pid_t pid) = 0;
 };
 
 // The result of an MbindRequest from a client.

@@ -22,8 +22,9 @@ class FakeLifetime final : public tt::ipc::ProcessLifetime {
     watched.push_back(pid);
     return !gone.count(pid);
   }
+  void unwatch(pid_t pid) override { unwatched.push_back(pid); }
   std::set<pid_t> dead, gone;
-  std::vector<pid_t> watched;
+  std::vector<pid_t> watched, unwatched;
 };
 
 class RecordingAdmin final : public tt::ipc::AdminHandler {
@@ -239,6 +240,7 @@ TEST_F(ProtocolTest, ClosingTheLastSessionDropsTheProcess) {
   handler.sessionClosed(session);
   EXPECT_FALSE(registry.hasProcess(100));
   EXPECT_EQ(registry.totals().regions, 0u);
+  EXPECT_EQ(lifetime.unwatched, std::vector<pid_t>{100}) << "the pidfd watch outlived the registration";
 }
 
 TEST_F(ProtocolTest, ReusedPidDoesNotInheritTheDeadProcessRegions) {
