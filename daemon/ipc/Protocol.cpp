@@ -144,8 +144,7 @@ bool ProtocolHandler::attach(Session& s, pb::DaemonMessage& reply) {
   if (s.attached) return true;
   // Pid reuse: a process we knew under this pid has exited but its pidfd event is not handled
   // yet; its regions must not become the new process's.
-  if (lifetime_ && registry_.hasProcess(s.peer.pid) && lifetime_->exited(s.peer.pid))
-    registry_.removeProcess(s.peer.pid);
+  if (lifetime_ && registry_.hasProcess(s.peer.pid) && lifetime_->exited(s.peer.pid)) lifetime_->forget(s.peer.pid);
   const bool isNew = registry_.attachProcess(s.peer, s.clientName, s.acceptsMbind);
   if (isNew && lifetime_ && !lifetime_->watch(s.peer.pid)) {
     registry_.removeProcess(s.peer.pid);

@@ -50,6 +50,10 @@ class ProcessLifetime {
   // Stop watching: the process left the registry with its last connection (its pidfd would
   // otherwise stay open for as long as the process lives).
   virtual void unwatch(pid_t pid) = 0;
+  // The process known under `pid` has exited, found before its pidfd event was handled (a new
+  // process got the pid): handled now as that event would be, which also stops the old process's
+  // connections from speaking for the new one.
+  virtual void forget(pid_t pid) = 0;
 };
 
 // The result of an MbindRequest from a client.

@@ -75,6 +75,7 @@ class Server final : public ProcessLifetime {
   bool exited(pid_t pid) override;
   bool watch(pid_t pid) override;
   void unwatch(pid_t pid) override;
+  void forget(pid_t pid) override { processExited(pid); }
 
  private:
   class Connection;

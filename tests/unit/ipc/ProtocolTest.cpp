@@ -23,8 +23,13 @@ class FakeLifetime final : public tt::ipc::ProcessLifetime {
     return !gone.count(pid);
   }
   void unwatch(pid_t pid) override { unwatched.push_back(pid); }
+  void forget(pid_t pid) override {
+    forgotten.push_back(pid);
+    if (registry) registry->removeProcess(pid);
+  }
   std::set<pid_t> dead, gone;
-  std::vector<pid_t> watched, unwatched;
+  std::vector<pid_t> watched, unwatched, forgotten;
+  tt::registry::Registry* registry = nullptr;  // forget() drops the process from it, as the server does
 };
 
 class RecordingAdmin final : public tt::ipc::AdminHandler {
@@ -46,6 +51,7 @@ class ProtocolTest : public ::testing::Test {
     session.id = handler.nextSessionId();
     session.peer = {100, 1000, 1000};
     space.map(100, 0x10000000, 0x20000000);
+    lifetime.registry = &registry;
   }
 
   pb::DaemonMessage send(const pb::ClientMessage& m, bool expectReply = true) {
@@ -262,6 +268,7 @@ TEST_F(ProtocolTest, ReusedPidDoesNotInheritTheDeadProcessRegions) {
   ASSERT_TRUE(reply.has_register_region_reply()) << reply.DebugString();
   EXPECT_EQ(registry.totals().regions, 1u);  // only the new process's region
   EXPECT_EQ(lifetime.watched.size(), 2u);
+  EXPECT_EQ(lifetime.forgotten, std::vector<pid_t>{100}) << "the old process was not handled as exited";
 }
 
 TEST_F(ProtocolTest, ProcessGoneBeforeWatchIsRefused) {
