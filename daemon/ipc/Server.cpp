@@ -33,12 +33,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
   void watchPeer(sys::Pidfd pidfd) {
     peer_ = std::move(pidfd);
     peerWatch_ = std::make_unique<asio::posix::stream_descriptor>(socket_.get_executor(), peer_.fd());
-    peerWatch_->async_wait(asio::posix::stream_descriptor::wait_read, [self = shared_from_this()](error_code ec) {
-      if (ec == asio::error::operation_aborted || self->closed_) return;
-      TT_LOG(Info) << "pid " << self->session.peer.pid << " exited: its connection (session " << self->session.id
-                   << ") is closed, whoever holds it now";
-      self->close();
-    });
+    awaitPeerExit();
   }
 
   // Queues one message. Returns false (and closes) when the client stopped reading.
@@ -81,6 +76,24 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
   }
 
  private:
+  void awaitPeerExit() {
+    peerWatch_->async_wait(asio::posix::stream_descriptor::wait_read, [self = shared_from_this()](error_code ec) {
+      if (ec == asio::error::operation_aborted || self->closed_) return;
+      // Readable means exited; a wake-up the pidfd does not confirm waits again. (Seen on 6.18:
+      // connections accepted together, some of whose peers had closed already, each had one
+      // such wake-up for a live peer.)
+      if (auto gone = sys::pidfdExited(self->peer_); gone.ok() && !*gone) {
+        TT_LOG(Debug) << "session " << self->session.id << ": pidfd of pid " << self->session.peer.pid
+                      << " woke without an exit (" << ec.message() << "): waiting again";
+        self->awaitPeerExit();
+        return;
+      }
+      TT_LOG(Info) << "pid " << self->session.peer.pid << " exited: its connection (session " << self->session.id
+                   << ") is closed, whoever holds it now";
+      self->close();
+    });
+  }
+
   void read() {
     socket_.async_read_some(asio::buffer(buffer_), [self = shared_from_this()](error_code ec, size_t n) {
       self->onRead(ec, n);
@@ -280,16 +293,27 @@ bool Server::watch(pid_t pid) {
   ProcessWatch w;
   w.descriptor = std::make_unique<asio::posix::stream_descriptor>(io_, pidfd->fd());
   w.pidfd = std::move(*pidfd);
+  watches_.emplace(pid, std::move(w));
+  awaitExit(pid);
+  return true;
+}
+
+void Server::awaitExit(pid_t pid) {
+  ProcessWatch& w = watches_.at(pid);
   const int fd = w.pidfd.fd();
   w.descriptor->async_wait(asio::posix::stream_descriptor::wait_read, [this, pid, fd](error_code ec) {
     if (ec == asio::error::operation_aborted) return;
     // The watch may have been replaced (pid reuse): act only if it is still this pidfd.
     auto it = watches_.find(pid);
     if (it == watches_.end() || it->second.pidfd.fd() != fd) return;
+    // Only an exit the pidfd confirms drops the process (see Connection::awaitPeerExit).
+    if (auto gone = sys::pidfdExited(it->second.pidfd); gone.ok() && !*gone) {
+      TT_LOG(Debug) << "pidfd of pid " << pid << " woke without an exit (" << ec.message() << "): waiting again";
+      awaitExit(pid);
+      return;
+    }
     processExited(pid);
   });
-  watches_.emplace(pid, std::move(w));
-  return true;
 }
 
 void Server::unwatch(pid_t pid) {

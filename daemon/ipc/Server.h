@@ -90,6 +90,7 @@ class Server final : public ProcessLifetime {
   };
 
   void accept();
+  void awaitExit(pid_t pid);  // of a watched process
   void connectionClosed(uint64_t id);
   void processExited(pid_t pid);
   void mbindResult(const Session& session, uint64_t requestId, int errnoValue);
