@@ -97,8 +97,8 @@ struct Totals {
 
 class Registry {
  public:
-  // Marks queued beyond this between two drains are dropped oldest-first (a stalled epoch loop
-  // must not grow the daemon without bound).
+  // Marks queued beyond this between two drains are dropped oldest-first, the older half of them
+  // at a time (a stalled epoch loop must not grow the daemon without bound).
   static constexpr size_t kMaxQueuedMarks = 65536;
 
   Registry(AddressSpaceInspector& inspector, Limits limits);
