@@ -44,6 +44,20 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
       TT_LOG(Error) << "cannot serialise a reply for session " << session.id;
       return false;
     }
+    // A reply larger than the whole send queue may hold (a listing of very many regions) would
+    // close the connection as if the client had stopped reading: it gets an error instead.
+    if (frame.size() > server_.options_.maxSendQueueBytes) {
+      TT_LOG(Warn) << "pid " << session.peer.pid << ": a " << frame.size() << "-byte reply exceeds max_send_queue_bytes ("
+                   << server_.options_.maxSendQueueBytes << "): LIMIT_EXCEEDED sent instead";
+      pb::DaemonMessage refusal;
+      refusal.set_seq(message.seq());
+      setError(refusal, pb::LIMIT_EXCEEDED,
+               "the reply would be " + std::to_string(frame.size()) + " bytes, over the daemon's send limit (" +
+                   std::to_string(server_.options_.maxSendQueueBytes) +
+                   " bytes, service.max_send_queue_bytes): ask for fewer regions at a time");
+      frame.clear();
+      if (!appendFrame(refusal, frame)) return false;
+    }
     queued_ += frame.size();
     if (queued_ > server_.options_.maxSendQueueBytes) {
       TT_LOG(Warn) << "pid " << session.peer.pid << " does not read its replies (" << queued_

@@ -645,6 +645,38 @@ TEST_F(ServiceTest, TensortierctlRecordsALiveRunThatTiersimReadsBack) {
   ::munmap(addr, kPages * kPage);
 }
 
+// A reply larger than the whole send queue (here the placement of 3000 regions against a 64 KiB
+// queue) is refused with LIMIT_EXCEEDED, and the connection goes on serving: it used to be closed
+// as if the client had stopped reading.
+TEST_F(ServiceTest, AReplyOverTheSendLimitIsAnErrorNotAHangup) {
+  daemon.writeConfig(baseConfig("  max_send_queue_bytes: 65536\n"));
+  daemon.signal(SIGHUP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  constexpr int kRegions = 3000;
+  Mapping m(kRegions * kPage);
+  CtlClient c;
+  connect(c);
+  uint64_t firstId = 0;
+  for (int i = 0; i < kRegions; ++i) {
+    auto r = c.call(registerMsg(static_cast<char*>(m.addr) + i * kPage, kPage, "r" + std::to_string(i)));
+    ASSERT_TRUE(r.ok() && r->has_register_region_reply()) << i << ": " << (r.ok() ? r->DebugString() : r.error().message());
+    if (i == 0) firstId = r->register_region_reply().region_id();
+  }
+  pb::ClientMessage query;
+  query.mutable_query_placement();
+  auto all = c.call(query);
+  ASSERT_TRUE(all.ok()) << "the connection was closed: " << all.error().message();
+  ASSERT_TRUE(all->has_error()) << "a reply over the limit came through";
+  EXPECT_EQ(all->error().code(), pb::LIMIT_EXCEEDED);
+  EXPECT_NE(all->error().message().find("max_send_queue_bytes"), std::string::npos) << all->error().message();
+  // The same connection answers a smaller query.
+  query.mutable_query_placement()->add_region_ids(firstId);
+  auto one = c.call(query);
+  ASSERT_TRUE(one.ok()) << one.error().message();
+  ASSERT_TRUE(one->has_placement()) << one->DebugString();
+  EXPECT_EQ(one->placement().regions_size(), 1);
+}
+
 TEST_F(ServiceTest, PerUidConnectionLimitRefusesTheExtraConnection) {
   daemon.writeConfig(baseConfig("  max_connections_per_uid: 4\n"));
   daemon.signal(SIGHUP);
