@@ -6,6 +6,10 @@
 
 namespace tt::ipc {
 
+uint64_t placementStride(uint64_t totalPages) {
+  return std::max<uint64_t>(1, (totalPages + kPlacementPagesPerRequest - 1) / kPlacementPagesPerRequest);
+}
+
 Result<Placement> PlacementReader::read(pid_t pid, uint64_t start, uint64_t length, uint64_t stride) {
   Placement out;
   if (stride == 0) stride = 1;

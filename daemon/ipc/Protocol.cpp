@@ -1,5 +1,9 @@
 #include "ipc/Protocol.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <unordered_set>
+
 #include "core/Log.h"
 
 namespace tt::ipc {
@@ -179,12 +183,19 @@ void ProtocolHandler::registerRegion(Session& s, const pb::RegisterRegion& m, pb
 }
 
 void ProtocolHandler::queryPlacement(Session& s, const pb::QueryPlacement& m, pb::DaemonMessage& reply) {
-  std::vector<uint64_t> ids(m.region_ids().begin(), m.region_ids().end());
+  // Each region once, in the order first asked (a frame can repeat an id a million times).
+  std::vector<uint64_t> ids;
+  std::unordered_set<uint64_t> seen;
+  for (uint64_t id : m.region_ids())
+    if (seen.insert(id).second) ids.push_back(id);
   auto regions = registry_.regionsOf(s.peer.pid, ids);
   if (!regions) {
     setError(reply, errorCodeFor(regions.error()), regions.error().message());
     return;
   }
+  uint64_t pages = 0;
+  for (const auto& rec : *regions) pages += rec.info.length / kBasePageSize;
+  const uint64_t stride = placementStride(pages);
   auto* out = reply.mutable_placement();
   for (const auto& rec : *regions) {
     auto* rp = out->add_regions();
@@ -194,7 +205,8 @@ void ProtocolHandler::queryPlacement(Session& s, const pb::QueryPlacement& m, pb
     rp->set_address(rec.info.start);
     rp->set_length(rec.info.length);
     rp->set_heat(rec.heat);
-    auto placement = placement_.read(rec.info.tgid, rec.info.start, rec.info.length);
+    rp->set_sample_stride(static_cast<uint32_t>(std::min<uint64_t>(stride, UINT32_MAX)));
+    auto placement = placement_.read(rec.info.tgid, rec.info.start, rec.info.length, stride);
     if (!placement) {
       setError(reply, pb::INTERNAL, placement.error().message());  // replaces the partial placement
       return;

@@ -161,7 +161,14 @@ std::vector<ManualPin> AdminService::pins() const {
 
 uint64_t AdminService::now() const { return ctx_.nowNs ? ctx_.nowNs() : EpochLoop::monotonicNowNs(); }
 
-bool AdminService::fillRegion(const registry::RegionRecord& r, pb::RegionEntry& e, const std::vector<ManualPin>& pins) {
+uint64_t AdminService::placementStrideOf(std::span<const registry::RegionRecord> regions) {
+  uint64_t pages = 0;
+  for (const auto& r : regions) pages += r.info.length / kBasePageSize;
+  return ipc::placementStride(pages);
+}
+
+bool AdminService::fillRegion(const registry::RegionRecord& r, pb::RegionEntry& e, const std::vector<ManualPin>& pins,
+                              uint64_t stride) {
   e.set_pid(r.info.tgid);
   e.set_region_id(r.info.id);
   e.set_name(r.info.name);
@@ -178,7 +185,8 @@ bool AdminService::fillRegion(const registry::RegionRecord& r, pb::RegionEntry& 
     e.set_pin_expires_in_ms(p.expiresNs == 0 ? 0 : (p.expiresNs > t ? (p.expiresNs - t + 999999) / 1000000 : 1));
   }
   if (!ctx_.placement) return true;
-  auto placement = ctx_.placement->read(r.info.tgid, r.info.start, r.info.length);
+  e.set_sample_stride(static_cast<uint32_t>(std::min<uint64_t>(stride, UINT32_MAX)));
+  auto placement = ctx_.placement->read(r.info.tgid, r.info.start, r.info.length, stride);
   if (!placement) return false;  // exited since the snapshot
   for (const auto& [node, bytes] : placement->bytesPerNode) {
     auto* nb = e.add_bytes_per_node();
@@ -192,9 +200,11 @@ bool AdminService::fillRegion(const registry::RegionRecord& r, pb::RegionEntry& 
 void AdminService::regions(const pb::RegionsRequest& request, pb::DaemonMessage& reply) {
   auto* out = reply.mutable_regions();
   const auto pinned = pins();
-  for (const auto& r : ctx_.registry->allRegions(request.pid())) {
+  const auto all = ctx_.registry->allRegions(request.pid());
+  const uint64_t stride = placementStrideOf(all);
+  for (const auto& r : all) {
     pb::RegionEntry entry;
-    if (fillRegion(r, entry, pinned)) *out->add_regions() = std::move(entry);
+    if (fillRegion(r, entry, pinned, stride)) *out->add_regions() = std::move(entry);
   }
 }
 
@@ -210,13 +220,18 @@ void AdminService::top(const pb::TopRequest& request, pb::DaemonMessage& reply) 
   std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.heat > b.heat; });
   auto* out = reply.mutable_top();
   const auto pinned = pins();
-  for (size_t i = 0; i < all.size() && i < count; ++i) {
+  const size_t shown = std::min(count, all.size());
+  // The hottest and the coldest share the request's page budget (counted twice where they meet).
+  uint64_t pages = 0;
+  for (size_t i = 0; i < shown; ++i) pages += (all[i].info.length + all[all.size() - 1 - i].info.length) / kBasePageSize;
+  const uint64_t stride = ipc::placementStride(pages);
+  for (size_t i = 0; i < shown; ++i) {
     pb::RegionEntry e;
-    if (fillRegion(all[i], e, pinned)) *out->add_hottest() = std::move(e);
+    if (fillRegion(all[i], e, pinned, stride)) *out->add_hottest() = std::move(e);
   }
-  for (size_t i = 0; i < all.size() && i < count; ++i) {
+  for (size_t i = 0; i < shown; ++i) {
     pb::RegionEntry e;
-    if (fillRegion(all[all.size() - 1 - i], e, pinned)) *out->add_coldest() = std::move(e);
+    if (fillRegion(all[all.size() - 1 - i], e, pinned, stride)) *out->add_coldest() = std::move(e);
   }
   if (request.pages() == 0 || !ctx_.epochLoop) return;
   for (const auto& p : ctx_.epochLoop->hottestPages(request.pages(), request.pid(), now())) {

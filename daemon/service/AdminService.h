@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -58,8 +59,11 @@ class AdminService final : public ipc::AdminHandler {
   void top(const tensortier::v1::TopRequest& request, ipc::pb::DaemonMessage& reply);
   void migrate(const tensortier::v1::MigrateRequest& request, ipc::pb::DaemonMessage& reply);
   void record(const tensortier::v1::RecordRequest& request, ipc::pb::DaemonMessage& reply);
+  // `stride`: read the placement at every stride-th page (ipc::placementStride of the request's
+  // regions, so that one request stays within ipc::kPlacementPagesPerRequest).
   [[nodiscard]] bool fillRegion(const registry::RegionRecord& record, tensortier::v1::RegionEntry& entry,
-                                const std::vector<ManualPin>& pins);
+                                const std::vector<ManualPin>& pins, uint64_t stride);
+  [[nodiscard]] static uint64_t placementStrideOf(std::span<const registry::RegionRecord> regions);
   [[nodiscard]] std::vector<ManualPin> pins() const;
   [[nodiscard]] uint64_t now() const;
 

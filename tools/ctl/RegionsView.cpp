@@ -17,6 +17,7 @@ std::string placementText(const pb::RegionEntry& r) {
   std::string s;
   for (const auto& nb : r.bytes_per_node()) s += (s.empty() ? "" : " ") + std::string("n") + std::to_string(nb.node()) + "=" + bytes(nb.bytes());
   if (r.unmapped_bytes()) s += (s.empty() ? "" : " ") + std::string("unmapped=") + bytes(r.unmapped_bytes());
+  if (!s.empty() && r.sample_stride() > 1) s = "~" + s + " (1/" + std::to_string(r.sample_stride()) + " pages)";
   return s.empty() ? "-" : s;
 }
 
@@ -56,7 +57,8 @@ json regionJson(const pb::RegionEntry& r) {
           {"kind", r.kind()},       {"address", r.address()},       {"length", r.length()},
           {"bytes_per_node", nodes}, {"unmapped_bytes", r.unmapped_bytes()}, {"heat", r.heat()},
           {"pinned", r.pinned()},   {"pinned_node", r.pinned() ? json(r.pinned_node()) : json(nullptr)},
-          {"pin_expires_in_ms", r.pin_expires_in_ms()}, {"steady_steps", r.steady_steps()}};
+          {"pin_expires_in_ms", r.pin_expires_in_ms()}, {"steady_steps", r.steady_steps()},
+          {"sample_stride", r.sample_stride()}};
 }
 
 std::string regionsTable(const google::protobuf::RepeatedPtrField<pb::RegionEntry>& regions) {

@@ -205,6 +205,37 @@ TEST_F(ProtocolTest, QueryPlacementReportsBytesPerNode) {
   EXPECT_EQ(rp.unmapped_bytes(), kPage);
 }
 
+// A request over more pages than the per-request budget is read at every Nth page and says so;
+// an id asked for many times is answered once.
+TEST_F(ProtocolTest, QueryPlacementStaysWithinItsPageBudgetAndAnswersEachRegionOnce) {
+  constexpr uint64_t kBig = 0x100000000ULL;
+  const uint64_t length = 4 * tt::ipc::kPlacementPagesPerRequest * kPage;  // 4 GiB
+  space.map(100, kBig, kBig + length);
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  const uint64_t id = registerRegion(kBig, length).register_region_reply().region_id();
+  mover.map(100, kBig, 64 * kPage, 1);
+  pb::ClientMessage q;
+  for (int i = 0; i < 1000; ++i) q.mutable_query_placement()->add_region_ids(id);
+  const size_t queriesBefore = mover.queryCalls();
+  auto r = send(q);
+  ASSERT_TRUE(r.has_placement()) << r.DebugString();
+  ASSERT_EQ(r.placement().regions_size(), 1) << "a repeated id was answered more than once";
+  const auto& rp = r.placement().regions(0);
+  EXPECT_EQ(rp.sample_stride(), 4u);
+  // 262144 pages asked, 16384 a call.
+  EXPECT_EQ(mover.queryCalls() - queriesBefore, tt::ipc::kPlacementPagesPerRequest / 16384);
+  ASSERT_EQ(rp.bytes_per_node_size(), 1);
+  EXPECT_EQ(rp.bytes_per_node(0).bytes(), 64 * kPage) << "every 4th of the 64 present pages, counted for 4";
+  EXPECT_EQ(rp.unmapped_bytes(), length - 64 * kPage);
+  // Within the budget every page is asked.
+  const uint64_t small = registerRegion(0x10000000, 4 * kPage).register_region_reply().region_id();
+  pb::ClientMessage one;
+  one.mutable_query_placement()->add_region_ids(small);
+  auto r1 = send(one);
+  ASSERT_TRUE(r1.has_placement()) << r1.DebugString();
+  EXPECT_EQ(r1.placement().regions(0).sample_stride(), 1u);
+}
+
 TEST_F(ProtocolTest, QueryOfAnotherProcessRegionIsNoSuchRegion) {
   ASSERT_TRUE(hello({1}).has_hello_reply());
   const uint64_t id = registerRegion(0x10000000, kPage).register_region_reply().region_id();
