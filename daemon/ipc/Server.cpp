@@ -20,12 +20,15 @@ using boost::system::error_code;
 class Server::Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(Server& server, local::socket socket, Session initial)
-      : session(std::move(initial)), server_(server), socket_(std::move(socket)) {}
+      : session(std::move(initial)), server_(server), socket_(std::move(socket)), stall_(socket_.get_executor()) {}
 
   Session session;
   bool counted = false;  // holds a slot in the registry's connection limits
 
-  void start() { read(); }
+  void start() {
+    watchStall();
+    read();
+  }
 
   // The connection speaks for the process that connected, and for no other: once it has exited,
   // a child holding the socket, or a process given its pid since, must not act under that pid.
@@ -86,10 +89,40 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
       peerWatch_->cancel(ignored);
       (void)peerWatch_->release();  // peer_ owns the descriptor
     }
+    stall_.cancel();
     server_.connectionClosed(session.id);
   }
 
  private:
+  // Stalled: no Hello yet, or part of a frame buffered. The deadline runs from when the connection
+  // became stalled, or from the last whole frame (a client streaming marks often ends a read
+  // mid-frame); it is dropped when the connection no longer is stalled.
+  [[nodiscard]] bool stalled() const { return !session.hello || decoder_.buffered() > 0; }
+  void watchStall(bool progressed = false) {
+    if (progressed && stallArmed_) {
+      stall_.cancel();
+      stallArmed_ = false;
+    }
+    if (!stalled()) {
+      if (stallArmed_) stall_.cancel();
+      stallArmed_ = false;
+      return;
+    }
+    if (stallArmed_) return;
+    stallArmed_ = true;
+    const uint64_t armed = ++stallArms_;  // a wait that had expired before a cancel still runs
+    stall_.expires_after(server_.options_.stalledConnection);
+    stall_.async_wait([self = shared_from_this(), armed](error_code ec) {
+      if (ec == asio::error::operation_aborted || self->closed_ || !self->stallArmed_ || armed != self->stallArms_) return;
+      self->stallArmed_ = false;
+      if (!self->stalled()) return;
+      TT_LOG(Info) << "pid " << self->session.peer.pid << ": connection (session " << self->session.id << ") "
+                   << (self->session.hello ? "held part of a frame" : "did not say Hello") << " for "
+                   << self->server_.options_.stalledConnection.count() << " ms: closed";
+      self->close();
+    });
+  }
+
   void awaitPeerExit() {
     peerWatch_->async_wait(asio::posix::stream_descriptor::wait_read, [self = shared_from_this()](error_code ec) {
       if (ec == asio::error::operation_aborted || self->closed_) return;
@@ -122,6 +155,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
     }
     decoder_.append(buffer_.data(), n);
     std::string_view frame;
+    bool progressed = false;
     for (;;) {
       const auto status = decoder_.next(server_.options_.maxFrameBytes, frame);
       if (status == FrameDecoder::Status::NeedMore) break;
@@ -136,6 +170,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
         closeAfterFlush();
         return;
       }
+      progressed = true;
       if (!request_.ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
         reply_.Clear();
         setError(reply_, pb::BAD_REQUEST, "frame does not parse as a ClientMessage");
@@ -145,6 +180,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
       if (server_.handler_.handle(session, request_, reply_) && !send(reply_)) return;
       if (closed_) return;
     }
+    watchStall(progressed);
     if (!closing_) read();
   }
 
@@ -168,6 +204,9 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
   local::socket socket_;
   sys::Pidfd peer_;
   std::unique_ptr<asio::posix::stream_descriptor> peerWatch_;
+  asio::steady_timer stall_;
+  bool stallArmed_ = false;
+  uint64_t stallArms_ = 0;
   FrameDecoder decoder_;
   std::array<char, 65536> buffer_{};
   std::deque<std::string> queue_;

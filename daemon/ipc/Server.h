@@ -34,6 +34,8 @@ struct ServerOptions {
   uint32_t maxFrameBytes = 1 << 20;
   uint32_t maxSendQueueBytes = 8 << 20;
   std::chrono::milliseconds mbindTimeout{5000};
+  // No Hello this long after accept, or part of a frame held this long: closed.
+  std::chrono::milliseconds stalledConnection{30000};
 };
 
 struct MbindCall {

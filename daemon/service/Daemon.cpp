@@ -69,7 +69,8 @@ trace::RecorderLimits recorderLimitsOf(const pb::ServiceConfig& s, std::optional
 }
 
 ipc::ServerOptions serverOptionsOf(const pb::ServiceConfig& s) {
-  return {s.max_frame_bytes(), s.max_send_queue_bytes(), std::chrono::milliseconds(s.mbind_timeout_ms())};
+  return {s.max_frame_bytes(), s.max_send_queue_bytes(), std::chrono::milliseconds(s.mbind_timeout_ms()),
+          std::chrono::milliseconds(s.stalled_connection_ms())};
 }
 
 std::optional<gid_t> lookupGroup(const std::string& name, const char* what) {

@@ -677,6 +677,51 @@ TEST_F(ServiceTest, AReplyOverTheSendLimitIsAnErrorNotAHangup) {
   EXPECT_EQ(one->placement().regions_size(), 1);
 }
 
+// A connection that says no Hello, or holds part of a frame, for stalled_connection_ms is closed;
+// one that said Hello and sits idle is not, and neither is one that keeps sending whole frames
+// while its reads end mid-frame.
+TEST_F(ServiceTest, StalledConnectionsAreClosedAndBusyOnesAreNot) {
+  daemon.writeConfig(baseConfig("  stalled_connection_ms: 300\n"));
+  daemon.signal(SIGHUP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  CtlClient silent, halfFrame, idle, streaming;
+  ASSERT_TRUE(silent.connect(daemon.socket()).ok());
+  connect(halfFrame);
+  connect(idle);
+  connect(streaming);
+  std::string header;
+  tt::ipc::appendFrameHeader(1000, header);
+  ASSERT_TRUE(halfFrame.sendRaw(header + "abc").ok());
+  // Marks (seq 0: no reply), each frame sent in two halves 50 ms apart, for 1.2 s.
+  pb::ClientMessage mark;
+  mark.mutable_iteration_mark()->set_step(1);
+  std::string frame;
+  ASSERT_TRUE(tt::ipc::appendFrame(mark, frame));
+  const size_t half = frame.size() / 2;
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_TRUE(streaming.sendRaw(std::string_view(frame).substr(0, half)).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(streaming.sendRaw(std::string_view(frame).substr(half)).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto silentGot = silent.nextMessage(std::chrono::milliseconds(3000));
+  ASSERT_FALSE(silentGot.ok()) << silentGot->DebugString();
+  EXPECT_EQ(silentGot.error().code, ENOTCONN) << "a connection without Hello is still open: " << silentGot.error().message();
+  auto halfGot = halfFrame.nextMessage(std::chrono::milliseconds(3000));
+  ASSERT_FALSE(halfGot.ok()) << halfGot->DebugString();
+  EXPECT_EQ(halfGot.error().code, ENOTCONN) << "a connection holding half a frame is still open: " << halfGot.error().message();
+  pb::ClientMessage st;
+  st.mutable_status();
+  auto idleGot = idle.call(st);
+  ASSERT_TRUE(idleGot.ok()) << "an idle connection after Hello was closed: " << idleGot.error().message();
+  EXPECT_TRUE(idleGot->has_status());
+  auto streamingGot = streaming.call(st);
+  ASSERT_TRUE(streamingGot.ok()) << "a connection sending whole frames was closed: " << streamingGot.error().message();
+  EXPECT_TRUE(streamingGot->has_status());
+  EXPECT_NE(daemon.log().find("did not say Hello for 300 ms: closed"), std::string::npos) << daemon.log();
+  EXPECT_NE(daemon.log().find("held part of a frame for 300 ms: closed"), std::string::npos);
+}
+
 TEST_F(ServiceTest, PerUidConnectionLimitRefusesTheExtraConnection) {
   daemon.writeConfig(baseConfig("  max_connections_per_uid: 4\n"));
   daemon.signal(SIGHUP);
