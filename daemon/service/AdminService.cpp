@@ -247,6 +247,11 @@ void AdminService::migrate(const pb::MigrateRequest& request, pb::DaemonMessage&
     ipc::setError(reply, pb::INTERNAL, "no migration engine in this daemon");
     return;
   }
+  // pid 0 (or below) would read as "every process" where the registry lists regions by pid.
+  if (request.target_case() == pb::MigrateRequest::kPid && request.pid() <= 0) {
+    ipc::setError(reply, pb::BAD_REQUEST, "migrate: pid " + std::to_string(request.pid()) + " is not a process");
+    return;
+  }
   if (request.unpin()) {
     size_t dropped = 0;
     if (request.target_case() == pb::MigrateRequest::kRegionId) {

@@ -331,6 +331,11 @@ TEST_F(AdminServiceTest, MigrateRejectsUnknownRegionsAndNodes) {
   m.mutable_migrate()->set_pid(4);
   m.mutable_migrate()->set_node(0);
   EXPECT_EQ(ask(0, m).error().code(), pb::NO_SUCH_REGION);
+  // pid 0 is no process, not every process's regions.
+  m.mutable_migrate()->set_pid(0);
+  EXPECT_EQ(ask(0, m).error().code(), pb::BAD_REQUEST);
+  m.mutable_migrate()->set_unpin(true);
+  EXPECT_EQ(ask(0, m).error().code(), pb::BAD_REQUEST);
   EXPECT_TRUE(executor.submitted.empty());
 }
 
