@@ -45,22 +45,14 @@
 #include <string>
 #include <vector>
 
+#include "BenchStats.h"
 #include "core/Types.h"
 #include "heat/HeatModel.h"
 
 namespace {
 
-uint64_t threadCpuNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+using tt::bench::median;
+using tt::bench::threadCpuNs;
 
 // The daemon's defaults (max_tracked_pages 4 Mi pages: room for every page here).
 tensortier::v1::PolicyConfig config() { return {}; }

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "BenchStats.h"
 #include "core/Types.h"
 #include "heat/HeatModel.h"
 #include "policy/Planner.h"
@@ -37,17 +38,8 @@ constexpr uint64_t kBase = 0x7f0000000000ULL;  // 2 MiB aligned
 constexpr uint64_t kTensorPages = 16384;       // 64 MiB
 constexpr uint8_t kCountsPerPage = 64;         // accesses per page and epoch in the evidence
 
-uint64_t threadCpuNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+using tt::bench::median;
+using tt::bench::threadCpuNs;
 
 // One byte per registered page: 1 on the fast node, 0 on the slow one. Counts the time spent
 // answering, which plan() includes and the bench takes out.
