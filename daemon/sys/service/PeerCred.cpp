@@ -26,9 +26,13 @@ Result<Pidfd> peerPidfd(int socketFd, pid_t pid) {
   socklen_t len = sizeof fd;
   const int rc = ::getsockopt(socketFd, SOL_SOCKET, SO_PEERPIDFD, &fd, &len);
   if (rc == 0 && fd >= 0) return Pidfd(fd);
-  // ENOPROTOOPT: a kernel before 6.5. (ESRCH there: the peer is gone; pidfd_open says so too.)
-  if (rc != 0 && errno != ENOPROTOOPT && errno != EINVAL && errno != ESRCH)
-    return errnoError("getsockopt SO_PEERPIDFD fd " + std::to_string(socketFd));
+  // Only a kernel without SO_PEERPIDFD (ENOPROTOOPT, before 6.5) falls back to the pid. A kernel
+  // with it says EINVAL or ESRCH when the peer has been reaped: its pid may be another process's
+  // by now, which pidfd_open would hand out.
+  if (rc == 0) return systemError(ESRCH, "SO_PEERPIDFD fd " + std::to_string(socketFd) + ": no peer process");
+  if (errno == EINVAL || errno == ESRCH)
+    return systemError(ESRCH, "SO_PEERPIDFD fd " + std::to_string(socketFd) + ": the peer has exited");
+  if (errno != ENOPROTOOPT) return errnoError("getsockopt SO_PEERPIDFD fd " + std::to_string(socketFd));
   return openPidfd(pid);
 }
 

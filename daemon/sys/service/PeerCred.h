@@ -19,9 +19,10 @@ struct PeerCredentials {
 [[nodiscard]] Result<PeerCredentials> peerCredentials(int socketFd);
 
 // A pidfd of the process that connected: SO_PEERPIDFD (Linux 6.5+), which the kernel took at
-// connect() and so cannot name another process; before 6.5, pidfd_open of `pid` (SO_PEERCRED's),
-// which names another process if the peer exited and its pid was handed out again between its
-// connect() and now (the daemon asks at accept). ESRCH when the peer has already exited.
+// connect() and so cannot name another process (for a peer reaped since, 6.5-6.15 say ESRCH and
+// later kernels give a pidfd that says it exited); before 6.5,
+// pidfd_open of `pid` (SO_PEERCRED's), which names another process if the peer exited and its pid
+// was handed out again between its connect() and now (the daemon asks at accept).
 [[nodiscard]] Result<Pidfd> peerPidfd(int socketFd, pid_t pid);
 
 }  // namespace tt::sys

@@ -1,0 +1,154 @@
+// The peer of a Unix socket as the daemon takes it at accept: its credentials and a pidfd that
+// names the process that connected and no other, also after that process has exited and its pid
+// has gone to another process (handed out through ns_last_pid, as CRIU does).
+#include "sys/service/PeerCred.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "support/TestSupport.h"
+
+namespace {
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+bool kernelHasPeerPidfd() {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return false;
+  int fd = -1;
+  socklen_t len = sizeof fd;
+  const bool has = ::getsockopt(sv[0], SOL_SOCKET, SO_PEERPIDFD, &fd, &len) == 0;
+  if (fd >= 0) ::close(fd);
+  ::close(sv[0]);
+  ::close(sv[1]);
+  return has;
+}
+
+class PeerCredTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TT_REQUIRE_ROOT();
+    dir_ = std::filesystem::temp_directory_path() / ("tt-peercred-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    addr_.sun_family = AF_UNIX;
+    const std::string path = (dir_ / "s").string();
+    std::strncpy(addr_.sun_path, path.c_str(), sizeof addr_.sun_path - 1);
+    listener_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(listener_, 0);
+    ASSERT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&addr_), sizeof addr_), 0) << std::strerror(errno);
+    ASSERT_EQ(::listen(listener_, 4), 0);
+  }
+  void TearDown() override {
+    if (listener_ >= 0) ::close(listener_);
+    std::filesystem::remove_all(dir_);
+  }
+  // A child that connects and then waits for a byte on `hold` (or exits at once without one).
+  pid_t connectingChild(int hold) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      if (::connect(s, reinterpret_cast<sockaddr*>(&addr_), sizeof addr_) != 0) std::_Exit(1);
+      char b;
+      if (hold >= 0) (void)!::read(hold, &b, 1);
+      std::_Exit(0);
+    }
+    return pid;
+  }
+  std::filesystem::path dir_;
+  sockaddr_un addr_{};
+  int listener_ = -1;
+};
+
+TEST_F(PeerCredTest, ThePidfdNamesTheLivePeerAndSaysWhenItExits) {
+  int hold[2];
+  ASSERT_EQ(::pipe(hold), 0);
+  const pid_t child = connectingChild(hold[0]);
+  ASSERT_GT(child, 0);
+  const int conn = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(conn, 0);
+  auto cred = tt::sys::peerCredentials(conn);
+  ASSERT_TRUE(cred.ok()) << cred.error().message();
+  EXPECT_EQ(cred->pid, child);
+  auto pidfd = tt::sys::peerPidfd(conn, cred->pid);
+  ASSERT_TRUE(pidfd.ok()) << pidfd.error().message();
+  auto gone = tt::sys::pidfdExited(*pidfd);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_FALSE(*gone);
+  (void)!::write(hold[1], "x", 1);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  gone = tt::sys::pidfdExited(*pidfd);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_TRUE(*gone);
+  ::close(conn);
+  ::close(hold[0]);
+  ::close(hold[1]);
+}
+
+// The peer connected, exited and was reaped before the accept, and its pid now belongs to another
+// process. No pidfd may name that process (pidfd_open of the pid would): kernels 6.5-6.15 refuse
+// SO_PEERPIDFD for a reaped peer (ESRCH from peerPidfd), later ones hand out a pidfd of the dead
+// peer, which says it exited.
+TEST_F(PeerCredTest, APeerReapedBeforeTheAcceptGetsNoPidfdOfTheProcessThatTookItsPid) {
+  if (!kernelHasPeerPidfd()) {
+    GTEST_SKIP() << "this kernel has no SO_PEERPIDFD (before 6.5): the daemon falls back to pidfd_open of the "
+                    "peer's pid, which cannot tell a reused pid (documented in sys/service/PeerCred.h)";
+  }
+  const pid_t child = connectingChild(-1);
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child could not connect";
+  int hold[2];
+  ASSERT_EQ(::pipe(hold), 0);
+  pid_t victim = -1;
+  for (int attempt = 0; attempt < 20 && victim != child; ++attempt) {
+    if (victim > 0) {
+      ::kill(victim, SIGKILL);
+      ::waitpid(victim, nullptr, 0);
+    }
+    {
+      std::ofstream last("/proc/sys/kernel/ns_last_pid");
+      last << child - 1;
+    }
+    victim = ::fork();
+    ASSERT_GE(victim, 0);
+    if (victim == 0) {
+      char b;
+      (void)!::read(hold[0], &b, 1);
+      std::_Exit(0);
+    }
+  }
+  ASSERT_EQ(victim, child) << "no process got pid " << child << " in 20 tries (other processes took it)";
+  const int conn = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(conn, 0);
+  auto cred = tt::sys::peerCredentials(conn);
+  ASSERT_TRUE(cred.ok()) << cred.error().message();
+  EXPECT_EQ(cred->pid, child);
+  auto pidfd = tt::sys::peerPidfd(conn, cred->pid);
+  if (pidfd.ok()) {
+    auto gone = tt::sys::pidfdExited(*pidfd);
+    ASSERT_TRUE(gone.ok());
+    EXPECT_TRUE(*gone) << "the pidfd names pid " << child << "'s new process, not the peer that connected";
+  } else {
+    EXPECT_EQ(pidfd.error().code, ESRCH) << pidfd.error().message();
+  }
+  (void)!::write(hold[1], "x", 1);
+  ::waitpid(victim, nullptr, 0);
+  ::close(conn);
+  ::close(hold[0]);
+  ::close(hold[1]);
+}
+
+}  // namespace
