@@ -94,12 +94,15 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
   }
 
  private:
-  // Stalled: no Hello yet, or part of a frame buffered. The deadline runs from when the connection
-  // became stalled, or from the last whole frame (a client streaming marks often ends a read
-  // mid-frame); it is dropped when the connection no longer is stalled.
+  // Stalled: no Hello yet, or part of a frame buffered. The deadline runs from accept until Hello,
+  // and after Hello from when part of a frame was first held, or from the last whole frame (a
+  // client streaming marks often ends a read mid-frame); it is dropped when the connection no
+  // longer is stalled.
   [[nodiscard]] bool stalled() const { return !session.hello || decoder_.buffered() > 0; }
   void watchStall(bool progressed = false) {
-    if (progressed && stallArmed_) {
+    // Frames restart the deadline only after Hello: frames that never get to Hello (bad requests,
+    // admin queries) do not keep a connection open past it.
+    if (progressed && session.hello && stallArmed_) {
       stall_.cancel();
       stallArmed_ = false;
     }

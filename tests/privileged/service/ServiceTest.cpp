@@ -677,15 +677,17 @@ TEST_F(ServiceTest, AReplyOverTheSendLimitIsAnErrorNotAHangup) {
   EXPECT_EQ(one->placement().regions_size(), 1);
 }
 
-// A connection that says no Hello, or holds part of a frame, for stalled_connection_ms is closed;
+// A connection that says no Hello (silent, or sending other frames), or holds part of a frame, for
+// stalled_connection_ms is closed;
 // one that said Hello and sits idle is not, and neither is one that keeps sending whole frames
 // while its reads end mid-frame.
 TEST_F(ServiceTest, StalledConnectionsAreClosedAndBusyOnesAreNot) {
   daemon.writeConfig(baseConfig("  stalled_connection_ms: 300\n"));
   daemon.signal(SIGHUP);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  CtlClient silent, halfFrame, idle, streaming;
+  CtlClient silent, chatty, halfFrame, idle, streaming;
   ASSERT_TRUE(silent.connect(daemon.socket()).ok());
+  ASSERT_TRUE(chatty.connect(daemon.socket()).ok());  // sends frames, never Hello
   connect(halfFrame);
   connect(idle);
   connect(streaming);
@@ -698,7 +700,11 @@ TEST_F(ServiceTest, StalledConnectionsAreClosedAndBusyOnesAreNot) {
   std::string frame;
   ASSERT_TRUE(tt::ipc::appendFrame(mark, frame));
   const size_t half = frame.size() / 2;
+  std::string empty;
+  tt::ipc::appendFrameHeader(0, empty);
+  int chattyRefused = 0;  // sends that failed: the daemon closed it while it was still sending
   for (int i = 0; i < 12; ++i) {
+    chattyRefused += chatty.sendRaw(empty).ok() ? 0 : 1;  // BAD_REQUEST each, until closed
     ASSERT_TRUE(streaming.sendRaw(std::string_view(frame).substr(0, half)).ok());
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ASSERT_TRUE(streaming.sendRaw(std::string_view(frame).substr(half)).ok());
@@ -707,6 +713,12 @@ TEST_F(ServiceTest, StalledConnectionsAreClosedAndBusyOnesAreNot) {
   auto silentGot = silent.nextMessage(std::chrono::milliseconds(3000));
   ASSERT_FALSE(silentGot.ok()) << silentGot->DebugString();
   EXPECT_EQ(silentGot.error().code, ENOTCONN) << "a connection without Hello is still open: " << silentGot.error().message();
+  EXPECT_GT(chattyRefused, 0) << "frames without Hello kept the connection open for 1.2 s";
+  // The chatty one's BAD_REQUESTs, then the close.
+  tt::Result<pb::DaemonMessage> chattyGot = chatty.nextMessage(std::chrono::milliseconds(3000));
+  for (int i = 0; i < 20 && chattyGot.ok(); ++i) chattyGot = chatty.nextMessage(std::chrono::milliseconds(3000));
+  ASSERT_FALSE(chattyGot.ok());
+  EXPECT_EQ(chattyGot.error().code, ENOTCONN) << "frames without Hello kept a connection open: " << chattyGot.error().message();
   auto halfGot = halfFrame.nextMessage(std::chrono::milliseconds(3000));
   ASSERT_FALSE(halfGot.ok()) << halfGot->DebugString();
   EXPECT_EQ(halfGot.error().code, ENOTCONN) << "a connection holding half a frame is still open: " << halfGot.error().message();
