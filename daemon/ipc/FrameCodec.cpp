@@ -16,6 +16,12 @@ void FrameDecoder::append(const char* data, size_t size) {
 
 FrameDecoder::Status FrameDecoder::next(uint32_t maxFrameBytes, std::string_view& frame) {
   if (broken_) return Status::TooLarge;
+  // Everything consumed (the last frame handed out is void from this call on): a buffer grown by a
+  // large frame goes, so that an idle connection holds no more than a small one.
+  if (offset_ == buffer_.size() && buffer_.capacity() > kIdleCapacity) {
+    std::string().swap(buffer_);
+    offset_ = 0;
+  }
   if (buffered() < kFrameHeaderBytes) return Status::NeedMore;
   const auto* p = reinterpret_cast<const unsigned char*>(buffer_.data() + offset_);
   const uint32_t length = static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |

@@ -29,6 +29,9 @@ class FrameDecoder {
   // Length the oversized frame announced (for the error message).
   [[nodiscard]] uint32_t announcedLength() const { return announced_; }
   [[nodiscard]] size_t buffered() const { return buffer_.size() - offset_; }
+  [[nodiscard]] size_t capacity() const { return buffer_.capacity(); }
+  // Capacity kept once everything buffered has been consumed; more is released.
+  static constexpr size_t kIdleCapacity = 65536;
 
  private:
   std::string buffer_;

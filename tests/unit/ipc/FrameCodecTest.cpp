@@ -116,6 +116,26 @@ TEST(FrameCodec, ZeroLengthFrameIsAnEmptyMessage) {
   EXPECT_TRUE(frame.empty());
 }
 
+// A large frame's buffer is released once it has been consumed: a connection that sent one and
+// sits idle holds no more than a small one.
+TEST(FrameCodec, ALargeFramesBufferGoesOnceItIsConsumed) {
+  FrameDecoder d;
+  std::string_view frame;
+  std::string big;
+  tt::ipc::appendFrameHeader(1 << 20, big);
+  big.append(1 << 20, 'x');
+  d.append(big.data(), big.size());
+  ASSERT_EQ(d.next(2 << 20, frame), FrameDecoder::Status::Frame);
+  EXPECT_EQ(frame.size(), 1u << 20);
+  EXPECT_GE(d.capacity(), 1u << 20);
+  ASSERT_EQ(d.next(2 << 20, frame), FrameDecoder::Status::NeedMore);
+  EXPECT_LE(d.capacity(), FrameDecoder::kIdleCapacity) << "the consumed 1 MiB buffer is still held";
+  const std::string small = frameOf(9);
+  d.append(small.data(), small.size());
+  ASSERT_EQ(d.next(1024, frame), FrameDecoder::Status::Frame);
+  EXPECT_EQ(seqOf(frame), 9u) << "the decoder does not work after the release";
+}
+
 TEST(FrameCodec, BufferIsReusedAcrossManyFrames) {
   FrameDecoder d;
   std::string_view frame;
