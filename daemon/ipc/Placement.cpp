@@ -6,8 +6,14 @@
 
 namespace tt::ipc {
 
-uint64_t placementStride(uint64_t totalPages) {
-  return std::max<uint64_t>(1, (totalPages + kPlacementPagesPerRequest - 1) / kPlacementPagesPerRequest);
+std::optional<uint64_t> placementStride(uint64_t totalPages, uint64_t regions) {
+  constexpr uint64_t kBudget = kPlacementPagesPerRequest;
+  if (regions > kBudget) return std::nullopt;
+  if (totalPages <= kBudget) return 1;
+  // sum(ceil(p_i / s)) <= totalPages / s + regions <= kBudget once s >= totalPages / (kBudget - regions).
+  if (regions == kBudget) return totalPages;  // one page a region
+  const uint64_t room = kBudget - regions;
+  return std::max<uint64_t>(1, (totalPages + room - 1) / room);
 }
 
 Result<Placement> PlacementReader::read(pid_t pid, uint64_t start, uint64_t length, uint64_t stride) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "core/Result.h"
@@ -20,10 +21,13 @@ struct Placement {
 
 // Pages one request (a client's QueryPlacement, tensortierctl regions) may ask the kernel about:
 // move_pages(2) runs on the daemon's event loop, 137-202 ns a page here, so 1 GiB of 4 KiB pages
-// is about 36-53 ms. Regions over more pages in all are read at every Nth page, N the smallest
-// stride that keeps the request within (registrations may be terabytes of reserved memory).
+// is about 36-53 ms. Regions over more pages in all are read at every Nth page (registrations may
+// be terabytes of reserved memory).
 inline constexpr uint64_t kPlacementPagesPerRequest = 262144;
-[[nodiscard]] uint64_t placementStride(uint64_t totalPages);
+// The stride for `regions` regions of `totalPages` pages in all: each region is read at least at
+// its first page, so the stride keeps sum(ceil(pages_i / stride)) <= kPlacementPagesPerRequest.
+// nullopt when the regions alone are more than that (the request must ask for fewer).
+[[nodiscard]] std::optional<uint64_t> placementStride(uint64_t totalPages, uint64_t regions);
 
 class PlacementReader {
  public:

@@ -195,7 +195,14 @@ void ProtocolHandler::queryPlacement(Session& s, const pb::QueryPlacement& m, pb
   }
   uint64_t pages = 0;
   for (const auto& rec : *regions) pages += rec.info.length / kBasePageSize;
-  const uint64_t stride = placementStride(pages);
+  const std::optional<uint64_t> budgeted = placementStride(pages, regions->size());
+  if (!budgeted) {
+    setError(reply, pb::LIMIT_EXCEEDED,
+             std::to_string(regions->size()) + " regions: more than one request may read (" +
+                 std::to_string(kPlacementPagesPerRequest) + "); ask for fewer region ids");
+    return;
+  }
+  const uint64_t stride = *budgeted;
   auto* out = reply.mutable_placement();
   for (const auto& rec : *regions) {
     auto* rp = out->add_regions();

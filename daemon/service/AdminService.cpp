@@ -161,10 +161,10 @@ std::vector<ManualPin> AdminService::pins() const {
 
 uint64_t AdminService::now() const { return ctx_.nowNs ? ctx_.nowNs() : EpochLoop::monotonicNowNs(); }
 
-uint64_t AdminService::placementStrideOf(std::span<const registry::RegionRecord> regions) {
+std::optional<uint64_t> AdminService::placementStrideOf(std::span<const registry::RegionRecord> regions) {
   uint64_t pages = 0;
   for (const auto& r : regions) pages += r.info.length / kBasePageSize;
-  return ipc::placementStride(pages);
+  return ipc::placementStride(pages, regions.size());
 }
 
 bool AdminService::fillRegion(const registry::RegionRecord& r, pb::RegionEntry& e, const std::vector<ManualPin>& pins,
@@ -201,10 +201,16 @@ void AdminService::regions(const pb::RegionsRequest& request, pb::DaemonMessage&
   auto* out = reply.mutable_regions();
   const auto pinned = pins();
   const auto all = ctx_.registry->allRegions(request.pid());
-  const uint64_t stride = placementStrideOf(all);
+  const std::optional<uint64_t> stride = placementStrideOf(all);
+  if (!stride) {
+    ipc::setError(reply, pb::LIMIT_EXCEEDED,
+                  std::to_string(all.size()) + " regions: more than one request may read (" +
+                      std::to_string(ipc::kPlacementPagesPerRequest) + "); list one process at a time (--pid)");
+    return;
+  }
   for (const auto& r : all) {
     pb::RegionEntry entry;
-    if (fillRegion(r, entry, pinned, stride)) *out->add_regions() = std::move(entry);
+    if (fillRegion(r, entry, pinned, *stride)) *out->add_regions() = std::move(entry);
   }
 }
 
@@ -224,7 +230,7 @@ void AdminService::top(const pb::TopRequest& request, pb::DaemonMessage& reply) 
   // The hottest and the coldest share the request's page budget (counted twice where they meet).
   uint64_t pages = 0;
   for (size_t i = 0; i < shown; ++i) pages += (all[i].info.length + all[all.size() - 1 - i].info.length) / kBasePageSize;
-  const uint64_t stride = ipc::placementStride(pages);
+  const uint64_t stride = ipc::placementStride(pages, 2 * shown).value_or(pages);  // 2000 regions at most: always within
   for (size_t i = 0; i < shown; ++i) {
     pb::RegionEntry e;
     if (fillRegion(all[i], e, pinned, stride)) *out->add_hottest() = std::move(e);

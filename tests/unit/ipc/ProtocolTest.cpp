@@ -2,6 +2,7 @@
 // errors mapped to codes, marks, placement queries, admin dispatch, pid reuse.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <set>
 
 #include "fakes/migrate/FakePageMover.h"
@@ -221,12 +222,17 @@ TEST_F(ProtocolTest, QueryPlacementStaysWithinItsPageBudgetAndAnswersEachRegionO
   ASSERT_TRUE(r.has_placement()) << r.DebugString();
   ASSERT_EQ(r.placement().regions_size(), 1) << "a repeated id was answered more than once";
   const auto& rp = r.placement().regions(0);
-  EXPECT_EQ(rp.sample_stride(), 4u);
-  // 262144 pages asked, 16384 a call.
-  EXPECT_EQ(mover.queryCalls() - queriesBefore, tt::ipc::kPlacementPagesPerRequest / 16384);
+  const uint64_t pages = length / kPage, stride = rp.sample_stride();
+  EXPECT_EQ(stride, tt::ipc::placementStride(pages, 1).value());
+  EXPECT_GT(stride, 1u);
+  // Within the budget, 16384 pages a call.
+  const uint64_t asked = (pages + stride - 1) / stride;
+  EXPECT_LE(asked, tt::ipc::kPlacementPagesPerRequest);
+  EXPECT_EQ(mover.queryCalls() - queriesBefore, (asked + 16383) / 16384);
   ASSERT_EQ(rp.bytes_per_node_size(), 1);
-  EXPECT_EQ(rp.bytes_per_node(0).bytes(), 64 * kPage) << "every 4th of the 64 present pages, counted for 4";
-  EXPECT_EQ(rp.unmapped_bytes(), length - 64 * kPage);
+  const uint64_t sampledPresent = (64 + stride - 1) / stride;  // pages 0, stride, ... below 64
+  EXPECT_EQ(rp.bytes_per_node(0).bytes(), sampledPresent * stride * kPage) << "each sampled page counted for the stride";
+  EXPECT_EQ(rp.unmapped_bytes(), length - sampledPresent * stride * kPage);
   // Within the budget every page is asked.
   const uint64_t small = registerRegion(0x10000000, 4 * kPage).register_region_reply().region_id();
   pb::ClientMessage one;
@@ -234,6 +240,41 @@ TEST_F(ProtocolTest, QueryPlacementStaysWithinItsPageBudgetAndAnswersEachRegionO
   auto r1 = send(one);
   ASSERT_TRUE(r1.has_placement()) << r1.DebugString();
   EXPECT_EQ(r1.placement().regions(0).sample_stride(), 1u);
+}
+
+// The stride keeps a request's reads (at least one a region) within the budget, whatever the mix
+// of region sizes; more regions than the budget cannot be read at all.
+TEST(PlacementStride, KeepsEveryRequestsReadsWithinTheBudget) {
+  constexpr uint64_t kBudget = tt::ipc::kPlacementPagesPerRequest;
+  auto reads = [](const std::vector<uint64_t>& pages, uint64_t stride) {
+    uint64_t n = 0;
+    for (uint64_t p : pages) n += (p + stride - 1) / stride;
+    return n;
+  };
+  std::mt19937_64 rng(7);
+  std::vector<std::vector<uint64_t>> cases = {
+      std::vector<uint64_t>(kBudget * 6 / 10, 3),  // many small regions: one read each is most of it
+      std::vector<uint64_t>(kBudget, 1),           // exactly the budget, one page each
+      std::vector<uint64_t>(kBudget, 5),           // the budget's count of regions, larger ones
+      {4 * kBudget},                               // one large region
+      {kBudget},                                   // exactly the budget in one region
+  };
+  for (int c = 0; c < 20; ++c) {
+    std::vector<uint64_t> mix(1 + rng() % 5000);
+    for (auto& p : mix) p = 1 + rng() % (rng() % 2 ? 16 : 4 * kBudget);
+    cases.push_back(std::move(mix));
+  }
+  for (size_t c = 0; c < cases.size(); ++c) {
+    uint64_t total = 0;
+    for (uint64_t p : cases[c]) total += p;
+    const auto stride = tt::ipc::placementStride(total, cases[c].size());
+    ASSERT_TRUE(stride.has_value()) << "case " << c;
+    EXPECT_LE(reads(cases[c], *stride), kBudget) << "case " << c << ": stride " << *stride;
+    if (total <= kBudget) {
+      EXPECT_EQ(*stride, 1u) << "case " << c << ": sampled though within the budget";
+    }
+  }
+  EXPECT_FALSE(tt::ipc::placementStride(kBudget + 1, kBudget + 1).has_value());
 }
 
 TEST_F(ProtocolTest, QueryOfAnotherProcessRegionIsNoSuchRegion) {
