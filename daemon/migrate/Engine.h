@@ -170,7 +170,7 @@ class Engine {
   // that waits for one plan's report (the policy's) still finds it after other plans (manual
   // moves) have finished behind it.
   [[nodiscard]] std::optional<PlanReport> reportOf(uint64_t generation) const;
-  static constexpr size_t kKeptReports = 4;
+  static constexpr size_t kKeptReports = 8;  // at least the epoch loop's kPinPlansRead
   // Called on the coordinator thread after every plan (the service logs and exports it).
   void setReportCallback(std::function<void(const PlanReport&)> callback);
 

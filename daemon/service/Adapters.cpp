@@ -312,6 +312,9 @@ std::vector<FinishedRun> finishedRunsOf(const migrate::PlanReport& report) {
 
 }  // namespace
 
+static_assert(migrate::Engine::kKeptReports >= EpochLoop::kPinPlansRead,
+              "the engine must keep the reports of every plan the pins read");
+
 std::optional<std::vector<FinishedRun>> EngineExecutor::runsOf(uint64_t generation) const {
   const auto report = engine_.reportOf(generation);
   if (!report) return std::nullopt;

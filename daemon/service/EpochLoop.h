@@ -102,6 +102,9 @@ class EpochLoop {
   // the head of the next plan until it settles; a manual plan that supersedes one still running
   // carries that one's pinned moves (pages already on the node are skipped by the engine).
   [[nodiscard]] Result<void> submitManual(MigrationPlan plan, uint64_t nowNs, uint64_t pinNs);
+  // Finished plans the pins read at an epoch, the newest first; more finished since the last epoch
+  // (manual moves in a burst) are not read, and the executor must keep at least this many.
+  static constexpr uint64_t kPinPlansRead = 8;
   // Drops the pins of a region (regionId != 0) or of every region of `tgid`; returns how many.
   size_t unpin(pid_t tgid, uint64_t regionId);
   [[nodiscard]] std::vector<ManualPin> pins() const;
@@ -171,7 +174,6 @@ class EpochLoop {
   // The newest plan whose runs the pins have been told of; each finished plan is read once, the
   // last kPinPlansRead at most (the executor keeps a few reports).
   uint64_t pinsReadGeneration_ = 0;
-  static constexpr uint64_t kPinPlansRead = 8;
   // Busy pages of the policy's own plans (run lock): the generation of the last plan the policy
   // made that the engine took, and of the last finished plan whose runs were read.
   StuckMoves stuck_;
