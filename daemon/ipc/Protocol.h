@@ -51,8 +51,8 @@ class ProcessLifetime {
   // otherwise stay open for as long as the process lives).
   virtual void unwatch(pid_t pid) = 0;
   // The process known under `pid` has exited, found before its pidfd event was handled (a new
-  // process got the pid): handled now as that event would be, which also stops the old process's
-  // connections from speaking for the new one.
+  // process got the pid): handled now as that event would be. The old process's connections are
+  // detached from the registry and closed (their peer has exited), so none speaks for the new one.
   virtual void forget(pid_t pid) = 0;
 };
 

@@ -30,6 +30,13 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
     read();
   }
 
+  // Whether the process that opened the connection has exited (its pidfd says so).
+  [[nodiscard]] bool peerGone() const {
+    if (!peer_.valid()) return false;
+    auto gone = sys::pidfdExited(peer_);
+    return gone.ok() && *gone;
+  }
+
   // The connection speaks for the process that connected, and for no other: once it has exited,
   // a child holding the socket, or a process given its pid since, must not act under that pid.
   // The connection is closed when the peer's pidfd says it exited.
@@ -383,9 +390,16 @@ void Server::processExited(pid_t pid) {
   unwatch(pid);
   const size_t regions = registry_.removeProcess(pid);
   TT_LOG(Info) << "pid " << pid << " exited: dropped its " << regions << " region(s)";
-  // Connections it leaked to children stay open but no longer speak for a registered process.
-  for (auto& [id, c] : connections_)
-    if (c->session.peer.pid == pid) c->session.attached = false;
+  // Connections it leaked to children no longer speak for a registered process, and are closed now
+  // rather than when their own pidfd event comes: a request on one before that would attach it to
+  // whatever process has the pid by then.
+  std::vector<std::shared_ptr<Connection>> gone;
+  for (auto& [id, c] : connections_) {
+    if (c->session.peer.pid != pid) continue;
+    c->session.attached = false;
+    if (c->peerGone()) gone.push_back(c);
+  }
+  for (auto& c : gone) c->close();
   if (onExit_) onExit_(pid);
 }
 
