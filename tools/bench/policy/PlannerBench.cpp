@@ -5,7 +5,7 @@
 //
 // GIB GiB (default 8) of one process registered as 64 MiB tensors on a machine with one DRAM node
 // and one slow node, the fast budget 20% of the footprint, the daemon's default PolicyConfig
-// (2 MiB blocks). Each epoch a quarter of the tensors has evidence on every page (one count each),
+// (2 MiB blocks). Each epoch a quarter of the tensors has evidence on every page (64 counts each),
 // the quarter moving on every epoch, so a four-epoch "step" repeats as in training, and the
 // planner has moves to make every plan. The placement is the bench's own page table: every page
 // starts on the slow node and each plan's moves land at once, before the next epoch.
@@ -14,7 +14,7 @@
 // (which the daemon answers with move_pages(2) in the kernel, measured apart: "The planner's
 // residency queries"), of the queries themselves here (reading the bench's page table), and of
 // HeatModel::advanceEpoch (closing the epoch the plan reads). Medians over ROUNDS epochs after
-// 8 warm-up epochs, with the blocks, moves and bytes of the median plan's neighbours. One thread;
+// 8 warm-up epochs, each figure's own, and the medians of the blocks, moves and bytes per plan. One thread;
 // nothing here needs root.
 #include <time.h>
 
