@@ -245,6 +245,7 @@ int tensortier_query_placement(tensortier_client* client, const tensortier_regio
       v.name = r.name.c_str();
       v.nodes = p->nodes[i].data();
       v.node_bytes = p->bytes[i].data();
+      v.sample_stride = r.sampleStride;
     }
     *out = p.release();
     return static_cast<int>(TENSORTIER_OK);

@@ -948,6 +948,7 @@ Expected<std::vector<RegionPlacement>> Client::queryPlacement(std::span<const Re
     for (const auto& nb : p.bytesPerNode) rp.bytesPerNode.push_back({nb.node, nb.bytes});
     rp.unmappedBytes = p.unmappedBytes;
     rp.heat = p.heat;
+    rp.sampleStride = p.sampleStride;
     out.push_back(std::move(rp));
   }
   return out;

@@ -200,6 +200,7 @@ bool decodeRegionPlacement(std::string_view data, RegionPlacement& out) {
         std::memcpy(&out.heat, &bits, sizeof bits);
         break;
       }
+      case 9: varintInto(r, t, out.sampleStride); break;
       default: r.skip(t);
     }
   }

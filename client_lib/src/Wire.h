@@ -51,6 +51,7 @@ struct RegionPlacement {
   std::vector<NodeBytes> bytesPerNode;
   uint64_t unmappedBytes = 0;
   double heat = 0;
+  uint32_t sampleStride = 1;  // field 9; a daemon without it sends none: every page was asked
 };
 
 // One decoded DaemonMessage; only the fields of `body` are meaningful.

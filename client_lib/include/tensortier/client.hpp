@@ -101,6 +101,9 @@ struct RegionPlacement {
   std::vector<NodeBytes> bytesPerNode;
   uint64_t unmappedBytes = 0;
   double heat = 0;
+  // 1: every page was asked where it is; N: every Nth, each counted for N (the query was over the
+  // daemon's per-request page budget, so the bytes are an estimate).
+  uint32_t sampleStride = 1;
 };
 
 struct ClientStats {

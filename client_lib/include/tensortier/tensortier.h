@@ -115,6 +115,9 @@ typedef struct tensortier_region_placement {
   const char* name;
   const int32_t* nodes;      /* NUMA node numbers */
   const uint64_t* node_bytes;/* bytes of the region resident on nodes[i] */
+  /* 1: every page was asked where it is; N: every Nth, each counted for N (the query was over the
+   * daemon's per-request page budget, so the bytes are an estimate). Last: the struct only grows. */
+  uint32_t sample_stride;
 } tensortier_region_placement;
 
 /* "1.0.0"-style version of the library. */

@@ -82,7 +82,7 @@ def _reset_log_handler():
 
 class Placement:
     __slots__ = ("handle", "region_id", "name", "kind", "address", "length", "bytes_per_node", "unmapped_bytes",
-                 "heat")
+                 "heat", "sample_stride")
 
     def __repr__(self):
         return (f"Placement({self.name!r}, kind={self.kind.name}, length={self.length}, "
@@ -367,6 +367,7 @@ class Client:
                 p.handle, p.region_id, p.name = r.handle, r.region_id, r.name.decode(errors="replace")
                 p.kind = RegionKind(r.kind) if r.kind in RegionKind._value2member_map_ else RegionKind.OTHER
                 p.address, p.length, p.unmapped_bytes, p.heat = r.address, r.length, r.unmapped_bytes, r.heat
+                p.sample_stride = r.sample_stride  # 1: exact; N: every Nth page asked (an estimate)
                 p.bytes_per_node = {r.nodes[j]: r.node_bytes[j] for j in range(r.node_count)}
                 result.append(p)
             return result

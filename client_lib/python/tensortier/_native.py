@@ -50,6 +50,7 @@ class RegionPlacement(ctypes.Structure):
         ("name", ctypes.c_char_p),
         ("nodes", ctypes.POINTER(ctypes.c_int32)),
         ("node_bytes", ctypes.POINTER(ctypes.c_uint64)),
+        ("sample_stride", ctypes.c_uint32),
     ]
 
 

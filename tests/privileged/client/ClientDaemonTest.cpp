@@ -206,6 +206,7 @@ TEST_F(ClientDaemonTest, CppClientRegistersQueriesAndMarksAgainstTensortierd) {
     uint64_t resident = 0;
     for (const auto& nb : p.bytesPerNode) resident += nb.bytes;
     EXPECT_EQ(resident + p.unmappedBytes, p.length) << p.name;
+    EXPECT_EQ(p.sampleStride, 1u) << p.name << ": within the budget every page is asked";
     EXPECT_EQ(p.unmappedBytes, 0u) << p.name << ": every page was touched";
   }
 

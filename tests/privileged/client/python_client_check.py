@@ -45,6 +45,7 @@ def main():
         p = placement[name]
         assert (p.address, p.length, p.kind) == (start, length, kind), (name, p, start, length)
         assert sum(p.bytes_per_node.values()) + p.unmapped_bytes == p.length, (name, p)
+        assert p.sample_stride == 1, (name, p.sample_stride)  # a few MiB: every page asked
     stats = c.stats()
     assert stats["marks_sent"] == 3 * 5, stats
     tt.shutdown()

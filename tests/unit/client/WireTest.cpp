@@ -143,6 +143,7 @@ TEST(ClientWire, DecodesPlacementWithNodesAndHeat) {
     b->set_bytes(0);  // a default value: not on the wire at all
     r->set_unmapped_bytes(4096);
     r->set_heat(0.125 + i);
+    if (i == 1) r->set_sample_stride(3);  // the first: as from a daemon that does not send it
   }
   const auto d = decode(m);
   ASSERT_EQ(d.body, wire::DaemonMessage::Body::Placement);
@@ -160,6 +161,8 @@ TEST(ClientWire, DecodesPlacementWithNodesAndHeat) {
   EXPECT_EQ(r1.bytesPerNode[1].bytes, 0u);
   EXPECT_EQ(r1.unmappedBytes, 4096u);
   EXPECT_DOUBLE_EQ(r1.heat, 1.125);
+  EXPECT_EQ(r1.sampleStride, 3u);
+  EXPECT_EQ(d.placements[0].sampleStride, 1u) << "no stride on the wire means every page was asked";
 }
 
 TEST(ClientWire, DecodesMbindRequestWithNegativeNode) {

@@ -71,6 +71,7 @@ static int connected_case(void) {
   for (size_t i = 0; i < tensortier_placement_count(p); ++i) {
     const tensortier_region_placement* r = tensortier_placement_at(p, i);
     CHECK(r != NULL);
+    CHECK(r->sample_stride == 1); /* small regions: every page asked */
     if (r->handle == w) {
       CHECK(strcmp(r->name, "c.weights") == 0);
       CHECK(r->kind == TENSORTIER_KIND_WEIGHT);
