@@ -9,8 +9,34 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 
 namespace tt::test {
+
+pid_t forkWithPid(pid_t wanted, int holdFd) {
+  pid_t child = -1;
+  for (int attempt = 0; attempt < 20 && child != wanted; ++attempt) {
+    if (child > 0) {
+      ::kill(child, SIGKILL);
+      ::waitpid(child, nullptr, 0);
+    }
+    {
+      std::ofstream last("/proc/sys/kernel/ns_last_pid");
+      last << wanted - 1;
+    }
+    child = ::fork();
+    if (child < 0) return -1;
+    if (child == 0) {
+      char b;
+      (void)!::read(holdFd, &b, 1);
+      std::_Exit(0);
+    }
+  }
+  if (child == wanted) return child;
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  return -1;
+}
 
 std::string outputOfChild(const std::function<std::string()>& fn) {
   int fds[2];

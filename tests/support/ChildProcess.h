@@ -17,6 +17,12 @@ namespace tt::test {
 // process: an environment variable a library reads once, dropped capabilities.
 [[nodiscard]] std::string outputOfChild(const std::function<std::string()>& fn);
 
+// Forks a child that gets pid `wanted` (free now: its process exited and was reaped), through
+// /proc/sys/kernel/ns_last_pid as CRIU does (root), and waits until a byte arrives on `holdFd` (or
+// it closes). Tries up to 20 times, killing children that got another pid; returns the child's pid,
+// or -1 when other processes kept taking `wanted`. The caller reaps it.
+[[nodiscard]] pid_t forkWithPid(pid_t wanted, int holdFd);
+
 class TouchingChild {
  public:
   // Forks; the child mmaps `bytes` (4 KiB pages, THP off), writes every page, reports the address,

@@ -14,7 +14,6 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -23,6 +22,7 @@
 #include "Trace.h"
 #include "ctl/CtlClient.h"
 #include "ipc/FrameCodec.h"
+#include "support/ChildProcess.h"
 #include "support/TestSupport.h"
 
 namespace {
@@ -307,24 +307,7 @@ TEST_F(ServiceTest, AConnectionDiesWithTheProcessThatOpenedIt) {
   }
   EXPECT_TRUE(closed) << "the opener's connection outlived it";
   // A process of the opener's pid.
-  pid_t victim = -1;
-  for (int attempt = 0; attempt < 20 && victim != opener; ++attempt) {
-    if (victim > 0) {
-      ::kill(victim, SIGKILL);
-      ::waitpid(victim, nullptr, 0);
-    }
-    {
-      std::ofstream last("/proc/sys/kernel/ns_last_pid");
-      last << opener - 1;
-    }
-    victim = ::fork();
-    ASSERT_GE(victim, 0);
-    if (victim == 0) {
-      char b;
-      (void)!::read(victimHold[0], &b, 1);
-      std::_Exit(0);
-    }
-  }
+  const pid_t victim = tt::test::forkWithPid(opener, victimHold[0]);
   ASSERT_EQ(victim, opener) << "no process got pid " << opener << " in 20 tries (other processes took it)";
   (void)!::write(go[1], "g", 1);
   char answer = 0;

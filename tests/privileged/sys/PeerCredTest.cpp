@@ -13,9 +13,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
+#include "support/ChildProcess.h"
 #include "support/TestSupport.h"
 
 namespace {
@@ -112,24 +112,7 @@ TEST_F(PeerCredTest, APeerReapedBeforeTheAcceptGetsNoPidfdOfTheProcessThatTookIt
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child could not connect";
   int hold[2];
   ASSERT_EQ(::pipe(hold), 0);
-  pid_t victim = -1;
-  for (int attempt = 0; attempt < 20 && victim != child; ++attempt) {
-    if (victim > 0) {
-      ::kill(victim, SIGKILL);
-      ::waitpid(victim, nullptr, 0);
-    }
-    {
-      std::ofstream last("/proc/sys/kernel/ns_last_pid");
-      last << child - 1;
-    }
-    victim = ::fork();
-    ASSERT_GE(victim, 0);
-    if (victim == 0) {
-      char b;
-      (void)!::read(hold[0], &b, 1);
-      std::_Exit(0);
-    }
-  }
+  const pid_t victim = tt::test::forkWithPid(child, hold[0]);
   ASSERT_EQ(victim, child) << "no process got pid " << child << " in 20 tries (other processes took it)";
   const int conn = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
   ASSERT_GE(conn, 0);
