@@ -16,6 +16,12 @@ std::optional<uint64_t> placementStride(uint64_t totalPages, uint64_t regions) {
   return std::max<uint64_t>(1, (totalPages + room - 1) / room);
 }
 
+uint64_t pagesOf(std::span<const registry::RegionRecord> regions) {
+  uint64_t pages = 0;
+  for (const auto& r : regions) pages += r.info.length / kBasePageSize;
+  return pages;
+}
+
 Result<Placement> PlacementReader::read(pid_t pid, uint64_t start, uint64_t length, uint64_t stride) {
   Placement out;
   if (stride == 0) stride = 1;

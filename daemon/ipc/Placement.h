@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "core/Result.h"
+#include "registry/Registry.h"
 #include "sys/PageMover.h"
 
 namespace tt::ipc {
@@ -28,6 +30,8 @@ inline constexpr uint64_t kPlacementPagesPerRequest = 262144;
 // its first page, so the stride keeps sum(ceil(pages_i / stride)) <= kPlacementPagesPerRequest.
 // nullopt when the regions alone are more than that (the request must ask for fewer).
 [[nodiscard]] std::optional<uint64_t> placementStride(uint64_t totalPages, uint64_t regions);
+// The 4 KiB pages of `regions`, for placementStride.
+[[nodiscard]] uint64_t pagesOf(std::span<const registry::RegionRecord> regions);
 
 class PlacementReader {
  public:

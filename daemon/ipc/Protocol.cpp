@@ -193,9 +193,7 @@ void ProtocolHandler::queryPlacement(Session& s, const pb::QueryPlacement& m, pb
     setError(reply, errorCodeFor(regions.error()), regions.error().message());
     return;
   }
-  uint64_t pages = 0;
-  for (const auto& rec : *regions) pages += rec.info.length / kBasePageSize;
-  const std::optional<uint64_t> budgeted = placementStride(pages, regions->size());
+  const std::optional<uint64_t> budgeted = placementStride(pagesOf(*regions), regions->size());
   if (!budgeted) {
     setError(reply, pb::LIMIT_EXCEEDED,
              std::to_string(regions->size()) + " regions: more than one request may read (" +

@@ -161,12 +161,6 @@ std::vector<ManualPin> AdminService::pins() const {
 
 uint64_t AdminService::now() const { return ctx_.nowNs ? ctx_.nowNs() : EpochLoop::monotonicNowNs(); }
 
-std::optional<uint64_t> AdminService::placementStrideOf(std::span<const registry::RegionRecord> regions) {
-  uint64_t pages = 0;
-  for (const auto& r : regions) pages += r.info.length / kBasePageSize;
-  return ipc::placementStride(pages, regions.size());
-}
-
 bool AdminService::fillRegion(const registry::RegionRecord& r, pb::RegionEntry& e, const std::vector<ManualPin>& pins,
                               uint64_t stride) {
   e.set_pid(r.info.tgid);
@@ -201,7 +195,7 @@ void AdminService::regions(const pb::RegionsRequest& request, pb::DaemonMessage&
   auto* out = reply.mutable_regions();
   const auto pinned = pins();
   const auto all = ctx_.registry->allRegions(request.pid());
-  const std::optional<uint64_t> stride = placementStrideOf(all);
+  const std::optional<uint64_t> stride = ipc::placementStride(ipc::pagesOf(all), all.size());
   if (!stride) {
     ipc::setError(reply, pb::LIMIT_EXCEEDED,
                   std::to_string(all.size()) + " regions: more than one request may read (" +
@@ -228,8 +222,8 @@ void AdminService::top(const pb::TopRequest& request, pb::DaemonMessage& reply) 
   const auto pinned = pins();
   const size_t shown = std::min(count, all.size());
   // The hottest and the coldest share the request's page budget (counted twice where they meet).
-  uint64_t pages = 0;
-  for (size_t i = 0; i < shown; ++i) pages += (all[i].info.length + all[all.size() - 1 - i].info.length) / kBasePageSize;
+  const std::span<const registry::RegionRecord> listed(all);
+  const uint64_t pages = ipc::pagesOf(listed.first(shown)) + ipc::pagesOf(listed.last(shown));
   const uint64_t stride = ipc::placementStride(pages, 2 * shown).value_or(pages);  // 2000 regions at most: always within
   for (size_t i = 0; i < shown; ++i) {
     pb::RegionEntry e;

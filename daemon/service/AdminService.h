@@ -7,8 +7,6 @@
 
 #include <chrono>
 #include <functional>
-#include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -64,7 +62,6 @@ class AdminService final : public ipc::AdminHandler {
   // regions, so that one request stays within ipc::kPlacementPagesPerRequest).
   [[nodiscard]] bool fillRegion(const registry::RegionRecord& record, tensortier::v1::RegionEntry& entry,
                                 const std::vector<ManualPin>& pins, uint64_t stride);
-  [[nodiscard]] static std::optional<uint64_t> placementStrideOf(std::span<const registry::RegionRecord> regions);
   [[nodiscard]] std::vector<ManualPin> pins() const;
   [[nodiscard]] uint64_t now() const;
 

@@ -253,9 +253,8 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     // the engine a pass over it in every plan. The plans finished since the last look say which
     // pinned moves settled, the newest that mentions a pin deciding (a manual plan that finished
     // right after another must not hide it); a pin none mentions keeps what an earlier plan said.
-    // One that stays unsettled
-    // (pages pinned by RDMA or GPU registrations, a node that stays full) is retried after 1, 2,
-    // 4 ... up to kMaxPinRetryEpochs epochs. (The plan goes to an idle engine only, below, so it
+    // One that stays unsettled (pages pinned by RDMA or GPU registrations, a node that stays full)
+    // is retried after 1, 2, 4 ... up to kMaxPinRetryEpochs epochs. (The plan goes to an idle engine only, below, so it
     // supersedes no manual plan.)
     std::vector<MoveRequest> retried;
     if (!counters.planInFlight && stages_.executor) {
