@@ -66,6 +66,20 @@ class PeerCredTest : public ::testing::Test {
     }
     return pid;
   }
+  // Accepts the connection waiting on the listener and checks that SO_PEERCRED names `peer`; -1
+  // (and a test failure) otherwise.
+  int acceptFrom(pid_t peer) {
+    const int conn = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+    EXPECT_GE(conn, 0) << std::strerror(errno);
+    auto cred = tt::sys::peerCredentials(conn);
+    EXPECT_TRUE(cred.ok()) << cred.error().message();
+    if (conn < 0 || !cred.ok() || cred->pid != peer) {
+      ADD_FAILURE() << "the connection is not from pid " << peer;
+      if (conn >= 0) ::close(conn);
+      return -1;
+    }
+    return conn;
+  }
   std::filesystem::path dir_;
   sockaddr_un addr_{};
   int listener_ = -1;
@@ -76,12 +90,9 @@ TEST_F(PeerCredTest, ThePidfdNamesTheLivePeerAndSaysWhenItExits) {
   ASSERT_EQ(::pipe(hold), 0);
   const pid_t child = connectingChild(hold[0]);
   ASSERT_GT(child, 0);
-  const int conn = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+  const int conn = acceptFrom(child);
   ASSERT_GE(conn, 0);
-  auto cred = tt::sys::peerCredentials(conn);
-  ASSERT_TRUE(cred.ok()) << cred.error().message();
-  EXPECT_EQ(cred->pid, child);
-  auto pidfd = tt::sys::peerPidfd(conn, cred->pid);
+  auto pidfd = tt::sys::peerPidfd(conn, child);
   ASSERT_TRUE(pidfd.ok()) << pidfd.error().message();
   auto gone = tt::sys::pidfdExited(*pidfd);
   ASSERT_TRUE(gone.ok());
@@ -114,12 +125,9 @@ TEST_F(PeerCredTest, APeerReapedBeforeTheAcceptGetsNoPidfdOfTheProcessThatTookIt
   ASSERT_EQ(::pipe(hold), 0);
   const pid_t victim = tt::test::forkWithPid(child, hold[0]);
   ASSERT_EQ(victim, child) << "no process got pid " << child << " in 20 tries (other processes took it)";
-  const int conn = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+  const int conn = acceptFrom(child);
   ASSERT_GE(conn, 0);
-  auto cred = tt::sys::peerCredentials(conn);
-  ASSERT_TRUE(cred.ok()) << cred.error().message();
-  EXPECT_EQ(cred->pid, child);
-  auto pidfd = tt::sys::peerPidfd(conn, cred->pid);
+  auto pidfd = tt::sys::peerPidfd(conn, child);
   if (pidfd.ok()) {
     auto gone = tt::sys::pidfdExited(*pidfd);
     ASSERT_TRUE(gone.ok());

@@ -34,6 +34,15 @@ class EpochLoopTest : public ::testing::Test {
     EXPECT_TRUE(info.ok()) << info.error().message();
     return info.ok() ? info->id : 0;
   }
+  // One region of `length` bytes at kBase of an attached process, and the policy's plan to promote
+  // all of it, made at the second epoch and submitted to the idle engine (the stuck-page tests).
+  void policyPromotesOneRegion(uint64_t length) {
+    registry.attachProcess(peer, "t", false);
+    addRegion(0, length);
+    loop.runOnce(1 * kSecond);
+    policy.nextPlan.moves.push_back({10, kBase, length, 1, 1500, 0, true});
+    loop.runOnce(2 * kSecond);
+  }
   // Three regions of 4 pages, 16 pages apart from kBase, of an attached process; their ids.
   std::array<uint64_t, 3> threeRegions() {
     registry.attachProcess(peer, "t", false);
@@ -520,11 +529,7 @@ TEST_F(EpochLoopTest, AnUnsettledPinnedMoveIsRetriedWithBackoffUntilItSettles) {
 // ranges (held, then due a retry), and the status and metrics count them; a manual plan's busy
 // pages do not, and a process's exit drops its ranges.
 TEST_F(EpochLoopTest, BusyPagesOfThePolicysPlanAreHandedToItsNextPlans) {
-  registry.attachProcess(peer, "t", false);
-  addRegion(0, 64 * kPage);
-  loop.runOnce(1 * kSecond);
-  policy.nextPlan.moves.push_back({10, kBase, 64 * kPage, 1, 1500, 0, true});
-  loop.runOnce(2 * kSecond);
+  policyPromotesOneRegion(64 * kPage);
   ASSERT_EQ(executor.submitted.size(), 1u);
   const uint64_t generation = executor.submitted[0].generation;
   auto finished = [&](uint64_t gen, std::vector<tt::AddressRange> busy) {
@@ -563,11 +568,7 @@ TEST_F(EpochLoopTest, BusyPagesOfThePolicysPlanAreHandedToItsNextPlans) {
 // A manual plan that finishes after the policy's, before the loop has read the policy's runs,
 // does not hide them: the policy's busy pages are held all the same.
 TEST_F(EpochLoopTest, BusyPagesOfThePolicysPlanAreHeldWhenAManualPlanFinishedAfterIt) {
-  registry.attachProcess(peer, "t", false);
-  addRegion(0, 64 * kPage);
-  loop.runOnce(1 * kSecond);
-  policy.nextPlan.moves.push_back({10, kBase, 64 * kPage, 1, 1500, 0, true});
-  loop.runOnce(2 * kSecond);
+  policyPromotesOneRegion(64 * kPage);
   ASSERT_EQ(executor.submitted.size(), 1u);
   const uint64_t policyGeneration = executor.submitted[0].generation;
   ASSERT_TRUE(loop.submitManual({0, {{10, kBase + 32 * kPage, kPage, 0, EpochLoop::kManualPriority, 0}}}).ok());
@@ -587,12 +588,8 @@ TEST_F(EpochLoopTest, BusyPagesOfThePolicysPlanAreHeldWhenAManualPlanFinishedAft
 
 // Busy ranges past the holds' bound are counted in a metric, each once.
 TEST_F(EpochLoopTest, BusyRangesPastTheHoldsBoundAreCounted) {
-  registry.attachProcess(peer, "t", false);
-  addRegion(0, 2 * (tt::service::StuckMoves::kMaxRanges + 3) * kPage);
-  loop.runOnce(1 * kSecond);
   const uint64_t length = 2 * (tt::service::StuckMoves::kMaxRanges + 3) * kPage;
-  policy.nextPlan.moves.push_back({10, kBase, length, 1, 1500, 0, true});
-  loop.runOnce(2 * kSecond);
+  policyPromotesOneRegion(length);
   ASSERT_EQ(executor.submitted.size(), 1u);
   std::vector<tt::AddressRange> busy;
   for (uint64_t i = 0; i < tt::service::StuckMoves::kMaxRanges + 3; ++i) busy.push_back({kBase + 2 * i * kPage, kPage});
