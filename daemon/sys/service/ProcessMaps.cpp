@@ -1,7 +1,39 @@
 #include "sys/service/ProcessMaps.h"
 
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <charconv>
 #include <string>
+
+#if __has_include(<linux/fs.h>)
+#include <linux/fs.h>
+#endif
+
+// Debian 12's headers (6.1) predate PROCMAP_QUERY (6.11); its ABI is fixed (uapi/linux/fs.h), and
+// the struct carries its own size so later kernels accept this one.
+#ifndef PROCMAP_QUERY
+struct procmap_query {
+  __u64 size;
+  __u64 query_flags;
+  __u64 query_addr;
+  __u64 vma_start;
+  __u64 vma_end;
+  __u64 vma_flags;
+  __u64 vma_page_size;
+  __u64 vma_offset;
+  __u64 inode;
+  __u32 dev_major;
+  __u32 dev_minor;
+  __u32 vma_name_size;
+  __u32 build_id_size;
+  __u64 vma_name_addr;
+  __u64 build_id_addr;
+};
+#define PROCMAP_QUERY _IOWR('f', 17, struct procmap_query)
+#endif
+static_assert(sizeof(procmap_query) == 104, "struct procmap_query as of Linux 6.11");
 
 namespace tt::sys {
 namespace {
@@ -80,6 +112,41 @@ bool rangeMapped(const std::vector<Mapping>& maps, uint64_t start, uint64_t end)
     covered = maps[i].end;
   }
   return covered >= end;
+}
+
+Result<RangeQuery> queryRangeMapped(const Fs& procfs, pid_t pid, uint64_t start, uint64_t end, size_t maxVmas) {
+  if (end <= start) return RangeQuery::kNotMapped;
+  const std::string path = procfs.resolve(std::to_string(pid) + "/maps");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errnoError("open " + path);
+  uint64_t covered = start;
+  RangeQuery answer = RangeQuery::kMapped;
+  for (size_t vmas = 0; covered < end; ++vmas) {
+    if (vmas == maxVmas) {
+      answer = RangeQuery::kUndecided;
+      break;
+    }
+    // No flags: the VMA that covers query_addr, or ENOENT when none does (a gap).
+    procmap_query query{};
+    query.size = sizeof(query);
+    query.query_addr = covered;
+    if (::ioctl(fd, PROCMAP_QUERY, &query) != 0) {
+      if (errno == ENOENT) {
+        answer = RangeQuery::kNotMapped;
+        break;
+      }
+      const Error error = errnoError("PROCMAP_QUERY " + path);
+      ::close(fd);
+      return error;
+    }
+    if (query.vma_end <= covered) {  // cannot happen for a covering VMA; never loop on it
+      ::close(fd);
+      return logicError("PROCMAP_QUERY " + path + ": VMA ending at or before the address asked");
+    }
+    covered = query.vma_end;
+  }
+  ::close(fd);
+  return answer;
 }
 
 }  // namespace tt::sys

@@ -1,0 +1,195 @@
+// Whether a range is mapped, asked of the kernel VMA by VMA (PROCMAP_QUERY) instead of read from the
+// whole maps file, on this process's own address space; and the registry's inspector built on it:
+// a client registering unmapped ranges over and over no longer has its maps file read each time.
+// Needs Linux 6.11+ (the ioctl); the maps-file path that older kernels take is covered by the unit
+// tests on fixture trees (tests/unit/registry/ProcessMapsTest.cpp), where the ioctl fails the same way.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "registry/AddressSpace.h"
+#include "sys/service/ProcessMaps.h"
+
+namespace {
+
+using tt::sys::RangeQuery;
+
+const long kPage = ::sysconf(_SC_PAGESIZE);
+
+// `vmas` pages, every other one read-only, so the kernel keeps them as `vmas` VMAs.
+class SplitMapping {
+ public:
+  explicit SplitMapping(size_t vmas) : bytes_(vmas * kPage) {
+    void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    base_ = static_cast<char*>(p);
+    for (size_t i = 1; i < vmas; i += 2) ::mprotect(base_ + i * kPage, kPage, PROT_READ);
+  }
+  ~SplitMapping() {
+    if (base_) ::munmap(base_, bytes_);
+  }
+  SplitMapping(const SplitMapping&) = delete;
+  SplitMapping& operator=(const SplitMapping&) = delete;
+  bool ok() const { return base_ != nullptr; }
+  uint64_t start() const { return reinterpret_cast<uint64_t>(base_); }
+  uint64_t end() const { return start() + bytes_; }
+  uint64_t page(size_t i) const { return start() + i * kPage; }
+  void unmapPage(size_t i) { ::munmap(base_ + i * kPage, kPage); }
+
+ private:
+  size_t bytes_ = 0;
+  char* base_ = nullptr;
+};
+
+// Bytes this process has read through read(2) and friends (/proc/self/io rchar).
+uint64_t bytesRead() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  uint64_t value = 0;
+  while (io >> key >> value)
+    if (key == "rchar:") return value;
+  return 0;
+}
+
+class ProcessMapsQueryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SplitMapping probe(1);
+    ASSERT_TRUE(probe.ok());
+    auto asked = tt::sys::queryRangeMapped(procfs_, ::getpid(), probe.start(), probe.end(), 1);
+    if (!asked && asked.error().code == ENOTTY)
+      GTEST_SKIP() << "this kernel has no PROCMAP_QUERY (Linux 6.11+): the inspector reads the maps file "
+                      "here, which the unit tests on fixture trees cover";
+    ASSERT_TRUE(asked.ok()) << asked.error().message();
+  }
+  tt::sys::Fs procfs_{"/proc"};
+};
+
+TEST_F(ProcessMapsQueryTest, AnswersMappedGapsAndTooManyVmas) {
+  SplitMapping m(64);
+  ASSERT_TRUE(m.ok());
+  const pid_t self = ::getpid();
+  auto ask = [&](uint64_t start, uint64_t end, size_t maxVmas) {
+    auto asked = tt::sys::queryRangeMapped(procfs_, self, start, end, maxVmas);
+    EXPECT_TRUE(asked.ok()) << asked.error().message();
+    return asked ? *asked : RangeQuery::kUndecided;
+  };
+  EXPECT_EQ(ask(m.start(), m.end(), 64), RangeQuery::kMapped);
+  EXPECT_EQ(ask(m.page(3) + 17, m.page(5) - 1, 3), RangeQuery::kMapped);
+  EXPECT_EQ(ask(m.start(), m.end(), 63), RangeQuery::kUndecided);
+  m.unmapPage(40);
+  EXPECT_EQ(ask(m.start(), m.end(), 64), RangeQuery::kNotMapped);
+  EXPECT_EQ(ask(m.page(40), m.page(41), 1), RangeQuery::kNotMapped);
+  EXPECT_EQ(ask(m.page(41), m.end(), 64), RangeQuery::kMapped);
+  // A gap past the VMAs allowed is not looked for: the answer is undecided, not "mapped".
+  EXPECT_EQ(ask(m.start(), m.end(), 10), RangeQuery::kUndecided);
+  EXPECT_EQ(ask(m.start(), m.start(), 1), RangeQuery::kNotMapped);
+}
+
+TEST_F(ProcessMapsQueryTest, AgreesWithTheMapsFileOnRandomRanges) {
+  SplitMapping m(256);
+  ASSERT_TRUE(m.ok());
+  for (size_t hole : {17u, 18u, 100u, 201u}) m.unmapPage(hole);
+  auto maps = tt::sys::readMaps(procfs_, ::getpid());
+  ASSERT_TRUE(maps.ok()) << maps.error().message();
+  std::mt19937_64 rng(7);
+  // From a page before the mapping to a page after it: ranges inside, across holes and across ends.
+  std::uniform_int_distribution<uint64_t> at(m.start() - kPage, m.end() + kPage);
+  size_t mapped = 0, notMapped = 0;
+  for (int i = 0; i < 2000; ++i) {
+    uint64_t a = at(rng), b = at(rng);
+    if (a > b) std::swap(a, b);
+    if (a == b) continue;
+    auto asked = tt::sys::queryRangeMapped(procfs_, ::getpid(), a, b, 1000);
+    ASSERT_TRUE(asked.ok()) << asked.error().message();
+    ASSERT_NE(*asked, RangeQuery::kUndecided);
+    const bool expected = tt::sys::rangeMapped(*maps, a, b);
+    ASSERT_EQ(*asked == RangeQuery::kMapped, expected) << std::hex << a << "-" << b;
+    ++(expected ? mapped : notMapped);
+  }
+  EXPECT_GT(mapped, 100u);  // both answers were exercised
+  EXPECT_GT(notMapped, 100u);
+}
+
+TEST_F(ProcessMapsQueryTest, AProcessThatIsGoneIsAnError) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  auto asked = tt::sys::queryRangeMapped(procfs_, child, 0x10000, 0x20000, 1);
+  ASSERT_FALSE(asked.ok());
+  EXPECT_NE(asked.error().code, ENOTTY) << asked.error().message();
+}
+
+TEST_F(ProcessMapsQueryTest, InspectorDoesNotReadTheMapsFileForAMiss) {
+  // Enough VMAs that reading the maps file once shows plainly in rchar (~50 bytes a line).
+  SplitMapping many(4000);
+  ASSERT_TRUE(many.ok());
+  SplitMapping small(2);
+  ASSERT_TRUE(small.ok());
+  small.unmapPage(1);
+  tt::registry::ProcMapsInspector inspector("/proc");
+  const pid_t self = ::getpid();
+  const uint64_t before = bytesRead();
+  for (int i = 0; i < 50; ++i) {
+    auto mapped = inspector.rangeMapped(self, small.page(1), small.page(1) + kPage);
+    ASSERT_TRUE(mapped.ok()) << mapped.error().message();
+    EXPECT_FALSE(*mapped);
+    mapped = inspector.rangeMapped(self, small.page(0), small.page(0) + kPage);
+    ASSERT_TRUE(mapped.ok()) << mapped.error().message();
+    EXPECT_TRUE(*mapped);
+  }
+  const uint64_t read = bytesRead() - before;
+  // One read of the maps file is over 150 KB here; 100 answers read none.
+  EXPECT_LT(read, 4096u) << "the inspector read " << read << " bytes for 100 answers";
+}
+
+TEST_F(ProcessMapsQueryTest, InspectorReadsTheWholeFileForAWideRangeOncePerInterval) {
+  using tt::registry::ProcMapsInspector;
+  const size_t vmas = ProcMapsInspector::kQueryVmas + 50;
+  SplitMapping first(vmas);
+  ASSERT_TRUE(first.ok());
+  ProcMapsInspector inspector("/proc");
+  const pid_t self = ::getpid();
+  const auto readAt = std::chrono::steady_clock::now();
+  auto mapped = inspector.rangeMapped(self, first.start(), first.end());
+  ASSERT_TRUE(mapped.ok()) << mapped.error().message();
+  EXPECT_TRUE(*mapped);
+
+  // Mapped after that read: too wide for the ioctl walk, and the file was read within the interval.
+  SplitMapping second(vmas);
+  ASSERT_TRUE(second.ok());
+  mapped = inspector.rangeMapped(self, second.start(), second.end());
+  if (std::chrono::steady_clock::now() - readAt < ProcMapsInspector::kCacheFor) {
+    ASSERT_FALSE(mapped.ok());
+    EXPECT_EQ(mapped.error().code, EFAULT);
+    EXPECT_NE(mapped.error().message().find("at most once"), std::string::npos) << mapped.error().message();
+  }
+  // A narrow range mapped just now is asked of the kernel, interval or not.
+  SplitMapping narrow(3);
+  ASSERT_TRUE(narrow.ok());
+  mapped = inspector.rangeMapped(self, narrow.start(), narrow.end());
+  ASSERT_TRUE(mapped.ok()) << mapped.error().message();
+  EXPECT_TRUE(*mapped);
+
+  std::this_thread::sleep_until(readAt + ProcMapsInspector::kCacheFor + std::chrono::milliseconds(50));
+  mapped = inspector.rangeMapped(self, second.start(), second.end());
+  ASSERT_TRUE(mapped.ok()) << mapped.error().message();
+  EXPECT_TRUE(*mapped);
+  // Past the interval a wide range with a gap is read again and found not mapped.
+  second.unmapPage(vmas - 1);
+  std::this_thread::sleep_until(readAt + 2 * ProcMapsInspector::kCacheFor + std::chrono::milliseconds(100));
+  mapped = inspector.rangeMapped(self, second.start(), second.end());
+  ASSERT_TRUE(mapped.ok()) << mapped.error().message();
+  EXPECT_FALSE(*mapped);
+}
+
+}  // namespace
