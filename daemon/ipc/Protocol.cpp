@@ -144,8 +144,30 @@ void ProtocolHandler::hello(Session& s, const pb::Hello& m, pb::DaemonMessage& r
   r->set_session_id(s.id);
 }
 
+bool ProtocolHandler::stillRunsAsPeer(Session& s, pb::DaemonMessage& reply) {
+  auto runs = registry_.checkRunsAs(s.peer);
+  if (runs) return true;
+  if (runs.error().code != EPERM) {
+    setError(reply, errorCodeFor(runs.error()), runs.error().message());
+    return false;
+  }
+  setError(reply, pb::PERMISSION_DENIED, runs.error().message());
+  s.revoked = true;
+  // Regions registered under that uid were the old program's: they go as on an exit. (Regions a
+  // process registered under another uid, root's, are not this connection's to end.)
+  if (registry_.registeredUnder(s.peer.pid, s.peer.uid)) {
+    if (lifetime_)
+      lifetime_->forget(s.peer.pid);
+    else
+      registry_.removeProcess(s.peer.pid);
+  }
+  s.attached = false;
+  return false;
+}
+
 bool ProtocolHandler::attach(Session& s, pb::DaemonMessage& reply) {
   if (s.attached) return true;
+  if (!stillRunsAsPeer(s, reply)) return false;
   // Pid reuse: a process we knew under this pid has exited but its pidfd event is not handled
   // yet; its regions must not become the new process's.
   if (lifetime_ && registry_.hasProcess(s.peer.pid) && lifetime_->exited(s.peer.pid)) lifetime_->forget(s.peer.pid);
@@ -165,7 +187,10 @@ void ProtocolHandler::sessionClosed(Session& s) {
 }
 
 void ProtocolHandler::registerRegion(Session& s, const pb::RegisterRegion& m, pb::DaemonMessage& reply) {
+  // Checked on every registration (attach checks the first): each one probes the address space.
+  const bool wasAttached = s.attached;
   if (!attach(s, reply)) return;
+  if (wasAttached && !stillRunsAsPeer(s, reply)) return;
   registry::RegisterRequest r;
   r.address = m.address();
   r.length = m.length();
@@ -183,6 +208,7 @@ void ProtocolHandler::registerRegion(Session& s, const pb::RegisterRegion& m, pb
 }
 
 void ProtocolHandler::queryPlacement(Session& s, const pb::QueryPlacement& m, pb::DaemonMessage& reply) {
+  if (!stillRunsAsPeer(s, reply)) return;
   // Each region once, in the order first asked (a frame can repeat an id a million times).
   std::vector<uint64_t> ids;
   std::unordered_set<uint64_t> seen;

@@ -27,6 +27,7 @@ struct Session {
   uint32_t version = 0;
   bool acceptsMbind = false;
   bool attached = false;  // the process is in the registry through this connection
+  bool revoked = false;   // its process no longer runs as the peer's uid: close after the reply
   std::string clientName;
 };
 
@@ -74,7 +75,8 @@ class ProtocolHandler {
   void setAdminHandler(AdminHandler* admin) { admin_ = admin; }
 
   // Handles one request. Returns whether `reply` is to be sent (IterationMark with seq 0 and
-  // MbindResult expect none). `reply` is cleared first.
+  // MbindResult expect none). `reply` is cleared first. The caller closes the connection after
+  // the reply when `session.revoked` is set.
   [[nodiscard]] bool handle(Session& session, const pb::ClientMessage& request, pb::DaemonMessage& reply);
 
   // The connection closed: release the process if this session attached it.
@@ -85,6 +87,7 @@ class ProtocolHandler {
  private:
   void hello(Session& s, const pb::Hello& m, pb::DaemonMessage& reply);
   [[nodiscard]] bool attach(Session& s, pb::DaemonMessage& reply);
+  [[nodiscard]] bool stillRunsAsPeer(Session& s, pb::DaemonMessage& reply);
   void registerRegion(Session& s, const pb::RegisterRegion& m, pb::DaemonMessage& reply);
   void queryPlacement(Session& s, const pb::QueryPlacement& m, pb::DaemonMessage& reply);
 

@@ -189,6 +189,12 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
       }
       if (server_.handler_.handle(session, request_, reply_) && !send(reply_)) return;
       if (closed_) return;
+      if (session.revoked) {
+        TT_LOG(Warn) << "session " << session.id << " of uid " << session.peer.uid << ": pid " << session.peer.pid
+                     << " no longer runs as that uid: closing the connection";
+        closeAfterFlush();
+        return;
+      }
     }
     watchStall(progressed);
     if (!closing_) read();

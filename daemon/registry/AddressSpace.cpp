@@ -48,6 +48,12 @@ Result<bool> ProcMapsInspector::rangeMapped(pid_t pid, uint64_t start, uint64_t 
   return mapped;
 }
 
+Result<bool> ProcMapsInspector::runsAs(pid_t pid, uid_t uid, gid_t gid) {
+  auto owner = sys::processOwner(procfs_, pid);
+  if (!owner) return owner.error();
+  return owner->uid == uid && owner->gid == gid;
+}
+
 void ProcMapsInspector::forget(pid_t pid) {
   std::lock_guard lock(mutex_);
   cache_.erase(pid);

@@ -23,6 +23,8 @@ class AddressSpaceInspector {
   [[nodiscard]] virtual Result<bool> rangeMapped(pid_t pid, uint64_t start, uint64_t end) = 0;
   // The process is gone (or its pid is about to mean another process): drop what is cached.
   virtual void forget(pid_t /*pid*/) {}
+  // Whether the process runs with these effective ids now (a setuid or setgid exec changes them).
+  [[nodiscard]] virtual Result<bool> runsAs(pid_t pid, uid_t uid, gid_t gid) = 0;
 };
 
 // /proc/PID/maps through sys::Fs (procfs root from the config, a fixture tree in tests).
@@ -49,6 +51,7 @@ class ProcMapsInspector final : public AddressSpaceInspector {
   explicit ProcMapsInspector(std::string procfsRoot) : procfs_(std::move(procfsRoot)) {}
   Result<bool> rangeMapped(pid_t pid, uint64_t start, uint64_t end) override;
   void forget(pid_t pid) override;
+  Result<bool> runsAs(pid_t pid, uid_t uid, gid_t gid) override;
 
  private:
   struct Cached {

@@ -93,6 +93,24 @@ bool Registry::hasProcess(pid_t pid) const {
   return processes_.count(pid) != 0;
 }
 
+bool Registry::registeredUnder(pid_t pid, uid_t uid) const {
+  std::lock_guard lock(mutex_);
+  auto it = processes_.find(pid);
+  return it != processes_.end() && it->second.uid == uid;
+}
+
+Result<void> Registry::checkRunsAs(const Peer& peer) {
+  if (peer.uid == 0) return {};
+  auto runs = inspector_.runsAs(peer.pid, peer.uid, peer.gid);
+  if (!runs) return withContext(runs.error(), "checking who pid " + std::to_string(peer.pid) + " runs as");
+  if (!*runs)
+    return systemError(EPERM, "pid " + std::to_string(peer.pid) + " no longer runs as uid " + std::to_string(peer.uid) +
+                                  " gid " + std::to_string(peer.gid) +
+                                  ", the ids this connection was opened with (it exec'd a setuid or setgid "
+                                  "program): the connection is closed");
+  return {};
+}
+
 bool Registry::acceptsMbind(pid_t pid) const {
   std::lock_guard lock(mutex_);
   auto it = processes_.find(pid);

@@ -120,6 +120,16 @@ class Registry {
   // of regions removed.
   size_t removeProcess(pid_t pid);
   [[nodiscard]] bool hasProcess(pid_t pid) const;
+  // Whether the process is known and was registered under `uid` (its regions are charged to it).
+  [[nodiscard]] bool registeredUnder(pid_t pid, uid_t uid) const;
+
+  // Whether the connection's peer may still act on its process: the process runs with the
+  // effective uid and gid the connection was opened with (SO_PEERCRED; a root peer always may). A process that execs a setuid program
+  // keeps its pid, and a child may have inherited its connection: without this, that child could
+  // probe the new program's address space under the old uid (registrations and placement say what
+  // is mapped where, which undoes its ASLR). EPERM when not; the process's error (ENOENT) when it
+  // cannot be looked at. One stat(2), outside the lock.
+  [[nodiscard]] Result<void> checkRunsAs(const Peer& peer);
   // Whether the process said Hello with accepts_mbind on some connection (any thread).
   [[nodiscard]] bool acceptsMbind(pid_t pid) const;
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -112,6 +113,13 @@ bool rangeMapped(const std::vector<Mapping>& maps, uint64_t start, uint64_t end)
     covered = maps[i].end;
   }
   return covered >= end;
+}
+
+Result<ProcessOwner> processOwner(const Fs& procfs, pid_t pid) {
+  const std::string path = procfs.resolve(std::to_string(pid));
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return errnoError("stat " + path);
+  return ProcessOwner{st.st_uid, st.st_gid};
 }
 
 Result<RangeQuery> queryRangeMapped(const Fs& procfs, pid_t pid, uint64_t start, uint64_t end, size_t maxVmas) {

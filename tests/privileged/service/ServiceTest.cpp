@@ -14,6 +14,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -320,6 +321,87 @@ TEST_F(ServiceTest, AConnectionDiesWithTheProcessThatOpenedIt) {
   ::waitpid(victim, nullptr, 0);
   for (int fd : {go[0], go[1], heirReady[0], heirReady[1], victimHold[0], victimHold[1], verdict[0], verdict[1]}) ::close(fd);
 }
+
+// A process that execs a setuid or setgid program keeps its pid, and a child may hold its
+// connection. The child, still of the old ids, must not go on registering (each answer says
+// whether an address is mapped in the new program) or reading placement; the old program's
+// regions go with the old ids.
+class SetidExecTest : public ServiceTest {
+ protected:
+  // Runs the scenario with a root-owned copy of sleep of this mode (04755 or 02755).
+  void execAndProbe(mode_t mode) {
+    const std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("tt-setid-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    ::chmod(dir.c_str(), 0755);
+    const std::string sleeper = (dir / "sleep").string();
+    std::filesystem::copy_file("/bin/sleep", sleeper, std::filesystem::copy_options::overwrite_existing);
+    ASSERT_EQ(::chown(sleeper.c_str(), 0, 0), 0);
+    ASSERT_EQ(::chmod(sleeper.c_str(), mode), 0);
+
+    Mapping buffer(4 * kPage);  // mapped in the opener until it execs
+    int registered[2], go[2], verdict[2];
+    ASSERT_EQ(::pipe(registered), 0);
+    ASSERT_EQ(::pipe(go), 0);
+    ASSERT_EQ(::pipe(verdict), 0);
+    struct Verdict {
+      int registerCode = -1, placementCode = -1, closed = 0;
+    };
+    const pid_t opener = ::fork();
+    ASSERT_GE(opener, 0);
+    if (opener == 0) {
+      if (::setgroups(0, nullptr) != 0 || ::setgid(kNogroup) != 0 || ::setuid(kNobody) != 0) std::_Exit(2);
+      CtlClient c;
+      if (!c.connect(daemon.socket()).ok() || !c.hello("before-exec").ok()) std::_Exit(3);
+      auto r = c.call(registerMsg(buffer.addr, buffer.size, "old-program"));
+      if (!r.ok() || !r->has_register_region_reply()) std::_Exit(4);
+      if (::fork() == 0) {  // the heir: keeps the socket, asks when told to
+        char b;
+        if (::read(go[0], &b, 1) != 1) std::_Exit(5);
+        Verdict out;
+        auto reg = c.call(registerMsg(buffer.addr, buffer.size, "probe"));
+        if (reg.ok()) out.registerCode = reg->has_error() ? reg->error().code() : 0;
+        pb::ClientMessage q;
+        q.mutable_query_placement();
+        auto place = c.call(q);
+        if (place.ok()) out.placementCode = place->has_error() ? place->error().code() : 0;
+        out.closed = !place.ok();
+        (void)!::write(verdict[1], &out, sizeof out);
+        std::_Exit(0);
+      }
+      (void)!::write(registered[1], "r", 1);
+      ::execl(sleeper.c_str(), "sleep", "60", static_cast<char*>(nullptr));
+      std::_Exit(6);
+    }
+    char b = 0;
+    ASSERT_EQ(::read(registered[0], &b, 1), 1) << "the opener (uid 65534) could not register";
+    // Wait for the exec: /proc/PID takes the program's effective uid or gid, root's.
+    bool execd = false;
+    for (int i = 0; i < 100 && !execd; ++i) {
+      struct stat st{};
+      execd = ::stat(("/proc/" + std::to_string(opener)).c_str(), &st) == 0 &&
+              ((mode & S_ISUID) ? st.st_uid == 0 : st.st_gid == 0);
+      if (!execd) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_TRUE(execd) << sleeper << " did not take its owner's ids after exec (a nosuid mount?)";
+    ASSERT_EQ(ctlJson("regions")["regions"].size(), 1u) << "the old program's region is registered";
+    (void)!::write(go[1], "g", 1);
+    Verdict out;
+    ASSERT_EQ(::read(verdict[0], &out, sizeof out), static_cast<ssize_t>(sizeof out));
+    EXPECT_EQ(out.registerCode, pb::PERMISSION_DENIED) << "the heir could probe the new program's address space";
+    EXPECT_EQ(out.closed, 1) << "the connection stayed open (placement answered " << out.placementCode << ")";
+    EXPECT_TRUE(ctlJson("regions")["regions"].empty()) << "the old program's region outlived the exec";
+    EXPECT_TRUE(ctlJson("processes")["processes"].empty());
+    ::kill(opener, SIGKILL);
+    ::waitpid(opener, nullptr, 0);
+    for (int fd : {registered[0], registered[1], go[0], go[1], verdict[0], verdict[1]}) ::close(fd);
+    std::filesystem::remove_all(dir);
+  }
+};
+
+TEST_F(SetidExecTest, ASetuidExecEndsWhatTheOldUidRegistered) { execAndProbe(04755); }
+
+TEST_F(SetidExecTest, ASetgidExecEndsWhatTheOldGidRegistered) { execAndProbe(02755); }
 
 TEST_F(ServiceTest, MalformedFrameGetsBadRequestAndTheConnectionKeepsWorking) {
   CtlClient c;

@@ -352,3 +352,81 @@ TEST_F(ProtocolTest, ProcessGoneBeforeWatchIsRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+// The process stopped running as the peer's uid (a setuid exec, as procfs ownership shows it):
+// requests that probe its address space are refused, the session is to be closed, and the regions
+// registered under that uid go as on an exit. A root peer is not held to it.
+TEST_F(ProtocolTest, AProcessThatNoLongerRunsAsThePeerIsNotTheConnectionsToActOn) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  auto first = registerRegion(0x10000000, 4 * kPage);
+  ASSERT_TRUE(first.has_register_region_reply()) << first.DebugString();
+  space.setOwner(100, 0, 0);  // a setuid-root exec
+  auto probe = registerRegion(0x10100000, 4 * kPage, 3);
+  ASSERT_TRUE(probe.has_error()) << probe.DebugString();
+  EXPECT_EQ(probe.error().code(), pb::PERMISSION_DENIED);
+  EXPECT_NE(probe.error().message().find("no longer runs as uid 1000"), std::string::npos) << probe.error().message();
+  EXPECT_TRUE(session.revoked);
+  EXPECT_FALSE(registry.hasProcess(100));
+  EXPECT_EQ(lifetime.forgotten, std::vector<pid_t>{100});
+
+  // Placement on a fresh session of the same peer is refused the same way, with nothing left to drop.
+  Session other;
+  other.id = handler.nextSessionId();
+  other.peer = session.peer;
+  other.hello = true;
+  pb::ClientMessage q;
+  q.set_seq(4);
+  q.mutable_query_placement();
+  pb::DaemonMessage reply;
+  ASSERT_TRUE(handler.handle(other, q, reply));
+  ASSERT_TRUE(reply.has_error()) << reply.DebugString();
+  EXPECT_EQ(reply.error().code(), pb::PERMISSION_DENIED);
+  EXPECT_TRUE(other.revoked);
+  EXPECT_EQ(lifetime.forgotten.size(), 1u);
+
+  // A mark attaches only a process that still runs as the peer.
+  Session marker = other;
+  marker.revoked = false;
+  pb::ClientMessage mark;
+  mark.set_seq(5);
+  mark.mutable_iteration_mark()->set_type(pb::IterationMark::STEP_BEGIN);
+  ASSERT_TRUE(handler.handle(marker, mark, reply));
+  EXPECT_EQ(reply.error().code(), pb::PERMISSION_DENIED);
+  EXPECT_FALSE(registry.hasProcess(100));
+}
+
+TEST_F(ProtocolTest, ASetgidExecEndsTheConnectionToo) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  ASSERT_TRUE(registerRegion(0x10000000, 4 * kPage).has_register_region_reply());
+  space.setOwner(100, 1000, 42);  // same uid, another effective gid
+  auto probe = registerRegion(0x10100000, 4 * kPage, 3);
+  ASSERT_TRUE(probe.has_error()) << probe.DebugString();
+  EXPECT_EQ(probe.error().code(), pb::PERMISSION_DENIED);
+  EXPECT_TRUE(session.revoked);
+  EXPECT_FALSE(registry.hasProcess(100));
+}
+
+TEST_F(ProtocolTest, ARootPeerMayActOnItsProcessWhateverItRunsAs) {
+  session.peer = {100, 0, 0};
+  space.setOwner(100, 4242, 4242);
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  auto r = registerRegion(0x10000000, 4 * kPage);
+  EXPECT_TRUE(r.has_register_region_reply()) << r.DebugString();
+  EXPECT_FALSE(session.revoked);
+}
+
+TEST_F(ProtocolTest, AProcessStillRunningAsThePeerIsCheckedOnEveryRegistration) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  space.setOwner(100, 1000, 1000);  // explicitly the peer's ids
+  EXPECT_TRUE(registerRegion(0x10000000, 4 * kPage).has_register_region_reply());
+  EXPECT_TRUE(registerRegion(0x10100000, 4 * kPage, 3).has_register_region_reply());
+  space.fail(100);  // the process cannot be looked at (gone): an error, not a revocation
+  auto r = registerRegion(0x10200000, 4 * kPage, 4);
+  ASSERT_TRUE(r.has_error());
+  EXPECT_NE(r.error().code(), pb::PERMISSION_DENIED);
+  EXPECT_FALSE(session.revoked);
+}
+
+}  // namespace
