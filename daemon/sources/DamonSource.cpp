@@ -112,6 +112,9 @@ void DamonSource::open() {
     return;
   }
   busy_slots_ = *prepared;
+  if (!damon_.shortfall().empty()) {
+    TT_LOG(Warn) << "damon: " << damon_.shortfall();
+  }
   {
     std::lock_guard sysfs(sysfsMutex_);
     stopLeftovers();
@@ -137,8 +140,10 @@ void DamonSource::open() {
     status_ = {false, "DAMON sysfs without schemes' tried_regions (kernel 6.2+): no way to read what it monitors"};
     return;
   }
-  status_ = {true, "DAMON vaddr via sysfs, " + std::to_string(damon_.slots()) + " kdamonds, sample " +
-                       std::to_string(attrs_.sampleUs) + " us, aggregate " + std::to_string(attrs_.aggrUs) + " us"};
+  status_ = {true, "DAMON vaddr via sysfs, " + std::to_string(damon_.slots()) + " kdamonds" +
+                       (damon_.shortfall().empty() ? "" : " (fewer than configured: nr_kdamonds could not grow)") +
+                       ", sample " + std::to_string(attrs_.sampleUs) + " us, aggregate " +
+                       std::to_string(attrs_.aggrUs) + " us"};
   refresher_ = std::thread([this] { refreshLoop(); });
 }
 

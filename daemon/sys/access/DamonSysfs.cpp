@@ -63,8 +63,31 @@ Result<std::vector<uint32_t>> DamonSysfs::prepare() {
   const std::string nr = std::string(kAdmin) + "/nr_kdamonds";
   auto current = readUint(sysfs_, nr);
   if (!current) return current.error();
-  if (*current < first_ + slots_) {
-    if (auto w = sysfs_.writeFile(nr, std::to_string(first_ + slots_)); !w) return w.error();
+  shortfall_.clear();
+  slots_ = wanted_;
+  if (*current < first_ + wanted_) {
+    std::string why;
+    for (uint64_t k = 0; k < std::min<uint64_t>(*current, first_) && why.empty(); ++k) {
+      auto contexts = readUint(sysfs_, std::string(kAdmin) + "/" + std::to_string(k) + "/contexts/nr_contexts");
+      if (!contexts)
+        why = contexts.error().message();
+      else if (*contexts > 0)
+        why = "kdamond " + std::to_string(k) + ", below sources.damon.kdamond_index, is configured (another tool's), "
+              "and growing nr_kdamonds would remove its setup";
+    }
+    if (why.empty()) {
+      if (auto w = sysfs_.writeFile(nr, std::to_string(first_ + wanted_)); !w)
+        why = w.error().message() + (w.error().code == EBUSY ? " (a kdamond runs)" : "");
+    }
+    if (!why.empty()) {
+      const uint64_t existing = *current > first_ ? *current - first_ : 0;
+      const std::string asked = "nr_kdamonds is " + std::to_string(*current) + ", short of the " +
+                                std::to_string(first_ + wanted_) + " that kdamond_index " + std::to_string(first_) +
+                                " and " + std::to_string(wanted_) + " slots need, and cannot grow: " + why;
+      if (existing == 0) return systemError(EBUSY, asked);
+      shortfall_ = asked + "; using the " + std::to_string(existing) + " that exist";
+      slots_ = static_cast<uint32_t>(existing);
+    }
   }
   std::vector<uint32_t> busy;
   for (uint32_t s = 0; s < slots_; ++s) {

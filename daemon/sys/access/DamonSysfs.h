@@ -49,15 +49,23 @@ struct OwnedKdamond {
 class DamonSysfs {
  public:
   // `sysfs` rooted at /sys (or a fixture tree).
-  DamonSysfs(Fs sysfs, uint32_t firstKdamond, uint32_t slots) : sysfs_(std::move(sysfs)), first_(firstKdamond), slots_(slots) {}
+  DamonSysfs(Fs sysfs, uint32_t firstKdamond, uint32_t slots)
+      : sysfs_(std::move(sysfs)), first_(firstKdamond), wanted_(slots), slots_(slots) {}
 
   [[nodiscard]] bool available() const;
   // Creates the kdamond slots (nr_kdamonds) and gives each slot that is off one context. Slots found
   // running are left as they are and returned: a kdamond refuses configuration writes while it runs
   // (EBUSY), and nothing says whose it is (an earlier run of the daemon that died, or another tool
-  // such as damo, whose default is kdamond 0). Fails with EBUSY when nr_kdamonds must grow while
-  // any kdamond runs.
+  // such as damo, whose default is kdamond 0).
+  // Growing nr_kdamonds makes the kernel remove every kdamond directory and create them anew: it
+  // is refused (EBUSY) while any kdamond runs, and would throw away the setup of another tool's
+  // kdamond that is configured but off. So it is not grown when a kdamond below `firstKdamond`
+  // has a context, and when it cannot grow, the slots are the kdamonds at and after
+  // `firstKdamond` that exist (fewer than asked; `slots()` says how many, `shortfall()` why).
+  // An error when there are none.
   [[nodiscard]] Result<std::vector<uint32_t>> prepare();
+  // Why prepare() gave fewer slots than asked for; empty when it did not.
+  [[nodiscard]] const std::string& shortfall() const { return shortfall_; }
   // The pid a slot's kdamond monitors (its first target).
   [[nodiscard]] Result<pid_t> targetPid(uint32_t slot) const;
   // Configures slot `slot` for `pid` (vaddr, one "stat" scheme over all regions) and turns it on.
@@ -83,7 +91,9 @@ class DamonSysfs {
   [[nodiscard]] std::string dir(uint32_t slot) const;
   Fs sysfs_;
   uint32_t first_;
-  uint32_t slots_;
+  uint32_t wanted_;  // the slots configured
+  uint32_t slots_;   // the slots prepare() could have
+  std::string shortfall_;
 };
 
 }  // namespace tt::sys

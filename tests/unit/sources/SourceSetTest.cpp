@@ -1038,6 +1038,55 @@ TEST_F(DamonSysfsTest, ConfiguresOneKdamondPerProcessAndReadsTriedRegions) {
   EXPECT_EQ(read(admin + "/1/state"), "update_schemes_tried_regions");
 }
 
+// Growing nr_kdamonds would make the kernel recreate every kdamond directory: with a kdamond below
+// kdamond_index set up (another tool's, off), the count stays, and the slots are the kdamonds that
+// exist from kdamond_index on. The source opens on those and says it has fewer.
+TEST_F(DamonSysfsTest, AnotherToolsKdamondKeepsTheCountAndTheSlotsAreThoseThatExist) {
+  const std::string admin = kAdmin;
+  makeKdamonds(3);
+  write(admin + "/nr_kdamonds", "3\n");
+  write(admin + "/0/contexts/nr_contexts", "1\n");  // configured by another tool, not started
+  for (const char* slot : {"1", "2"}) {
+    write(admin + "/" + slot + "/contexts/nr_contexts", "0\n");
+    fs::create_directories(root_ / admin / slot / "contexts/0/schemes/0/tried_regions");
+  }
+  sys::DamonSysfs damon(sys::Fs(root_.string()), 1, 4);
+  auto busy = damon.prepare();
+  ASSERT_TRUE(busy.ok()) << busy.error().message();
+  EXPECT_TRUE(busy->empty());
+  EXPECT_EQ(read(admin + "/nr_kdamonds"), "3") << "nr_kdamonds was rewritten";
+  EXPECT_EQ(damon.slots(), 2u);
+  EXPECT_NE(damon.shortfall().find("kdamond 0"), std::string::npos) << damon.shortfall();
+  EXPECT_EQ(read(admin + "/0/contexts/nr_contexts"), "1") << "the other tool's kdamond was touched";
+  EXPECT_EQ(read(admin + "/1/contexts/nr_contexts"), "1");  // the slots got their context
+
+  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 1, 4), sys::DamonAttrs{}, 1024);
+  source.open();
+  ASSERT_TRUE(source.status().available) << source.status().detail;
+  EXPECT_NE(source.status().detail.find("2 kdamonds (fewer than configured"), std::string::npos)
+      << source.status().detail;
+  EXPECT_TRUE(source.addProcess(77).ok());
+  EXPECT_TRUE(source.addProcess(78).ok());
+  EXPECT_FALSE(source.addProcess(79).ok()) << "a third process got a slot of two";
+  EXPECT_EQ(read(admin + "/1/contexts/0/targets/0/pid_target"), "77");
+  EXPECT_EQ(read(admin + "/2/contexts/0/targets/0/pid_target"), "78");
+}
+
+// With no kdamond from kdamond_index on and the count unable to grow, there is no slot: the
+// source is unavailable and says why.
+TEST_F(DamonSysfsTest, NoKdamondLeftFromTheIndexOnIsAnErrorSayingWhy) {
+  const std::string admin = kAdmin;
+  makeKdamonds(1);
+  write(admin + "/nr_kdamonds", "1\n");
+  write(admin + "/0/contexts/nr_contexts", "1\n");
+  sys::DamonSysfs damon(sys::Fs(root_.string()), 1, 2);
+  auto busy = damon.prepare();
+  ASSERT_FALSE(busy.ok());
+  EXPECT_EQ(busy.error().code, EBUSY);
+  EXPECT_NE(busy.error().message().find("cannot grow"), std::string::npos) << busy.error().message();
+  EXPECT_EQ(read(admin + "/nr_kdamonds"), "1");
+}
+
 // Linux 6.1 has DAMON's sysfs but not a scheme's tried_regions (6.2): the source must say it cannot
 // read what DAMON monitors at open, not fail every epoch afterwards.
 TEST_F(DamonSysfsTest, KernelWithoutTriedRegionsIsUnavailableWithReason) {
@@ -1255,7 +1304,7 @@ TEST_F(DamonSysfsTest, AMalformedStateFileLeavesEveryRunningKdamondAlone) {
 }
 
 // An open that fails before it has read the state file (here a kdamond whose state cannot be
-// read; in the kernel, nr_kdamonds refused with EBUSY) leaves the file as it was, so the next
+// read; in the kernel, nr_kdamonds that cannot grow with no kdamond from kdamond_index on) leaves the file as it was, so the next
 // start still finds the kdamond a dead run left and stops it.
 TEST_F(DamonSysfsTest, AnOpenThatFailsKeepsTheDeadRunsStateFile) {
   makeKdamonds(2);
