@@ -140,6 +140,15 @@ void DamonSource::open() {
     status_ = {false, "DAMON sysfs without schemes' tried_regions (kernel 6.2+): no way to read what it monitors"};
     return;
   }
+  auto vaddr = damon_.offersVaddr(probeRunning ? 0 : probe);
+  if (!vaddr) {
+    status_ = {false, "DAMON sysfs: " + vaddr.error().message()};
+    return;
+  }
+  if (!*vaddr) {
+    status_ = {false, "DAMON without virtual-address monitoring (CONFIG_DAMON_VADDR; avail_operations lacks vaddr)"};
+    return;
+  }
   status_ = {true, "DAMON vaddr via sysfs, " + std::to_string(damon_.slots()) + " kdamonds" +
                        (damon_.shortfall().empty() ? "" : " (fewer than configured: nr_kdamonds could not grow)") +
                        ", sample " + std::to_string(attrs_.sampleUs) + " us, aggregate " +

@@ -123,6 +123,20 @@ Result<bool> DamonSysfs::reportsRegions(uint32_t slot, bool running) {
   return sysfs_.exists(schemes + "/0/tried_regions");
 }
 
+Result<bool> DamonSysfs::offersVaddr(uint32_t slot) const {
+  const std::string path = dir(slot) + "/contexts/0/avail_operations";
+  if (!sysfs_.exists(path)) return true;
+  auto text = sysfs_.readFile(path);
+  if (!text) return text.error();
+  std::string_view rest = *text;
+  while (!rest.empty()) {
+    const size_t end = rest.find_first_of(" \n");
+    if (rest.substr(0, end) == "vaddr") return true;
+    rest.remove_prefix(end == std::string_view::npos ? rest.size() : end + 1);
+  }
+  return false;
+}
+
 Result<void> DamonSysfs::start(uint32_t slot, pid_t pid, const DamonAttrs& a) {
   if (slot >= slots_) return logicError("DAMON slot " + std::to_string(slot) + " out of range");
   const std::string ctx = dir(slot) + "/contexts/0";

@@ -77,6 +77,11 @@ class DamonSysfs {
   // without them, so regions() could never succeed). Gives `slot` (off) its scheme directory to
   // look; a running slot is only looked at.
   [[nodiscard]] Result<bool> reportsRegions(uint32_t slot, bool running);
+  // Whether this kernel's DAMON has the virtual-address operations (CONFIG_DAMON_VADDR): a slot's
+  // contexts/0/avail_operations lists them (6.2+; a kernel without the file is taken to have them,
+  // and start() says otherwise). DAMON_SYSFS builds without vaddr exist (this host: paddr only),
+  // and there every start fails with EINVAL.
+  [[nodiscard]] Result<bool> offersVaddr(uint32_t slot) const;
   // Asks the kdamond to refresh tried_regions. Blocks until it has: the kernel answers at the end
   // of the kdamond's current aggregation interval (aggr_us, 100 ms by default).
   [[nodiscard]] Result<void> requestRegions(uint32_t slot) const;
