@@ -256,9 +256,13 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     // One that stays unsettled (pages pinned by RDMA or GPU registrations, a node that stays full)
     // is retried after 1, 2, 4 ... up to kMaxPinRetryEpochs epochs. (The plan goes to an idle engine only, below, so it
     // supersedes no manual plan.)
+    // More plans finished than are read (a burst of manual moves within one epoch): a pin that the
+    // plans read do not mention may have been left unsettled by one not read, and is retried once
+    // rather than taken for settled (a settled one costs the engine one pass).
     std::vector<MoveRequest> retried;
     if (!counters.planInFlight && stages_.executor) {
       std::vector<std::vector<FinishedRun>> finished;  // newest first; every plan is done (the engine is idle)
+      const bool unread = generation_ - pinsReadGeneration_ > kPinPlansRead;
       if (!pins.empty()) {
         const uint64_t oldest = std::max(pinsReadGeneration_, generation_ - std::min(generation_, kPinPlansRead)) + 1;
         for (uint64_t g = generation_; g >= oldest && g > 0; --g)
@@ -278,7 +282,7 @@ void EpochLoop::runOnce(uint64_t nowNs) {
           if (mentioned) break;
         }
         const auto known = pinRetries_.find(key);
-        if (mentioned ? settled : known == pinRetries_.end()) continue;  // settled, or never unsettled
+        if (mentioned ? settled : (known == pinRetries_.end() && !unread)) continue;  // settled, or never unsettled
         PinRetry r = known == pinRetries_.end() ? PinRetry{} : known->second;
         if (r.epochsLeft == 0) {
           retried.push_back({p.tgid, p.start, p.length, p.node, kManualPriority, p.regionId});

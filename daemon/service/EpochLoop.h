@@ -103,7 +103,8 @@ class EpochLoop {
   // carries that one's pinned moves (pages already on the node are skipped by the engine).
   [[nodiscard]] Result<void> submitManual(MigrationPlan plan, uint64_t nowNs, uint64_t pinNs);
   // Finished plans the pins read at an epoch, the newest first; more finished since the last epoch
-  // (manual moves in a burst) are not read, and the executor must keep at least this many.
+  // (manual moves in a burst) are not read, and a pin the plans read do not mention is then retried
+  // once. The executor must keep at least this many.
   static constexpr uint64_t kPinPlansRead = 8;
   // Drops the pins of a region (regionId != 0) or of every region of `tgid`; returns how many.
   size_t unpin(pid_t tgid, uint64_t regionId);

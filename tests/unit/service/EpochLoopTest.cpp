@@ -525,6 +525,38 @@ TEST_F(EpochLoopTest, AnUnsettledPinnedMoveIsRetriedWithBackoffUntilItSettles) {
   EXPECT_EQ(executor.submitted.size(), settled) << "a settled pin was moved again";
 }
 
+// More manual plans finish within one epoch than the pins read: a pin whose plan is not among those
+// read, and which may have been left unsettled, is retried once, not taken for settled.
+TEST_F(EpochLoopTest, APinOfAPlanPastThoseReadIsRetriedNotTakenForSettled) {
+  registry.attachProcess(peer, "t", false);
+  const uint64_t first = addRegion(0, 4 * kPage);
+  loop.runOnce(1 * kSecond);
+  auto finish = [&](uint64_t start, bool settled) {
+    std::lock_guard lock(executor.mutex);
+    executor.runs.push_back({10, start, 4 * kPage, 1, settled, executor.submitted.back().generation, false, true, {}});
+  };
+  ASSERT_TRUE(loop.submitManual(manualMove(kBase, 4 * kPage, 1, first), 1 * kSecond, 0).ok());
+  finish(kBase, false);  // left unsettled (busy pages)
+  for (uint64_t i = 1; i <= EpochLoop::kPinPlansRead; ++i) {
+    const uint64_t start = kBase + 16 * i * kPage;
+    const uint64_t id = addRegion(16 * i * kPage, 4 * kPage);
+    ASSERT_TRUE(loop.submitManual(manualMove(start, 4 * kPage, 1, id), 1 * kSecond, 0).ok());
+    finish(start, true);
+  }
+  const size_t before = executor.submitted.size();
+  loop.runOnce(2 * kSecond);
+  ASSERT_EQ(executor.submitted.size(), before + 1) << "nothing retried";
+  const auto& moves = executor.submitted.back().moves;
+  ASSERT_EQ(moves.size(), 1u) << "only the pin no plan read mentions is retried";
+  EXPECT_EQ(moves[0].start, kBase);
+  EXPECT_EQ(moves[0].regionId, first);
+  // Its retry settles it: not moved again.
+  finish(kBase, true);
+  const size_t settled = executor.submitted.size();
+  for (uint64_t s = 3; s <= 20; ++s) loop.runOnce(s * kSecond);
+  EXPECT_EQ(executor.submitted.size(), settled) << "a settled pin was moved again";
+}
+
 // Pages the engine left busy in the policy's own plan reach the policy's next plans as stuck
 // ranges (held, then due a retry), and the status and metrics count them; a manual plan's busy
 // pages do not, and a process's exit drops its ranges.
