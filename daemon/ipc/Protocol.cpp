@@ -17,7 +17,8 @@ pb::ErrorCode errorCodeFor(const Error& error) {
     case EDQUOT:
     case EUSERS: return pb::LIMIT_EXCEEDED;
     case EPERM:
-    case EACCES: return pb::PERMISSION_DENIED;
+    case EACCES:
+    case EKEYREVOKED: return pb::PERMISSION_DENIED;
     default: return pb::INTERNAL;
   }
 }
@@ -144,25 +145,31 @@ void ProtocolHandler::hello(Session& s, const pb::Hello& m, pb::DaemonMessage& r
   r->set_session_id(s.id);
 }
 
-bool ProtocolHandler::stillRunsAsPeer(Session& s, pb::DaemonMessage& reply) {
-  auto runs = registry_.checkRunsAs(s.peer);
+bool ProtocolHandler::stillRunsAsPeer(Session& s, pb::DaemonMessage& reply, bool afterExec) {
+  auto runs = registry_.checkRunsAs(s.peer, afterExec);
   if (runs) return true;
-  if (runs.error().code != EPERM) {
-    setError(reply, errorCodeFor(runs.error()), runs.error().message());
-    return false;
-  }
-  setError(reply, pb::PERMISSION_DENIED, runs.error().message());
+  refuse(s, reply, runs.error());
+  return false;
+}
+
+void ProtocolHandler::refuse(Session& s, pb::DaemonMessage& reply, const Error& error) {
+  const uint64_t seq = reply.seq();
+  reply.Clear();  // a placement read already filled in describes what the process runs now
+  reply.set_seq(seq);
+  setError(reply, errorCodeFor(error), error.message());
+  if (error.code != EKEYREVOKED) return;
   s.revoked = true;
-  // Regions registered under that uid were the old program's: they go as on an exit. (Regions a
-  // process registered under another uid, root's, are not this connection's to end.)
+  // Regions registered under the peer's ids were the old program's: they go as on an exit.
+  // (Regions a process registered under other ids, root's, are not this connection's to end.)
   if (registry_.registeredUnder(s.peer.pid, s.peer.uid)) {
     if (lifetime_)
       lifetime_->forget(s.peer.pid);
     else
-      registry_.removeProcess(s.peer.pid);
+      (void)registry_.removeProcess(s.peer.pid);
+    s.attached = false;
+  } else {
+    sessionClosed(s);  // its attachment goes now, not when the connection has closed
   }
-  s.attached = false;
-  return false;
 }
 
 bool ProtocolHandler::attach(Session& s, pb::DaemonMessage& reply) {
@@ -199,7 +206,7 @@ void ProtocolHandler::registerRegion(Session& s, const pb::RegisterRegion& m, pb
   r.expectedLifetimeSteps = m.hints().expected_lifetime_steps();
   auto info = registry_.registerRegion(s.peer, r);
   if (!info) {
-    setError(reply, errorCodeFor(info.error()), info.error().message());
+    refuse(s, reply, info.error());
     return;
   }
   auto* out = reply.mutable_register_region_reply();
@@ -249,6 +256,8 @@ void ProtocolHandler::queryPlacement(Session& s, const pb::QueryPlacement& m, pb
     }
     rp->set_unmapped_bytes(placement->unmappedBytes);
   }
+  // An exec since the check at the top would have had the reads describe the new program.
+  (void)stillRunsAsPeer(s, reply, true);
 }
 
 }  // namespace tt::ipc

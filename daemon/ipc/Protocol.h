@@ -87,7 +87,12 @@ class ProtocolHandler {
  private:
   void hello(Session& s, const pb::Hello& m, pb::DaemonMessage& reply);
   [[nodiscard]] bool attach(Session& s, pb::DaemonMessage& reply);
-  [[nodiscard]] bool stillRunsAsPeer(Session& s, pb::DaemonMessage& reply);
+  // Whether the session's process still runs with the peer's ids (Registry::checkRunsAs); if not,
+  // `reply` becomes the error and the session is refused.
+  [[nodiscard]] bool stillRunsAsPeer(Session& s, pb::DaemonMessage& reply, bool afterExec = false);
+  // `reply` becomes `error`; an EKEYREVOKED one (the process runs with other ids) also revokes
+  // the session and drops what it registered under them.
+  void refuse(Session& s, pb::DaemonMessage& reply, const Error& error);
   void registerRegion(Session& s, const pb::RegisterRegion& m, pb::DaemonMessage& reply);
   void queryPlacement(Session& s, const pb::QueryPlacement& m, pb::DaemonMessage& reply);
 

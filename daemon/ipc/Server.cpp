@@ -190,8 +190,8 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
       if (server_.handler_.handle(session, request_, reply_) && !send(reply_)) return;
       if (closed_) return;
       if (session.revoked) {
-        TT_LOG(Warn) << "session " << session.id << " of uid " << session.peer.uid << ": pid " << session.peer.pid
-                     << " no longer runs as that uid: closing the connection";
+        TT_LOG(Warn) << "session " << session.id << ": pid " << session.peer.pid << " no longer runs as uid "
+                     << session.peer.uid << " gid " << session.peer.gid << ", which opened it: closing the connection";
         closeAfterFlush();
         return;
       }
@@ -235,7 +235,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
 };
 
 Server::Server(asio::io_context& io, registry::Registry& registry, ProtocolHandler& handler, ServerOptions options)
-    : io_(io), registry_(registry), handler_(handler), options_(options), acceptor_(io), acceptRetry_(io) {
+    : io_(io), registry_(registry), handler_(handler), options_(options), acceptor_(io), acceptRetry_(io), idSweep_(io) {
   handler_.setProcessLifetime(this);
   handler_.setMbindResultSink(
       [this](const Session& s, uint64_t requestId, int errnoValue) { mbindResult(s, requestId, errnoValue); });
@@ -256,6 +256,7 @@ Result<void> Server::listen(const std::string& path) {
     return systemError(ec.value(), "listen on " + path);
   }
   accept();
+  sweepChangedIds();
   return {};
 }
 
@@ -264,6 +265,7 @@ Result<void> Server::adopt(int listeningFd) {
   acceptor_.assign(local(), listeningFd, ec);
   if (ec) return systemError(ec.value(), "adopt activation socket fd " + std::to_string(listeningFd));
   accept();
+  sweepChangedIds();
   return {};
 }
 
@@ -273,6 +275,7 @@ void Server::stop() {
   error_code ignored;
   acceptor_.close(ignored);
   acceptRetry_.cancel();
+  idSweep_.cancel();
   auto connections = connections_;  // close() erases from the map
   for (auto& [id, c] : connections) c->close();
   for (auto& [id, pending] : pendingMbinds_) {
@@ -392,10 +395,30 @@ void Server::unwatch(pid_t pid) {
   }
 }
 
+void Server::sweepChangedIds() {
+  idSweep_.expires_after(kIdSweep);
+  idSweep_.async_wait([this](error_code ec) {
+    if (ec || stopped_) return;
+    for (pid_t pid : registry_.processesWithChangedIds()) {
+      TT_LOG(Warn) << "pid " << pid << " runs with other ids than it registered under (a setuid or setgid exec?): "
+                   << "dropping its regions and the connections of the old ids";
+      std::vector<std::shared_ptr<Connection>> old;
+      for (auto& [id, c] : connections_)
+        if (c->session.peer.pid == pid) {
+          auto runs = registry_.checkRunsAs(c->session.peer);
+          if (!runs && runs.error().code == EKEYREVOKED) old.push_back(c);
+        }
+      processExited(pid);
+      for (auto& c : old) c->close();
+    }
+    sweepChangedIds();
+  });
+}
+
 void Server::processExited(pid_t pid) {
   unwatch(pid);
   const size_t regions = registry_.removeProcess(pid);
-  TT_LOG(Info) << "pid " << pid << " exited: dropped its " << regions << " region(s)";
+  TT_LOG(Info) << "pid " << pid << " exited or changed ids: dropped its " << regions << " region(s)";
   // Connections it leaked to children no longer speak for a registered process, and are closed now
   // rather than when their own pidfd event comes: a request on one before that would attach it to
   // whatever process has the pid by then.

@@ -95,6 +95,9 @@ class Server final : public ProcessLifetime {
   void awaitExit(pid_t pid);  // of a watched process
   void connectionClosed(uint64_t id);
   void processExited(pid_t pid);
+  // Every kIdSweep: drops the registered processes that run with other ids than they registered
+  // under (a setid exec), with the connections of the old ids, also when those stay silent.
+  void sweepChangedIds();
   void mbindResult(const Session& session, uint64_t requestId, int errnoValue);
   void finishMbind(uint64_t requestId, int errnoValue);
 
@@ -105,6 +108,8 @@ class Server final : public ProcessLifetime {
   boost::asio::local::stream_protocol::acceptor acceptor_;
   boost::asio::steady_timer acceptRetry_;  // after a failed accept (EMFILE: out of descriptors)
   static constexpr std::chrono::milliseconds kAcceptRetry{100};
+  boost::asio::steady_timer idSweep_;
+  static constexpr std::chrono::milliseconds kIdSweep{1000};  // ~1.6 us a registered process
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;
   std::unordered_map<pid_t, ProcessWatch> watches_;
   std::unordered_map<uint64_t, PendingMbind> pendingMbinds_;

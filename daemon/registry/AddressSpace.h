@@ -20,51 +20,68 @@ class AddressSpaceInspector {
  public:
   virtual ~AddressSpaceInspector() = default;
   // True when all of [start, end) is mapped in `pid`; an error when the process cannot be read.
-  [[nodiscard]] virtual Result<bool> rangeMapped(pid_t pid, uint64_t start, uint64_t end) = 0;
+  // `uid` is who asks (the work done for each uid is bounded).
+  [[nodiscard]] virtual Result<bool> rangeMapped(pid_t pid, uid_t uid, uint64_t start, uint64_t end) = 0;
   // The process is gone (or its pid is about to mean another process): drop what is cached.
   virtual void forget(pid_t /*pid*/) {}
-  // Whether the process runs with these effective ids now (a setuid or setgid exec changes them).
-  [[nodiscard]] virtual Result<bool> runsAs(pid_t pid, uid_t uid, gid_t gid) = 0;
+  // Whether the process runs with these effective ids now (a setuid or setgid exec changes them);
+  // with `afterExec`, once an exec in progress has installed its ids (sys::processOwner). ESRCH
+  // when the process is gone.
+  [[nodiscard]] virtual Result<bool> runsAs(pid_t pid, uid_t uid, gid_t gid, bool afterExec) = 0;
 };
 
 // /proc/PID/maps through sys::Fs (procfs root from the config, a fixture tree in tests).
 //
-// A training process has hundreds to thousands of VMAs and registers many tensors in a burst, so
-// the parsed maps of a process are kept for `kCacheFor`: a range covered by the cached maps is
-// accepted without re-reading. The cost of a stale accept (a range unmapped within that second)
-// is only failed moves on the client's own memory: identity and ownership come from SO_PEERCRED,
-// not from this check.
+// The registry runs on the daemon's event loop, and a client that kept registering unmapped
+// ranges used to have its whole maps file re-read each time: with ~65k VMAs, ~30 ms of the loop
+// per request, at no cost to the client. Where the kernel answers PROCMAP_QUERY (6.11+), a range
+// is asked of it VMA by VMA (~0.8 us each, a few us for the usual one or two), and each uid may
+// have at most `walkVmasPerSecond` VMAs looked up per second (a token bucket; 65536 by default:
+// ~50 ms of the loop a second, the most one uid can take); a range past what is left is refused
+// with EDQUOT (LIMIT_EXCEEDED: retry later). The maps file is not read there.
 //
-// Anything else is asked of the kernel VMA by VMA (PROCMAP_QUERY, 6.11+), up to `kQueryVmas`
-// VMAs. The registry runs on the daemon's event loop, and a client that kept registering
-// unmapped ranges used to have the whole maps file re-read each time: with ~65k VMAs, ~30 ms of
-// the loop per request, at no cost to the client. A range spanning more VMAs than that reads the
-// whole file, but at most once per `kCacheFor` per process; within that second such a range is
-// judged by the last read (a range of that many VMAs mapped in the last second is refused as not
-// mapped, and a retry after it succeeds). Kernels without the ioctl read the file on every miss,
-// as before: refusing misses there would refuse freshly mapped tensors.
+// Kernels without the ioctl (ENOTTY; also fixture trees) read the maps file, and keep a process's
+// parsed maps for `kCacheFor`: a training process registers many tensors in a burst, and a range
+// covered by the cached maps is accepted without re-reading; anything else re-reads (refusing
+// misses would refuse freshly mapped tensors). The cost of a stale accept (a range unmapped
+// within that second) is only failed moves on the client's own memory: identity and ownership
+// come from SO_PEERCRED, not from this check.
 class ProcMapsInspector final : public AddressSpaceInspector {
  public:
   static constexpr std::chrono::milliseconds kCacheFor{1000};
-  static constexpr size_t kQueryVmas = 256;  // ~0.2 ms of ioctls on this host (0.8 us per VMA)
+  static constexpr uint64_t kWalkVmasPerSecond = 65536;
 
-  explicit ProcMapsInspector(std::string procfsRoot) : procfs_(std::move(procfsRoot)) {}
-  Result<bool> rangeMapped(pid_t pid, uint64_t start, uint64_t end) override;
+  explicit ProcMapsInspector(std::string procfsRoot, uint64_t walkVmasPerSecond = kWalkVmasPerSecond)
+      : procfs_(std::move(procfsRoot)), walkVmasPerSecond_(walkVmasPerSecond) {}
+  Result<bool> rangeMapped(pid_t pid, uid_t uid, uint64_t start, uint64_t end) override;
   void forget(pid_t pid) override;
-  Result<bool> runsAs(pid_t pid, uid_t uid, gid_t gid) override;
+  Result<bool> runsAs(pid_t pid, uid_t uid, gid_t gid, bool afterExec) override;
 
  private:
   struct Cached {
     std::vector<sys::Mapping> maps;
     std::chrono::steady_clock::time_point readAt;
   };
+  struct Budget {
+    double vmas = 0;  // VMAs the uid may still have looked up
+    std::chrono::steady_clock::time_point at;
+  };
   // Whether PROCMAP_QUERY works here: unknown until first asked, then what the kernel said.
   enum class KernelQuery { kUnknown, kWorks, kMissing };
 
+  // Takes the VMAs a walk may use from `uid`'s budget (refilled since last time); `refund`
+  // gives back what it did not use.
+  [[nodiscard]] uint64_t takeBudget(uid_t uid, std::chrono::steady_clock::time_point now);
+  void refund(uid_t uid, uint64_t vmas);
+  [[nodiscard]] Result<bool> readMapsFile(pid_t pid, uint64_t start, uint64_t end,
+                                          std::chrono::steady_clock::time_point now);
+
   sys::Fs procfs_;
+  const uint64_t walkVmasPerSecond_;
   std::mutex mutex_;
   KernelQuery kernelQuery_ = KernelQuery::kUnknown;
   std::unordered_map<pid_t, Cached> cache_;
+  std::unordered_map<uid_t, Budget> budgets_;
 };
 
 }  // namespace tt::registry

@@ -44,7 +44,10 @@ bool Registry::attachProcess(const Peer& peer, const std::string& clientName, bo
   std::lock_guard lock(mutex_);
   auto [it, inserted] = processes_.try_emplace(peer.pid);
   Process& p = it->second;
-  if (inserted) p.uid = peer.uid;
+  if (inserted) {
+    p.uid = peer.uid;
+    p.gid = peer.gid;
+  }
   if (!clientName.empty()) p.clientName = clientName;
   p.acceptsMbind = p.acceptsMbind || acceptsMbind;
   ++p.connections;
@@ -99,16 +102,43 @@ bool Registry::registeredUnder(pid_t pid, uid_t uid) const {
   return it != processes_.end() && it->second.uid == uid;
 }
 
-Result<void> Registry::checkRunsAs(const Peer& peer) {
+Result<void> Registry::checkRunsAs(const Peer& peer, bool afterExec) {
   if (peer.uid == 0) return {};
-  auto runs = inspector_.runsAs(peer.pid, peer.uid, peer.gid);
+  auto runs = inspector_.runsAs(peer.pid, peer.uid, peer.gid, afterExec);
   if (!runs) return withContext(runs.error(), "checking who pid " + std::to_string(peer.pid) + " runs as");
   if (!*runs)
-    return systemError(EPERM, "pid " + std::to_string(peer.pid) + " no longer runs as uid " + std::to_string(peer.uid) +
-                                  " gid " + std::to_string(peer.gid) +
-                                  ", the ids this connection was opened with (it exec'd a setuid or setgid "
-                                  "program): the connection is closed");
+    return systemError(EKEYREVOKED, "pid " + std::to_string(peer.pid) + " no longer runs as uid " +
+                                        std::to_string(peer.uid) + " gid " + std::to_string(peer.gid) +
+                                        ", the ids this connection was opened with (a setuid or setgid exec, or "
+                                        "its ids changed): the connection is closed");
   return {};
+}
+
+Result<bool> Registry::runsAsRegistered(pid_t pid, bool afterExec) {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = processes_.find(pid);
+    if (it == processes_.end()) return false;
+    uid = it->second.uid;
+    gid = it->second.gid;
+  }
+  if (uid == 0) return true;
+  return inspector_.runsAs(pid, uid, gid, afterExec);
+}
+
+std::vector<pid_t> Registry::processesWithChangedIds() {
+  std::vector<Peer> registered;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [pid, p] : processes_)
+      if (p.uid != 0) registered.push_back({pid, p.uid, p.gid});
+  }
+  std::vector<pid_t> changed;
+  for (const Peer& p : registered)
+    if (auto runs = inspector_.runsAs(p.pid, p.uid, p.gid, false); runs && !*runs) changed.push_back(p.pid);
+  return changed;
 }
 
 bool Registry::acceptsMbind(pid_t pid) const {
@@ -145,7 +175,9 @@ Result<RegionInfo> Registry::registerRegion(const Peer& peer, const RegisterRequ
   }
 
   // The maps read is I/O: done without the lock; the overlap and limit checks are repeated below.
-  auto mapped = inspector_.rangeMapped(peer.pid, start, end);
+  auto mapped = inspector_.rangeMapped(peer.pid, peer.uid, start, end);
+  // An exec since the caller's check would have had the answer describe the new program.
+  if (auto still = checkRunsAs(peer, true); !still) return still.error();
   if (!mapped) return withContext(mapped.error(), "checking the address space of pid " + std::to_string(peer.pid));
   if (!*mapped) return systemError(EFAULT, "range not mapped in pid " + std::to_string(peer.pid));
 

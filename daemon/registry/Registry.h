@@ -124,12 +124,20 @@ class Registry {
   [[nodiscard]] bool registeredUnder(pid_t pid, uid_t uid) const;
 
   // Whether the connection's peer may still act on its process: the process runs with the
-  // effective uid and gid the connection was opened with (SO_PEERCRED; a root peer always may). A process that execs a setuid program
-  // keeps its pid, and a child may have inherited its connection: without this, that child could
-  // probe the new program's address space under the old uid (registrations and placement say what
-  // is mapped where, which undoes its ASLR). EPERM when not; the process's error (ENOENT) when it
-  // cannot be looked at. One stat(2), outside the lock.
-  [[nodiscard]] Result<void> checkRunsAs(const Peer& peer);
+  // effective uid and gid the connection was opened with (SO_PEERCRED; a root peer always may). A
+  // process that execs a setuid program keeps its pid, and a child may have inherited its
+  // connection: without this, that child could probe the new program's address space under the
+  // old ids (registrations and placement say what is mapped where, which undoes its ASLR).
+  // EKEYREVOKED when not; ESRCH when the process is gone. One stat(2), outside the lock; with
+  // `afterExec` once an exec in progress has installed its ids: the check a request makes after
+  // its probe, whose answer is dropped when it fails (an exec between the two).
+  [[nodiscard]] Result<void> checkRunsAs(const Peer& peer, bool afterExec = false);
+  // Whether the process still runs with the ids it was registered under (true for root's).
+  // False when it is not registered. For readers of its memory outside a request (listings).
+  [[nodiscard]] Result<bool> runsAsRegistered(pid_t pid, bool afterExec = false);
+  // The registered processes, not root's, that run with other ids than they were registered
+  // under now (a setid exec since): the service drops them. Gone ones are left to their pidfd.
+  [[nodiscard]] std::vector<pid_t> processesWithChangedIds();
   // Whether the process said Hello with accepts_mbind on some connection (any thread).
   [[nodiscard]] bool acceptsMbind(pid_t pid) const;
 
@@ -155,6 +163,7 @@ class Registry {
  private:
   struct Process {
     uid_t uid = 0;
+    gid_t gid = 0;  // the effective ids of the connection that registered it
     std::string clientName;
     bool acceptsMbind = false;
     uint32_t connections = 0;

@@ -179,9 +179,19 @@ bool AdminService::fillRegion(const registry::RegionRecord& r, pb::RegionEntry& 
     e.set_pin_expires_in_ms(p.expiresNs == 0 ? 0 : (p.expiresNs > t ? (p.expiresNs - t + 999999) / 1000000 : 1));
   }
   if (!ctx_.placement) return true;
+  // A process that exec'd a setid program since it registered (until the server's sweep drops
+  // it): its regions' placement would describe the new program's address space. Checked before
+  // the read and, once an exec in progress has installed its ids, after it.
+  auto stillRegistered = [&](bool afterExec) {
+    if (!ctx_.registry) return true;
+    auto runs = ctx_.registry->runsAsRegistered(r.info.tgid, afterExec);
+    return runs.ok() && *runs;
+  };
+  if (!stillRegistered(false)) return false;
   e.set_sample_stride(static_cast<uint32_t>(std::min<uint64_t>(stride, UINT32_MAX)));
   auto placement = ctx_.placement->read(r.info.tgid, r.info.start, r.info.length, stride);
   if (!placement) return false;  // exited since the snapshot
+  if (!stillRegistered(true)) return false;
   for (const auto& [node, bytes] : placement->bytesPerNode) {
     auto* nb = e.add_bytes_per_node();
     nb->set_node(node);

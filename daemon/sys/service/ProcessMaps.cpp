@@ -8,6 +8,7 @@
 #include <charconv>
 #include <string>
 
+#include <linux/types.h>
 #if __has_include(<linux/fs.h>)
 #include <linux/fs.h>
 #endif
@@ -33,8 +34,8 @@ struct procmap_query {
   __u64 build_id_addr;
 };
 #define PROCMAP_QUERY _IOWR('f', 17, struct procmap_query)
-#endif
 static_assert(sizeof(procmap_query) == 104, "struct procmap_query as of Linux 6.11");
+#endif
 
 namespace tt::sys {
 namespace {
@@ -115,23 +116,29 @@ bool rangeMapped(const std::vector<Mapping>& maps, uint64_t start, uint64_t end)
   return covered >= end;
 }
 
-Result<ProcessOwner> processOwner(const Fs& procfs, pid_t pid) {
+Result<ProcessOwner> processOwner(const Fs& procfs, pid_t pid, bool afterExec) {
   const std::string path = procfs.resolve(std::to_string(pid));
+  if (afterExec) {
+    const int fd = ::open((path + "/maps").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return systemError(errno == ENOENT ? ESRCH : errno, "open " + path + "/maps");
+    ::close(fd);
+  }
   struct stat st{};
-  if (::stat(path.c_str(), &st) != 0) return errnoError("stat " + path);
+  if (::stat(path.c_str(), &st) != 0) return systemError(errno == ENOENT ? ESRCH : errno, "stat " + path);
   return ProcessOwner{st.st_uid, st.st_gid};
 }
 
-Result<RangeQuery> queryRangeMapped(const Fs& procfs, pid_t pid, uint64_t start, uint64_t end, size_t maxVmas) {
-  if (end <= start) return RangeQuery::kNotMapped;
+Result<RangeQueryResult> queryRangeMapped(const Fs& procfs, pid_t pid, uint64_t start, uint64_t end,
+                                          uint64_t maxVmas) {
+  if (end <= start) return RangeQueryResult{RangeQuery::kNotMapped, 0};
   const std::string path = procfs.resolve(std::to_string(pid) + "/maps");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errnoError("open " + path);
+  if (fd < 0) return systemError(errno == ENOENT ? ESRCH : errno, "open " + path);
   uint64_t covered = start;
-  RangeQuery answer = RangeQuery::kMapped;
-  for (size_t vmas = 0; covered < end; ++vmas) {
-    if (vmas == maxVmas) {
-      answer = RangeQuery::kUndecided;
+  RangeQueryResult result{RangeQuery::kMapped, 0};
+  while (covered < end) {
+    if (result.vmas == maxVmas) {
+      result.answer = RangeQuery::kUndecided;
       break;
     }
     // No flags: the VMA that covers query_addr, or ENOENT when none does (a gap).
@@ -140,13 +147,14 @@ Result<RangeQuery> queryRangeMapped(const Fs& procfs, pid_t pid, uint64_t start,
     query.query_addr = covered;
     if (::ioctl(fd, PROCMAP_QUERY, &query) != 0) {
       if (errno == ENOENT) {
-        answer = RangeQuery::kNotMapped;
+        result.answer = RangeQuery::kNotMapped;
         break;
       }
       const Error error = errnoError("PROCMAP_QUERY " + path);
       ::close(fd);
       return error;
     }
+    ++result.vmas;
     if (query.vma_end <= covered) {  // cannot happen for a covering VMA; never loop on it
       ::close(fd);
       return logicError("PROCMAP_QUERY " + path + ": VMA ending at or before the address asked");
@@ -154,7 +162,7 @@ Result<RangeQuery> queryRangeMapped(const Fs& procfs, pid_t pid, uint64_t start,
     covered = query.vma_end;
   }
   ::close(fd);
-  return answer;
+  return result;
 }
 
 }  // namespace tt::sys

@@ -40,12 +40,17 @@ struct Mapping {
 // The effective uid and gid a process runs as now: the owner of its `<pid>` directory under
 // `procfs`, which the kernel keeps at the effective ids whether or not the process is dumpable
 // (the files inside turn root's when it is not). One stat(2): ~1.6 us here, where reading
-// `<pid>/status` for the same ids is ~13 us.
+// `<pid>/status` for the same ids is ~13 us. ESRCH when the process is gone.
+// With `afterExec`, first opens `<pid>/maps`: the kernel takes the process's exec lock for that
+// open, so an exec in progress has installed its credentials by the time of the stat. An exec
+// replaces the address space before it commits the new ids, so a reader that saw the new address
+// space and then checks the ids this way sees the new ids.
 struct ProcessOwner {
   uid_t uid = 0;
   gid_t gid = 0;
+  friend bool operator==(const ProcessOwner&, const ProcessOwner&) = default;
 };
-[[nodiscard]] Result<ProcessOwner> processOwner(const Fs& procfs, pid_t pid);
+[[nodiscard]] Result<ProcessOwner> processOwner(const Fs& procfs, pid_t pid, bool afterExec = false);
 
 // What the kernel said about a range, asked one VMA at a time.
 enum class RangeQuery {
@@ -60,7 +65,11 @@ enum class RangeQuery {
 // whatever the process's VMA count, where the maps text of a process with 60k VMAs is ~3 MB and
 // ~30 ms to read; the walk costs ~0.8 us per VMA, so the caller bounds it.
 // An error with ENOTTY when the kernel has no such ioctl (or `procfs` is not procfs).
-[[nodiscard]] Result<RangeQuery> queryRangeMapped(const Fs& procfs, pid_t pid, uint64_t start, uint64_t end,
-                                                  size_t maxVmas);
+struct RangeQueryResult {
+  RangeQuery answer = RangeQuery::kUndecided;
+  uint64_t vmas = 0;  // VMAs looked up (ioctls that found one)
+};
+[[nodiscard]] Result<RangeQueryResult> queryRangeMapped(const Fs& procfs, pid_t pid, uint64_t start, uint64_t end,
+                                                        uint64_t maxVmas);
 
 }  // namespace tt::sys

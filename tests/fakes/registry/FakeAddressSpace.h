@@ -18,24 +18,35 @@ class FakeAddressSpace final : public registry::AddressSpaceInspector {
   void fail(pid_t pid) { failing_.insert(pid); }
   // The effective ids `pid` runs as from now on; until set, whichever ids ask (its peer's).
   void setOwner(pid_t pid, uid_t uid, gid_t gid) { owners_[pid] = {uid, gid}; }
-  Result<bool> runsAs(pid_t pid, uid_t uid, gid_t gid) override {
-    if (failing_.count(pid)) return systemError(ENOENT, "stat /proc/" + std::to_string(pid));
+  // The process execs a setid program right after the next quick id check (between a request's
+  // check and its probe): the checks after it see these ids.
+  void execAfterNextQuickCheck(pid_t pid, uid_t uid, gid_t gid) { pendingExec_[pid] = {uid, gid}; }
+  Result<bool> runsAs(pid_t pid, uid_t uid, gid_t gid, bool afterExec) override {
+    ++(afterExec ? settledIdChecks : idChecks);
+    if (failing_.count(pid)) return systemError(ESRCH, "stat /proc/" + std::to_string(pid));
     auto it = owners_.find(pid);
-    return it == owners_.end() || it->second == std::pair{uid, gid};
+    const bool runs = it == owners_.end() || it->second == std::pair{uid, gid};
+    if (auto e = pendingExec_.find(pid); !afterExec && e != pendingExec_.end()) {
+      owners_[pid] = e->second;
+      pendingExec_.erase(e);
+    }
+    return runs;
   }
-  Result<bool> rangeMapped(pid_t pid, uint64_t start, uint64_t end) override {
+  Result<bool> rangeMapped(pid_t pid, uid_t /*uid*/, uint64_t start, uint64_t end) override {
     ++calls;
     if (failing_.count(pid)) return systemError(ESRCH, "open /proc/" + std::to_string(pid) + "/maps");
     for (const auto& [s, e] : ranges_[pid])
       if (s <= start && end <= e) return true;
     return false;
   }
+  int idChecks = 0, settledIdChecks = 0;
   int calls = 0;
 
  private:
   std::map<pid_t, std::vector<std::pair<uint64_t, uint64_t>>> ranges_;
   std::set<pid_t> failing_;
   std::map<pid_t, std::pair<uid_t, gid_t>> owners_;
+  std::map<pid_t, std::pair<uid_t, gid_t>> pendingExec_;
 };
 
 }  // namespace tt::test

@@ -77,12 +77,15 @@ TEST_F(ProcessMapsQueryTest, AnswersMappedGapsAndTooManyVmas) {
   SplitMapping m(64);
   ASSERT_TRUE(m.ok());
   const pid_t self = ::getpid();
-  auto ask = [&](uint64_t start, uint64_t end, size_t maxVmas) {
+  auto ask = [&](uint64_t start, uint64_t end, uint64_t maxVmas) {
     auto asked = tt::sys::queryRangeMapped(procfs_, self, start, end, maxVmas);
     EXPECT_TRUE(asked.ok()) << asked.error().message();
-    return asked ? *asked : RangeQuery::kUndecided;
+    return asked ? asked->answer : RangeQuery::kUndecided;
   };
   EXPECT_EQ(ask(m.start(), m.end(), 64), RangeQuery::kMapped);
+  auto walked = tt::sys::queryRangeMapped(procfs_, self, m.start(), m.end(), 64);
+  ASSERT_TRUE(walked.ok());
+  EXPECT_EQ(walked->vmas, 64u);
   EXPECT_EQ(ask(m.page(3) + 17, m.page(5) - 1, 3), RangeQuery::kMapped);
   EXPECT_EQ(ask(m.start(), m.end(), 63), RangeQuery::kUndecided);
   m.unmapPage(40);
@@ -110,9 +113,9 @@ TEST_F(ProcessMapsQueryTest, AgreesWithTheMapsFileOnRandomRanges) {
     if (a == b) continue;
     auto asked = tt::sys::queryRangeMapped(procfs_, ::getpid(), a, b, 1000);
     ASSERT_TRUE(asked.ok()) << asked.error().message();
-    ASSERT_NE(*asked, RangeQuery::kUndecided);
+    ASSERT_NE(asked->answer, RangeQuery::kUndecided);
     const bool expected = tt::sys::rangeMapped(*maps, a, b);
-    ASSERT_EQ(*asked == RangeQuery::kMapped, expected) << std::hex << a << "-" << b;
+    ASSERT_EQ(asked->answer == RangeQuery::kMapped, expected) << std::hex << a << "-" << b;
     ++(expected ? mapped : notMapped);
   }
   EXPECT_GT(mapped, 100u);  // both answers were exercised
@@ -126,7 +129,7 @@ TEST_F(ProcessMapsQueryTest, AProcessThatIsGoneIsAnError) {
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);
   auto asked = tt::sys::queryRangeMapped(procfs_, child, 0x10000, 0x20000, 1);
   ASSERT_FALSE(asked.ok());
-  EXPECT_NE(asked.error().code, ENOTTY) << asked.error().message();
+  EXPECT_EQ(asked.error().code, ESRCH) << asked.error().message();
 }
 
 TEST_F(ProcessMapsQueryTest, InspectorDoesNotReadTheMapsFileForAMiss) {
@@ -140,10 +143,10 @@ TEST_F(ProcessMapsQueryTest, InspectorDoesNotReadTheMapsFileForAMiss) {
   const pid_t self = ::getpid();
   const uint64_t before = bytesRead();
   for (int i = 0; i < 50; ++i) {
-    auto mapped = inspector.rangeMapped(self, small.page(1), small.page(1) + kPage);
+    auto mapped = inspector.rangeMapped(self, 1000, small.page(1), small.page(1) + kPage);
     ASSERT_TRUE(mapped.ok()) << mapped.error().message();
     EXPECT_FALSE(*mapped);
-    mapped = inspector.rangeMapped(self, small.page(0), small.page(0) + kPage);
+    mapped = inspector.rangeMapped(self, 1000, small.page(0), small.page(0) + kPage);
     ASSERT_TRUE(mapped.ok()) << mapped.error().message();
     EXPECT_TRUE(*mapped);
   }
@@ -152,42 +155,40 @@ TEST_F(ProcessMapsQueryTest, InspectorDoesNotReadTheMapsFileForAMiss) {
   EXPECT_LT(read, 4096u) << "the inspector read " << read << " bytes for 100 answers";
 }
 
-TEST_F(ProcessMapsQueryTest, InspectorReadsTheWholeFileForAWideRangeOncePerInterval) {
+// A range of many VMAs is walked, never read from the maps file, and the VMAs looked up are charged
+// to the uid that asked, within its budget per second: past it, LIMIT (EDQUOT) until it refills.
+// Other uids have their own.
+TEST_F(ProcessMapsQueryTest, InspectorWalksWideRangesWithinABudgetPerUid) {
   using tt::registry::ProcMapsInspector;
-  const size_t vmas = ProcMapsInspector::kQueryVmas + 50;
-  SplitMapping first(vmas);
-  ASSERT_TRUE(first.ok());
-  ProcMapsInspector inspector("/proc");
+  SplitMapping first(300), second(300);
+  ASSERT_TRUE(first.ok() && second.ok());
+  ProcMapsInspector inspector("/proc", 500);
   const pid_t self = ::getpid();
-  const auto readAt = std::chrono::steady_clock::now();
-  auto mapped = inspector.rangeMapped(self, first.start(), first.end());
+  const uint64_t before = bytesRead();
+  const auto start = std::chrono::steady_clock::now();
+  auto mapped = inspector.rangeMapped(self, 1000, first.start(), first.end());
   ASSERT_TRUE(mapped.ok()) << mapped.error().message();
   EXPECT_TRUE(*mapped);
-
-  // Mapped after that read: too wide for the ioctl walk, and the file was read within the interval.
-  SplitMapping second(vmas);
-  ASSERT_TRUE(second.ok());
-  mapped = inspector.rangeMapped(self, second.start(), second.end());
-  if (std::chrono::steady_clock::now() - readAt < ProcMapsInspector::kCacheFor) {
+  EXPECT_LT(bytesRead() - before, 4096u) << "the maps file was read";
+  // 300 of 500 used: the second 300 do not fit.
+  mapped = inspector.rangeMapped(self, 1000, second.start(), second.end());
+  if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(100)) {  // refilled ~50 a 100 ms
     ASSERT_FALSE(mapped.ok());
-    EXPECT_EQ(mapped.error().code, EFAULT);
-    EXPECT_NE(mapped.error().message().find("at most once"), std::string::npos) << mapped.error().message();
+    EXPECT_EQ(mapped.error().code, EDQUOT) << mapped.error().message();
   }
-  // A narrow range mapped just now is asked of the kernel, interval or not.
-  SplitMapping narrow(3);
-  ASSERT_TRUE(narrow.ok());
-  mapped = inspector.rangeMapped(self, narrow.start(), narrow.end());
+  // (The refused walk spent the rest of uid 1000's budget: it did that work.) Another uid's
+  // budget is its own.
+  mapped = inspector.rangeMapped(self, 1001, second.start(), second.end());
   ASSERT_TRUE(mapped.ok()) << mapped.error().message();
   EXPECT_TRUE(*mapped);
-
-  std::this_thread::sleep_until(readAt + ProcMapsInspector::kCacheFor + std::chrono::milliseconds(50));
-  mapped = inspector.rangeMapped(self, second.start(), second.end());
+  // Refilled after a second.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  mapped = inspector.rangeMapped(self, 1000, second.start(), second.end());
   ASSERT_TRUE(mapped.ok()) << mapped.error().message();
   EXPECT_TRUE(*mapped);
-  // Past the interval a wide range with a gap is read again and found not mapped.
-  second.unmapPage(vmas - 1);
-  std::this_thread::sleep_until(readAt + 2 * ProcMapsInspector::kCacheFor + std::chrono::milliseconds(100));
-  mapped = inspector.rangeMapped(self, second.start(), second.end());
+  // A wide range with a gap past the budget is not taken for mapped.
+  second.unmapPage(299);
+  mapped = inspector.rangeMapped(self, 1001, second.start(), second.end());
   ASSERT_TRUE(mapped.ok()) << mapped.error().message();
   EXPECT_FALSE(*mapped);
 }

@@ -417,16 +417,83 @@ TEST_F(ProtocolTest, ARootPeerMayActOnItsProcessWhateverItRunsAs) {
   EXPECT_FALSE(session.revoked);
 }
 
-TEST_F(ProtocolTest, AProcessStillRunningAsThePeerIsCheckedOnEveryRegistration) {
+TEST_F(ProtocolTest, EveryRegistrationChecksTheIdsBeforeAndAfterItsProbe) {
   ASSERT_TRUE(hello({1}).has_hello_reply());
   space.setOwner(100, 1000, 1000);  // explicitly the peer's ids
   EXPECT_TRUE(registerRegion(0x10000000, 4 * kPage).has_register_region_reply());
   EXPECT_TRUE(registerRegion(0x10100000, 4 * kPage, 3).has_register_region_reply());
+  EXPECT_EQ(space.idChecks, 2);
+  EXPECT_EQ(space.settledIdChecks, 2);
   space.fail(100);  // the process cannot be looked at (gone): an error, not a revocation
   auto r = registerRegion(0x10200000, 4 * kPage, 4);
   ASSERT_TRUE(r.has_error());
-  EXPECT_NE(r.error().code(), pb::PERMISSION_DENIED);
+  EXPECT_EQ(r.error().code(), pb::INTERNAL) << r.DebugString();
   EXPECT_FALSE(session.revoked);
+}
+
+// The process execs a setid program after the request's check and before its probe: the probe's
+// answer (mapped or not, in the new program) is not given, and the session is revoked.
+TEST_F(ProtocolTest, AnExecBetweenTheCheckAndTheProbeIsCaughtAfterIt) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  ASSERT_TRUE(registerRegion(0x10000000, 4 * kPage).has_register_region_reply());
+  space.execAfterNextQuickCheck(100, 0, 0);
+  auto r = registerRegion(0x10100000, 4 * kPage, 3);
+  ASSERT_TRUE(r.has_error()) << r.DebugString();
+  EXPECT_EQ(r.error().code(), pb::PERMISSION_DENIED);
+  EXPECT_TRUE(session.revoked);
+  EXPECT_FALSE(registry.hasProcess(100));
+}
+
+TEST_F(ProtocolTest, AnExecDuringAPlacementQueryDropsTheReadPlacement) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  ASSERT_TRUE(registerRegion(0x10000000, 4 * kPage).has_register_region_reply());
+  mover.map(100, 0x10000000, 4 * kPage, 0);
+  space.execAfterNextQuickCheck(100, 0, 0);
+  pb::ClientMessage q;
+  q.set_seq(9);
+  q.mutable_query_placement();
+  auto r = send(q);
+  EXPECT_FALSE(r.has_placement()) << r.DebugString();
+  ASSERT_TRUE(r.has_error());
+  EXPECT_EQ(r.error().code(), pb::PERMISSION_DENIED);
+  EXPECT_EQ(r.seq(), 9u);
+  EXPECT_TRUE(session.revoked);
+}
+
+// A process root registered, then a connection of another uid of it (after a seteuid): refusing
+// that connection leaves root's regions, and its attachment goes at once, so the regions still go
+// with the last of root's connections.
+TEST_F(ProtocolTest, ARefusedSessionOfAProcessRegisteredUnderOtherIdsReleasesItsAttachment) {
+  Session root;
+  root.id = handler.nextSessionId();
+  root.peer = {100, 0, 0};
+  pb::DaemonMessage reply;
+  pb::ClientMessage h;
+  h.set_seq(1);
+  h.mutable_hello()->add_versions(1);
+  ASSERT_TRUE(handler.handle(root, h, reply));
+  pb::ClientMessage reg;
+  reg.set_seq(2);
+  reg.mutable_register_region()->set_address(0x10000000);
+  reg.mutable_register_region()->set_length(4 * kPage);
+  ASSERT_TRUE(handler.handle(root, reg, reply));
+  ASSERT_TRUE(reply.has_register_region_reply()) << reply.DebugString();
+
+  ASSERT_TRUE(hello({1}).has_hello_reply());  // uid 1000, the same pid
+  pb::ClientMessage mark;
+  mark.set_seq(3);
+  mark.mutable_iteration_mark()->set_type(pb::IterationMark::STEP_BEGIN);
+  ASSERT_TRUE(send(mark).has_ack());
+  ASSERT_TRUE(session.attached);
+  space.setOwner(100, 0, 0);
+  auto r = registerRegion(0x10100000, 4 * kPage, 4);
+  EXPECT_EQ(r.error().code(), pb::PERMISSION_DENIED);
+  EXPECT_TRUE(session.revoked);
+  EXPECT_FALSE(session.attached);
+  EXPECT_TRUE(registry.hasProcess(100)) << "root's regions went with another uid's connection";
+  handler.sessionClosed(session);  // the server closes it
+  handler.sessionClosed(root);
+  EXPECT_FALSE(registry.hasProcess(100)) << "the refused session kept the process attached";
 }
 
 }  // namespace

@@ -57,15 +57,15 @@ TEST(ProcessMaps, RejectsInvertedAndUnsortedRanges) {
 
 TEST(ProcessMaps, InspectorAnswersFromTheFixtureAndFailsForMissingPids) {
   tt::registry::ProcMapsInspector inspector(kProc);
-  auto yes = inspector.rangeMapped(4242, 0x55d4a3c00000, 0x55d4a3c01000);
+  auto yes = inspector.rangeMapped(4242, 0, 0x55d4a3c00000, 0x55d4a3c01000);
   ASSERT_TRUE(yes.ok());
   EXPECT_TRUE(*yes);
-  auto no = inspector.rangeMapped(4242, 0x7f3a10800000, 0x7f3a10801000);
+  auto no = inspector.rangeMapped(4242, 0, 0x7f3a10800000, 0x7f3a10801000);
   ASSERT_TRUE(no.ok());
   EXPECT_FALSE(*no);
-  auto missing = inspector.rangeMapped(99999, 0, 0x1000);
+  auto missing = inspector.rangeMapped(99999, 0, 0, 0x1000);
   ASSERT_FALSE(missing.ok());
-  EXPECT_EQ(missing.error().code, ENOENT);
+  EXPECT_EQ(missing.error().code, ESRCH);  // the process is gone (not "no such region")
 }
 
 }  // namespace
@@ -82,14 +82,14 @@ TEST(ProcessMaps, InspectorCachesCoveredRangesAndRereadsOtherwise) {
   auto write = [&](const char* text) { std::ofstream(root + "/7/maps") << text; };
   write("10000-20000 rw-p 00000000 00:00 0\n");
   tt::registry::ProcMapsInspector inspector(root);
-  EXPECT_TRUE(*inspector.rangeMapped(7, 0x10000, 0x11000));
+  EXPECT_TRUE(*inspector.rangeMapped(7, 0, 0x10000, 0x11000));
   write("30000-40000 rw-p 00000000 00:00 0\n");
-  EXPECT_TRUE(*inspector.rangeMapped(7, 0x10000, 0x11000));  // cached: not re-read
-  EXPECT_TRUE(*inspector.rangeMapped(7, 0x30000, 0x31000));  // not in the cache: re-read
-  EXPECT_FALSE(*inspector.rangeMapped(7, 0x10000, 0x11000)); // the re-read replaced the cache
+  EXPECT_TRUE(*inspector.rangeMapped(7, 0, 0x10000, 0x11000));  // cached: not re-read
+  EXPECT_TRUE(*inspector.rangeMapped(7, 0, 0x30000, 0x31000));  // not in the cache: re-read
+  EXPECT_FALSE(*inspector.rangeMapped(7, 0, 0x10000, 0x11000)); // the re-read replaced the cache
   inspector.forget(7);
   write("10000-20000 rw-p 00000000 00:00 0\n");
-  EXPECT_TRUE(*inspector.rangeMapped(7, 0x10000, 0x11000));
+  EXPECT_TRUE(*inspector.rangeMapped(7, 0, 0x10000, 0x11000));
   std::filesystem::remove_all(root);
 }
 

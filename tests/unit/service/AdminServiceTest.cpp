@@ -112,6 +112,23 @@ TEST_F(AdminServiceTest, TuneAndMigrateAreRefusedToNonAdmins) {
   EXPECT_TRUE(executor.submitted.empty());
 }
 
+// A registered process that exec'd a setid program runs with other ids than it registered under:
+// the listings do not read its regions' placement (it would describe the new program), also when
+// the exec comes between the check and the read.
+TEST_F(AdminServiceTest, RegionsOfAProcessThatChangedIdsAreNotRead) {
+  pb::ClientMessage list;
+  list.mutable_regions();
+  ASSERT_EQ(ask(1000, list).regions().regions_size(), 1);
+  space.execAfterNextQuickCheck(10, 0, 0);
+  EXPECT_EQ(ask(1000, list).regions().regions_size(), 0) << "read during the exec";
+  EXPECT_EQ(ask(1000, list).regions().regions_size(), 0) << "read after it";
+  pb::ClientMessage top;
+  top.mutable_top();
+  const auto t = ask(1000, top).top();
+  EXPECT_EQ(t.hottest_size() + t.coldest_size(), 0);
+  EXPECT_EQ(registry.processesWithChangedIds(), std::vector<pid_t>{10});
+}
+
 TEST_F(AdminServiceTest, RecordIsForAdminsAndOnlyOfRegisteredProcesses) {
   ASSERT_FALSE(traceDir.empty());
   pb::ClientMessage start;
