@@ -131,24 +131,17 @@ void DamonSource::open() {
   uint32_t probe = 0;
   while (probe < damon_.slots() && std::find(busy_slots_.begin(), busy_slots_.end(), probe) != busy_slots_.end()) ++probe;
   const bool probeRunning = probe == damon_.slots();
-  auto reports = damon_.reportsRegions(probeRunning ? 0 : probe, probeRunning);
-  if (!reports) {
-    status_ = {false, "DAMON sysfs: " + reports.error().message()};
+  // What this kernel's DAMON must have; false (the source unavailable, saying why) when it lacks it.
+  auto has = [this](const Result<bool>& found, const char* without) {
+    if (found && *found) return true;
+    status_ = {false, found ? std::string(without) : "DAMON sysfs: " + found.error().message()};
+    return false;
+  };
+  if (!has(damon_.reportsRegions(probeRunning ? 0 : probe, probeRunning),
+           "DAMON sysfs without schemes' tried_regions (kernel 6.2+): no way to read what it monitors") ||
+      !has(damon_.offersVaddr(probeRunning ? 0 : probe),
+           "DAMON without virtual-address monitoring (CONFIG_DAMON_VADDR; avail_operations lacks vaddr)"))
     return;
-  }
-  if (!*reports) {
-    status_ = {false, "DAMON sysfs without schemes' tried_regions (kernel 6.2+): no way to read what it monitors"};
-    return;
-  }
-  auto vaddr = damon_.offersVaddr(probeRunning ? 0 : probe);
-  if (!vaddr) {
-    status_ = {false, "DAMON sysfs: " + vaddr.error().message()};
-    return;
-  }
-  if (!*vaddr) {
-    status_ = {false, "DAMON without virtual-address monitoring (CONFIG_DAMON_VADDR; avail_operations lacks vaddr)"};
-    return;
-  }
   status_ = {true, "DAMON vaddr via sysfs, " + std::to_string(damon_.slots()) + " kdamonds" +
                        (damon_.shortfall().empty() ? "" : " (fewer than configured: nr_kdamonds could not grow)") +
                        ", sample " + std::to_string(attrs_.sampleUs) + " us, aggregate " +
