@@ -79,6 +79,7 @@ bool ProtocolHandler::handle(Session& s, const pb::ClientMessage& req, pb::Daemo
   switch (body) {
     case B::kRegisterRegion: registerRegion(s, req.register_region(), reply); return true;
     case B::kUnregisterRegion: {
+      if (!stillRunsAsPeer(s, reply)) return true;  // the new program's regions are not the old ids' to end
       if (auto r = registry_.unregisterRegion(s.peer, req.unregister_region().region_id()); !r)
         setError(reply, errorCodeFor(r.error()), r.error().message());
       else
@@ -178,6 +179,14 @@ bool ProtocolHandler::attach(Session& s, pb::DaemonMessage& reply) {
   // Pid reuse: a process we knew under this pid has exited but its pidfd event is not handled
   // yet; its regions must not become the new process's.
   if (lifetime_ && registry_.hasProcess(s.peer.pid) && lifetime_->exited(s.peer.pid)) lifetime_->forget(s.peer.pid);
+  // A setid exec since the process registered (before the server's sweep saw it): the entry is
+  // the old program's, and the new one, which runs as this peer, does not join it.
+  if (auto runs = registry_.runsAsRegistered(s.peer.pid); registry_.hasProcess(s.peer.pid) && runs && !*runs) {
+    if (lifetime_)
+      lifetime_->forget(s.peer.pid);
+    else
+      (void)registry_.removeProcess(s.peer.pid);
+  }
   const bool isNew = registry_.attachProcess(s.peer, s.clientName, s.acceptsMbind);
   if (isNew && lifetime_ && !lifetime_->watch(s.peer.pid)) {
     registry_.removeProcess(s.peer.pid);
@@ -246,6 +255,7 @@ void ProtocolHandler::queryPlacement(Session& s, const pb::QueryPlacement& m, pb
     rp->set_sample_stride(static_cast<uint32_t>(std::min<uint64_t>(stride, UINT32_MAX)));
     auto placement = placement_.read(rec.info.tgid, rec.info.start, rec.info.length, stride);
     if (!placement) {
+      if (!stillRunsAsPeer(s, reply, true)) return;  // the failure would be the new program's
       setError(reply, pb::INTERNAL, placement.error().message());  // replaces the partial placement
       return;
     }

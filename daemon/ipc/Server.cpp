@@ -193,6 +193,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
         TT_LOG(Warn) << "session " << session.id << ": pid " << session.peer.pid << " no longer runs as uid "
                      << session.peer.uid << " gid " << session.peer.gid << ", which opened it: closing the connection";
         closeAfterFlush();
+        server_.closeStaleConnections(session.peer.pid, session.id);
         return;
       }
     }
@@ -402,17 +403,21 @@ void Server::sweepChangedIds() {
     for (pid_t pid : registry_.processesWithChangedIds()) {
       TT_LOG(Warn) << "pid " << pid << " runs with other ids than it registered under (a setuid or setgid exec?): "
                    << "dropping its regions and the connections of the old ids";
-      std::vector<std::shared_ptr<Connection>> old;
-      for (auto& [id, c] : connections_)
-        if (c->session.peer.pid == pid) {
-          auto runs = registry_.checkRunsAs(c->session.peer);
-          if (!runs && runs.error().code == EKEYREVOKED) old.push_back(c);
-        }
       processExited(pid);
-      for (auto& c : old) c->close();
+      closeStaleConnections(pid, 0);
     }
     sweepChangedIds();
   });
+}
+
+void Server::closeStaleConnections(pid_t pid, uint64_t except) {
+  std::vector<std::shared_ptr<Connection>> stale;
+  for (auto& [id, c] : connections_)
+    if (c->session.peer.pid == pid && id != except) {
+      auto runs = registry_.checkRunsAs(c->session.peer);
+      if (!runs && runs.error().code == EKEYREVOKED) stale.push_back(c);
+    }
+  for (auto& c : stale) c->close();
 }
 
 void Server::processExited(pid_t pid) {

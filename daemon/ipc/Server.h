@@ -98,6 +98,8 @@ class Server final : public ProcessLifetime {
   // Every kIdSweep: drops the registered processes that run with other ids than they registered
   // under (a setid exec), with the connections of the old ids, also when those stay silent.
   void sweepChangedIds();
+  // Closes the connections of `pid` (but `except`) opened with other ids than it runs with now.
+  void closeStaleConnections(pid_t pid, uint64_t except);
   void mbindResult(const Session& session, uint64_t requestId, int errnoValue);
   void finishMbind(uint64_t requestId, int errnoValue);
 

@@ -43,8 +43,10 @@ uint64_t ProcMapsInspector::takeBudget(uid_t uid, std::chrono::steady_clock::tim
   const double cap = static_cast<double>(walkVmasPerSecond_);
   auto [it, added] = budgets_.try_emplace(uid, Budget{cap, now});
   Budget& b = it->second;
-  if (!added) b.vmas = std::min(cap, b.vmas + cap * std::chrono::duration<double>(now - b.at).count());
-  b.at = now;
+  if (!added && now > b.at) {  // callers on other threads may come with an earlier `now`
+    b.vmas = std::min(cap, b.vmas + cap * std::chrono::duration<double>(now - b.at).count());
+    b.at = now;
+  }
   // Full buckets are forgotten on the way (a uid's entry is re-made full): the map stays as small
   // as the uids that used their budget in the last second.
   if (budgets_.size() > 64)

@@ -37,8 +37,9 @@ class AddressSpaceInspector {
 // per request, at no cost to the client. Where the kernel answers PROCMAP_QUERY (6.11+), a range
 // is asked of it VMA by VMA (~0.8 us each, a few us for the usual one or two), and each uid may
 // have at most `walkVmasPerSecond` VMAs looked up per second (a token bucket; 65536 by default:
-// ~50 ms of the loop a second, the most one uid can take); a range past what is left is refused
-// with EDQUOT (LIMIT_EXCEEDED: retry later). The maps file is not read there.
+// ~50 ms of the loop a second, plus an open and one ioctl more per request); a range past what
+// is left is refused with EDQUOT (LIMIT_EXCEEDED: retry later), having spent the rest, and a range
+// of more VMAs than that never fits. The maps file is not read there.
 //
 // Kernels without the ioctl (ENOTTY; also fixture trees) read the maps file, and keep a process's
 // parsed maps for `kCacheFor`: a training process registers many tensors in a burst, and a range

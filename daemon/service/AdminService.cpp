@@ -180,18 +180,21 @@ bool AdminService::fillRegion(const registry::RegionRecord& r, pb::RegionEntry& 
   }
   if (!ctx_.placement) return true;
   // A process that exec'd a setid program since it registered (until the server's sweep drops
-  // it): its regions' placement would describe the new program's address space. Checked before
-  // the read and, once an exec in progress has installed its ids, after it.
-  auto stillRegistered = [&](bool afterExec) {
+  // it): its regions' placement would describe the new program's address space, and the region
+  // is left out. Checked before the read and after it, with stat(2) only: waiting for an exec in
+  // progress (sys::processOwner's afterExec) would stall the loop for as long as the exec takes
+  // to free the old address space (0.66 s at 8 GiB here), and any uid may ask for a listing.
+  // An exec's ids land microseconds after its new address space, which then holds its stack only.
+  auto stillRegistered = [&] {
     if (!ctx_.registry) return true;
-    auto runs = ctx_.registry->runsAsRegistered(r.info.tgid, afterExec);
+    auto runs = ctx_.registry->runsAsRegistered(r.info.tgid, false);
     return runs.ok() && *runs;
   };
-  if (!stillRegistered(false)) return false;
+  if (!stillRegistered()) return false;
   e.set_sample_stride(static_cast<uint32_t>(std::min<uint64_t>(stride, UINT32_MAX)));
   auto placement = ctx_.placement->read(r.info.tgid, r.info.start, r.info.length, stride);
   if (!placement) return false;  // exited since the snapshot
-  if (!stillRegistered(true)) return false;
+  if (!stillRegistered()) return false;
   for (const auto& [node, bytes] : placement->bytesPerNode) {
     auto* nb = e.add_bytes_per_node();
     nb->set_node(node);

@@ -323,14 +323,17 @@ TEST_F(ServiceTest, AConnectionDiesWithTheProcessThatOpenedIt) {
 }
 
 // A process that execs a setuid or setgid program keeps its pid, and a child may hold its
-// connection. The old program's regions go within a second of the exec, with no request from
-// anyone (the server's sweep), and are not listed meanwhile (their placement would describe the
-// new program); the child, still of the old ids, can neither register (each answer says whether
-// an address is mapped in the new program) nor keep its connection.
+// connections. The old program's regions are not listed after the exec (their placement would
+// describe the new program); the child, still of the old ids, can neither register (each answer
+// says whether an address is mapped in the new program) nor keep its connections: a refused
+// request closes them all at once, and with no request at all the server's sweep drops the
+// process and closes them within a second.
 class SetidExecTest : public ServiceTest {
  protected:
-  // Runs the scenario with a root-owned copy of sleep of this mode (04755 or 02755).
-  void execAndProbe(mode_t mode) {
+  // Runs the scenario with a root-owned copy of sleep of this mode (04755 or 02755). `askAtOnce`:
+  // the child asks right after the exec (before the sweep, most likely); else once the sweep has
+  // dropped the process.
+  void execAndProbe(mode_t mode, bool askAtOnce) {
     const std::filesystem::path dir =
         std::filesystem::temp_directory_path() / ("tt-setid-" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
@@ -348,22 +351,26 @@ class SetidExecTest : public ServiceTest {
     ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
     ASSERT_EQ(::pipe2(verdict, O_CLOEXEC), 0);
     struct Verdict {
-      int registerCode = -1, placementCode = -1, closed = 0;
+      int registerCode = -1, placementCode = -1, closed = 0, otherClosedAtOnce = 0;
     };
     const pid_t opener = ::fork();
     ASSERT_GE(opener, 0);
     if (opener == 0) {
       if (::setgroups(0, nullptr) != 0 || ::setgid(kNogroup) != 0 || ::setuid(kNobody) != 0) std::_Exit(2);
-      CtlClient c;
+      CtlClient c, other;
       if (!c.connect(daemon.socket()).ok() || !c.hello("before-exec").ok()) std::_Exit(3);
+      if (!other.connect(daemon.socket()).ok() || !other.hello("before-exec-too").ok()) std::_Exit(3);
       auto r = c.call(registerMsg(buffer.addr, buffer.size, "old-program"));
       if (!r.ok() || !r->has_register_region_reply()) std::_Exit(4);
-      if (::fork() == 0) {  // the heir: keeps the socket, asks when told to
+      if (::fork() == 0) {  // the heir: keeps the sockets, asks when told to
         char b;
         if (::read(go[0], &b, 1) != 1) std::_Exit(5);
         Verdict out;
         auto reg = c.call(registerMsg(buffer.addr, buffer.size, "probe"));
         if (reg.ok()) out.registerCode = reg->has_error() ? reg->error().code() : 0;
+        // The other connection: closed by now (EPIPE/ECONNRESET/EOF), not just quiet (ETIMEDOUT).
+        auto quiet = other.nextMessage(std::chrono::milliseconds(200));
+        out.otherClosedAtOnce = !quiet.ok() && quiet.error().code != ETIMEDOUT;
         pb::ClientMessage q;
         q.mutable_query_placement();
         auto place = c.call(q);
@@ -400,29 +407,36 @@ class SetidExecTest : public ServiceTest {
       if (!execd) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     ASSERT_TRUE(execd) << sleeper << " did not take its owner's ids after exec (a nosuid mount?)";
+    if (askAtOnce) (void)!::write(go[1], "g", 1);
     EXPECT_TRUE(ctlJson("regions")["regions"].empty()) << "the old program's region is listed after the exec";
-    // Nobody asks anything: the sweep drops the process within a second or so.
+    // The sweep (or the refused request) drops the process within a second or so.
     bool dropped = false;
     for (int i = 0; i < 60 && !dropped; ++i) {
       dropped = ctlJson("processes")["processes"].empty();
       if (!dropped) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     EXPECT_TRUE(dropped) << "the old program's registration outlived the exec by 3 s";
-    (void)!::write(go[1], "g", 1);
+    if (!askAtOnce) (void)!::write(go[1], "g", 1);
     Verdict out;
     ASSERT_EQ(::read(verdict[0], &out, sizeof out), static_cast<ssize_t>(sizeof out)) << "the heir died";
     // Refused (PERMISSION_DENIED) if the heir asked first, or its connection already closed (-1).
     EXPECT_TRUE(out.registerCode == pb::PERMISSION_DENIED || out.registerCode == -1)
         << "the heir probed the new program's address space: answer " << out.registerCode;
+    if (askAtOnce && out.registerCode == pb::PERMISSION_DENIED)
+      std::cout << "the heir's request was refused before the sweep ran\n";
+    // A refusal closes the other connection of the old ids with it (the sweep would too, later).
+    if (out.registerCode == pb::PERMISSION_DENIED) {
+      EXPECT_EQ(out.otherClosedAtOnce, 1) << "the other connection of the old ids stayed open after the refusal";
+    }
     EXPECT_EQ(out.closed, 1) << "the connection stayed open (placement answered " << out.placementCode << ")";
     EXPECT_TRUE(ctlJson("regions")["regions"].empty());
     EXPECT_TRUE(ctlJson("processes")["processes"].empty());
   }
 };
 
-TEST_F(SetidExecTest, ASetuidExecEndsWhatTheOldUidRegistered) { execAndProbe(04755); }
+TEST_F(SetidExecTest, ASetuidExecEndsWhatTheOldUidRegistered) { execAndProbe(04755, true); }
 
-TEST_F(SetidExecTest, ASetgidExecEndsWhatTheOldGidRegistered) { execAndProbe(02755); }
+TEST_F(SetidExecTest, ASetgidExecEndsWhatTheOldGidRegisteredAlsoWithNoRequest) { execAndProbe(02755, false); }
 
 TEST_F(ServiceTest, MalformedFrameGetsBadRequestAndTheConnectionKeepsWorking) {
   CtlClient c;

@@ -186,7 +186,7 @@ TEST_F(ProcessMapsQueryTest, InspectorWalksWideRangesWithinABudgetPerUid) {
   mapped = inspector.rangeMapped(self, 1000, second.start(), second.end());
   ASSERT_TRUE(mapped.ok()) << mapped.error().message();
   EXPECT_TRUE(*mapped);
-  // A wide range with a gap past the budget is not taken for mapped.
+  // A wide range with a gap near its end (after 299 VMAs) is not taken for mapped.
   second.unmapPage(299);
   mapped = inspector.rangeMapped(self, 1001, second.start(), second.end());
   ASSERT_TRUE(mapped.ok()) << mapped.error().message();

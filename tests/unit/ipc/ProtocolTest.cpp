@@ -494,3 +494,43 @@ TEST_F(ProtocolTest, ARefusedSessionOfAProcessRegisteredUnderOtherIdsReleasesIts
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(ProtocolTest, UnregisteringIsRefusedToOldIdsToo) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  auto r = registerRegion(0x10000000, 4 * kPage);
+  ASSERT_TRUE(r.has_register_region_reply());
+  space.setOwner(100, 0, 0);
+  pb::ClientMessage u;
+  u.set_seq(5);
+  u.mutable_unregister_region()->set_region_id(r.register_region_reply().region_id());
+  auto reply = send(u);
+  ASSERT_TRUE(reply.has_error()) << reply.DebugString();
+  EXPECT_EQ(reply.error().code(), pb::PERMISSION_DENIED);
+  EXPECT_TRUE(session.revoked);
+}
+
+// After a setid exec the new program (here root's connection) does not join the old program's
+// entry, registered under other ids: that entry goes first, as on an exit.
+TEST_F(ProtocolTest, TheNewProgramDoesNotJoinTheOldProgramsEntry) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  ASSERT_TRUE(registerRegion(0x10000000, 4 * kPage).has_register_region_reply());
+  space.setOwner(100, 0, 0);
+  Session fresh;
+  fresh.id = handler.nextSessionId();
+  fresh.peer = {100, 0, 0};
+  fresh.hello = true;
+  pb::ClientMessage mark;
+  mark.set_seq(6);
+  mark.mutable_iteration_mark()->set_type(pb::IterationMark::STEP_BEGIN);
+  pb::DaemonMessage reply;
+  ASSERT_TRUE(handler.handle(fresh, mark, reply));
+  EXPECT_TRUE(reply.has_ack()) << reply.DebugString();
+  EXPECT_EQ(lifetime.forgotten, std::vector<pid_t>{100});
+  EXPECT_TRUE(registry.hasProcess(100));
+  EXPECT_TRUE(registry.allRegions(100).empty()) << "the old program's region became the new one's";
+  EXPECT_TRUE(registry.registeredUnder(100, 0));
+}
+
+}  // namespace
