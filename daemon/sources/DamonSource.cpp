@@ -135,6 +135,9 @@ void DamonSource::open() {
   auto has = [this](const Result<bool>& found, const char* without) {
     if (found && *found) return true;
     status_ = {false, found ? std::string(without) : "DAMON sysfs: " + found.error().message()};
+    if (auto undo = damon_.undoGrowth(); !undo) {
+      TT_LOG(Warn) << "damon: could not put nr_kdamonds back: " << undo.error().message();
+    }
     return false;
   };
   if (!has(damon_.reportsRegions(probeRunning ? 0 : probe, probeRunning),

@@ -65,6 +65,7 @@ Result<std::vector<uint32_t>> DamonSysfs::prepare() {
   if (!current) return current.error();
   shortfall_.clear();
   slots_ = wanted_;
+  grewFrom_ = 0;
   if (*current < first_ + wanted_) {
     std::string why;
     for (uint64_t k = 0; k < std::min<uint64_t>(*current, first_) && why.empty(); ++k) {
@@ -78,6 +79,8 @@ Result<std::vector<uint32_t>> DamonSysfs::prepare() {
     if (why.empty()) {
       if (auto w = sysfs_.writeFile(nr, std::to_string(first_ + wanted_)); !w)
         why = w.error().message() + (w.error().code == EBUSY ? " (a kdamond runs)" : "");
+      else
+        grewFrom_ = *current;
     }
     if (!why.empty()) {
       const uint64_t existing = *current > first_ ? *current - first_ : 0;
@@ -100,6 +103,13 @@ Result<std::vector<uint32_t>> DamonSysfs::prepare() {
     if (auto w = sysfs_.writeFile(dir(s) + "/contexts/nr_contexts", "1"); !w) return w.error();
   }
   return busy;
+}
+
+Result<void> DamonSysfs::undoGrowth() {
+  if (grewFrom_ == 0) return {};
+  const uint64_t to = grewFrom_;
+  grewFrom_ = 0;
+  return sysfs_.writeFile(std::string(kAdmin) + "/nr_kdamonds", std::to_string(to));
 }
 
 Result<pid_t> DamonSysfs::targetPid(uint32_t slot) const {

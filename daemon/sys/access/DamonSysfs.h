@@ -66,6 +66,9 @@ class DamonSysfs {
   [[nodiscard]] Result<std::vector<uint32_t>> prepare();
   // Why prepare() gave fewer slots than asked for; empty when it did not.
   [[nodiscard]] const std::string& shortfall() const { return shortfall_; }
+  // Puts nr_kdamonds back to what prepare() found, if it grew it: for a source that turns out
+  // unusable after prepare() (the kernel lacks what it needs), so the machine is left as found.
+  [[nodiscard]] Result<void> undoGrowth();
   // The pid a slot's kdamond monitors (its first target).
   [[nodiscard]] Result<pid_t> targetPid(uint32_t slot) const;
   // Configures slot `slot` for `pid` (vaddr, one "stat" scheme over all regions) and turns it on.
@@ -99,6 +102,7 @@ class DamonSysfs {
   uint32_t wanted_;  // the slots configured
   uint32_t slots_;   // the slots prepare() could have
   std::string shortfall_;
+  uint64_t grewFrom_ = 0;  // nr_kdamonds before prepare() grew it; 0 when it did not
 };
 
 }  // namespace tt::sys

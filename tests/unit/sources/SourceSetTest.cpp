@@ -1092,6 +1092,20 @@ TEST_F(DamonSysfsTest, DamonWithoutVaddrIsUnavailableWithReason) {
   EXPECT_TRUE(source.status().available) << source.status().detail;
 }
 
+// A source that grew nr_kdamonds and then found the kernel cannot monitor processes puts the count
+// back: the machine is left as it was found.
+TEST_F(DamonSysfsTest, AnUnusableDamonLeavesNrKdamondsAsFound) {
+  const std::string admin = kAdmin;
+  makeKdamonds(2);
+  write(admin + "/nr_kdamonds", "1\n");
+  fs::create_directories(root_ / admin / "0/contexts/0/schemes/0/tried_regions");
+  write(admin + "/0/contexts/0/avail_operations", "paddr\n");
+  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 2), sys::DamonAttrs{}, 1024);
+  source.open();
+  EXPECT_FALSE(source.status().available);
+  EXPECT_EQ(read(admin + "/nr_kdamonds"), "1");
+}
+
 // With no kdamond from kdamond_index on and the count unable to grow, there is no slot: the
 // source is unavailable and says why.
 TEST_F(DamonSysfsTest, NoKdamondLeftFromTheIndexOnIsAnErrorSayingWhy) {
