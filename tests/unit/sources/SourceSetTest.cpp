@@ -1073,37 +1073,25 @@ TEST_F(DamonSysfsTest, AnotherToolsKdamondKeepsTheCountAndTheSlotsAreThoseThatEx
 }
 
 // DAMON's sysfs can be built without the virtual-address operations (this host's kernel lists only
-// paddr): every start would fail, so the source says at open that it cannot monitor processes.
+// paddr): every start would fail, so the source says at open that it cannot monitor processes, and
+// puts back the nr_kdamonds it grew (the machine is left as it was found).
 TEST_F(DamonSysfsTest, DamonWithoutVaddrIsUnavailableWithReason) {
-  const std::string admin = kAdmin;
-  makeKdamonds(1);
-  write(admin + "/nr_kdamonds", "1\n");
-  fs::create_directories(root_ / admin / "0/contexts/0/schemes/0/tried_regions");
-  write(admin + "/0/contexts/0/avail_operations", "paddr\n");
-  {
-    DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 1), sys::DamonAttrs{}, 1024);
-    source.open();
-    EXPECT_FALSE(source.status().available);
-    EXPECT_NE(source.status().detail.find("CONFIG_DAMON_VADDR"), std::string::npos) << source.status().detail;
-  }
-  write(admin + "/0/contexts/0/avail_operations", "vaddr\nfvaddr\npaddr\n");
-  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 1), sys::DamonAttrs{}, 1024);
-  source.open();
-  EXPECT_TRUE(source.status().available) << source.status().detail;
-}
-
-// A source that grew nr_kdamonds and then found the kernel cannot monitor processes puts the count
-// back: the machine is left as it was found.
-TEST_F(DamonSysfsTest, AnUnusableDamonLeavesNrKdamondsAsFound) {
   const std::string admin = kAdmin;
   makeKdamonds(2);
   write(admin + "/nr_kdamonds", "1\n");
   fs::create_directories(root_ / admin / "0/contexts/0/schemes/0/tried_regions");
   write(admin + "/0/contexts/0/avail_operations", "paddr\n");
-  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 2), sys::DamonAttrs{}, 1024);
+  {
+    DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 2), sys::DamonAttrs{}, 1024);
+    source.open();
+    EXPECT_FALSE(source.status().available);
+    EXPECT_NE(source.status().detail.find("CONFIG_DAMON_VADDR"), std::string::npos) << source.status().detail;
+    EXPECT_EQ(read(admin + "/nr_kdamonds"), "1");
+  }
+  write(admin + "/0/contexts/0/avail_operations", "vaddr\nfvaddr\npaddr\n");
+  DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 1), sys::DamonAttrs{}, 1024);
   source.open();
-  EXPECT_FALSE(source.status().available);
-  EXPECT_EQ(read(admin + "/nr_kdamonds"), "1");
+  EXPECT_TRUE(source.status().available) << source.status().detail;
 }
 
 // With no kdamond from kdamond_index on and the count unable to grow, there is no slot: the
