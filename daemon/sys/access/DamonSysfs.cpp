@@ -65,7 +65,7 @@ Result<std::vector<uint32_t>> DamonSysfs::prepare() {
   if (!current) return current.error();
   shortfall_.clear();
   slots_ = wanted_;
-  grewFrom_ = 0;
+  grewFrom_.reset();
   if (*current < first_ + wanted_) {
     std::string why;
     for (uint64_t k = 0; k < std::min<uint64_t>(*current, first_) && why.empty(); ++k) {
@@ -106,9 +106,9 @@ Result<std::vector<uint32_t>> DamonSysfs::prepare() {
 }
 
 Result<void> DamonSysfs::undoGrowth() {
-  if (grewFrom_ == 0) return {};
-  const uint64_t to = grewFrom_;
-  grewFrom_ = 0;
+  if (!grewFrom_) return {};
+  const uint64_t to = *grewFrom_;
+  grewFrom_.reset();
   return sysfs_.writeFile(std::string(kAdmin) + "/nr_kdamonds", std::to_string(to));
 }
 

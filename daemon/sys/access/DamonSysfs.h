@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -102,7 +103,7 @@ class DamonSysfs {
   uint32_t wanted_;  // the slots configured
   uint32_t slots_;   // the slots prepare() could have
   std::string shortfall_;
-  uint64_t grewFrom_ = 0;  // nr_kdamonds before prepare() grew it; 0 when it did not
+  std::optional<uint64_t> grewFrom_;  // nr_kdamonds before prepare() grew it (0 is a count too)
 };
 
 }  // namespace tt::sys

@@ -1078,7 +1078,7 @@ TEST_F(DamonSysfsTest, AnotherToolsKdamondKeepsTheCountAndTheSlotsAreThoseThatEx
 TEST_F(DamonSysfsTest, DamonWithoutVaddrIsUnavailableWithReason) {
   const std::string admin = kAdmin;
   makeKdamonds(2);
-  write(admin + "/nr_kdamonds", "1\n");
+  write(admin + "/nr_kdamonds", "0\n");  // none before: 0 is a count to put back too
   fs::create_directories(root_ / admin / "0/contexts/0/schemes/0/tried_regions");
   write(admin + "/0/contexts/0/avail_operations", "paddr\n");
   {
@@ -1086,7 +1086,7 @@ TEST_F(DamonSysfsTest, DamonWithoutVaddrIsUnavailableWithReason) {
     source.open();
     EXPECT_FALSE(source.status().available);
     EXPECT_NE(source.status().detail.find("CONFIG_DAMON_VADDR"), std::string::npos) << source.status().detail;
-    EXPECT_EQ(read(admin + "/nr_kdamonds"), "1");
+    EXPECT_EQ(read(admin + "/nr_kdamonds"), "0");
   }
   write(admin + "/0/contexts/0/avail_operations", "vaddr\nfvaddr\npaddr\n");
   DamonSource source(sys::DamonSysfs(sys::Fs(root_.string()), 0, 1), sys::DamonAttrs{}, 1024);
