@@ -401,7 +401,8 @@ void Server::sweepChangedIds() {
   idSweep_.async_wait([this](error_code ec) {
     if (ec || stopped_) return;
     for (pid_t pid : registry_.processesWithChangedIds()) {
-      TT_LOG(Warn) << "pid " << pid << " runs with other ids than it registered under (a setuid or setgid exec?): "
+      TT_LOG(Warn) << "pid " << pid << " runs with other ids than it registered under, or is no longer dumpable "
+                   << "(a setuid, setgid or file-capability exec?): "
                    << "dropping its regions and the connections of the old ids";
       processExited(pid);
       closeStaleConnections(pid, 0);

@@ -83,7 +83,7 @@ Result<bool> ProcMapsInspector::readMapsFile(pid_t pid, uint64_t start, uint64_t
 Result<bool> ProcMapsInspector::runsAs(pid_t pid, uid_t uid, gid_t gid, bool afterExec) {
   auto owner = sys::processOwner(procfs_, pid, afterExec);
   if (!owner) return owner.error();
-  return *owner == sys::ProcessOwner{uid, gid};
+  return *owner == sys::ProcessOwner{uid, gid, true};
 }
 
 void ProcMapsInspector::forget(pid_t pid) {

@@ -24,9 +24,10 @@ class AddressSpaceInspector {
   [[nodiscard]] virtual Result<bool> rangeMapped(pid_t pid, uid_t uid, uint64_t start, uint64_t end) = 0;
   // The process is gone (or its pid is about to mean another process): drop what is cached.
   virtual void forget(pid_t /*pid*/) {}
-  // Whether the process runs with these effective ids now (a setuid or setgid exec changes them);
-  // with `afterExec`, once an exec in progress has installed its ids (sys::processOwner). ESRCH
-  // when the process is gone.
+  // Whether the process runs with these effective ids now (a setuid or setgid exec changes them)
+  // and is dumpable, so that the kernel would let those ids read its memory map too (an exec of
+  // a file-capability program keeps the ids but not that); with `afterExec`, once an exec in
+  // progress has installed its credentials (sys::processOwner). ESRCH when the process is gone.
   [[nodiscard]] virtual Result<bool> runsAs(pid_t pid, uid_t uid, gid_t gid, bool afterExec) = 0;
 };
 

@@ -107,10 +107,12 @@ Result<void> Registry::checkRunsAs(const Peer& peer, bool afterExec) {
   auto runs = inspector_.runsAs(peer.pid, peer.uid, peer.gid, afterExec);
   if (!runs) return withContext(runs.error(), "checking who pid " + std::to_string(peer.pid) + " runs as");
   if (!*runs)
-    return systemError(EKEYREVOKED, "pid " + std::to_string(peer.pid) + " no longer runs as uid " +
+    return systemError(EKEYREVOKED, "pid " + std::to_string(peer.pid) + " does not run as uid " +
                                         std::to_string(peer.uid) + " gid " + std::to_string(peer.gid) +
-                                        ", the ids this connection was opened with (a setuid or setgid exec, or "
-                                        "its ids changed): the connection is closed");
+                                        ", the ids this connection was opened with, or is not dumpable (a setuid, "
+                                        "setgid or file-capability exec, changed ids, or PR_SET_DUMPABLE 0: the "
+                                        "kernel keeps its memory map from that uid, and so does the daemon): the "
+                                        "connection is closed");
   return {};
 }
 

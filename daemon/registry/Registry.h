@@ -124,19 +124,24 @@ class Registry {
   [[nodiscard]] bool registeredUnder(pid_t pid, uid_t uid) const;
 
   // Whether the connection's peer may still act on its process: the process runs with the
-  // effective uid and gid the connection was opened with (SO_PEERCRED; a root peer always may). A
-  // process that execs a setuid program keeps its pid, and a child may have inherited its
-  // connection: without this, that child could probe the new program's address space under the
-  // old ids (registrations and placement say what is mapped where, which undoes its ASLR).
+  // effective uid and gid the connection was opened with (SO_PEERCRED; a root peer always may),
+  // and is dumpable. A process that execs a setuid program, or a file-capability one (same ids,
+  // but no longer dumpable), keeps its pid, and a child may have inherited its connection: without
+  // this, that child could probe the new program's address space under the old ids
+  // (registrations and placement say what is mapped where, which undoes its ASLR), which the
+  // kernel itself would not show that uid. A process not dumpable from the start (PR_SET_DUMPABLE
+  // 0) cannot be told from one that became so after its connection was accepted, and is refused
+  // too: only root may act on it.
   // EKEYREVOKED when not; ESRCH when the process is gone. One stat(2), outside the lock; with
   // `afterExec` once an exec in progress has installed its ids: the check a request makes after
   // its probe, whose answer is dropped when it fails (an exec between the two).
   [[nodiscard]] Result<void> checkRunsAs(const Peer& peer, bool afterExec = false);
-  // Whether the process still runs with the ids it was registered under (true for root's).
+  // Whether the process still runs with the ids it was registered under, dumpable (true for root's).
   // False when it is not registered. For readers of its memory outside a request (listings).
   [[nodiscard]] Result<bool> runsAsRegistered(pid_t pid, bool afterExec = false);
   // The registered processes, not root's, that run with other ids than they were registered
-  // under now (a setid exec since): the service drops them. Gone ones are left to their pidfd.
+  // under now, or are no longer dumpable (a setid or file-capability exec since): the service
+  // drops them. Gone ones are left to their pidfd.
   [[nodiscard]] std::vector<pid_t> processesWithChangedIds();
   // Whether the process said Hello with accepts_mbind on some connection (any thread).
   [[nodiscard]] bool acceptsMbind(pid_t pid) const;

@@ -123,9 +123,12 @@ Result<ProcessOwner> processOwner(const Fs& procfs, pid_t pid, bool afterExec) {
     if (fd < 0) return systemError(errno == ENOENT ? ESRCH : errno, "open " + path + "/maps");
     ::close(fd);
   }
-  struct stat st{};
-  if (::stat(path.c_str(), &st) != 0) return systemError(errno == ENOENT ? ESRCH : errno, "stat " + path);
-  return ProcessOwner{st.st_uid, st.st_gid};
+  struct stat dir{};
+  if (::stat(path.c_str(), &dir) != 0) return systemError(errno == ENOENT ? ESRCH : errno, "stat " + path);
+  struct stat file{};
+  if (::stat((path + "/status").c_str(), &file) != 0)
+    return systemError(errno == ENOENT ? ESRCH : errno, "stat " + path + "/status");
+  return ProcessOwner{dir.st_uid, dir.st_gid, file.st_uid == dir.st_uid && file.st_gid == dir.st_gid};
 }
 
 Result<RangeQueryResult> queryRangeMapped(const Fs& procfs, pid_t pid, uint64_t start, uint64_t end,

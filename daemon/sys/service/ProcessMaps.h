@@ -37,17 +37,24 @@ struct Mapping {
 // one allocation). `maps` must be sorted by start.
 [[nodiscard]] bool rangeMapped(const std::vector<Mapping>& maps, uint64_t start, uint64_t end);
 
-// The effective uid and gid a process runs as now: the owner of its `<pid>` directory under
-// `procfs`, which the kernel keeps at the effective ids whether or not the process is dumpable
-// (the files inside turn root's when it is not). One stat(2): ~1.6 us here, where reading
-// `<pid>/status` for the same ids is ~13 us. ESRCH when the process is gone.
+// The effective uid and gid a process runs as now, and whether it is dumpable: the owner of its
+// `<pid>` directory under `procfs`, which the kernel keeps at the effective ids whether or not the
+// process is dumpable, and the owner of `<pid>/status`, which the kernel gives to the root of the
+// process's user namespace instead when it is not. Not dumpable means the kernel keeps the
+// process's memory map from other processes of its uid (ptrace access mode read): it ran a
+// file-capability program (commit_creds makes a process that gains capabilities non-dumpable,
+// fs.suid_dumpable 0), a setid one, or said PR_SET_DUMPABLE 0. A process that runs as its
+// namespace's root shows as dumpable either way; the kernel lets that uid read it regardless.
+// Two stat(2)s, ~1.6 us each here, where reading `<pid>/status` is ~13 us. ESRCH when the process
+// is gone.
 // With `afterExec`, first opens `<pid>/maps`: the kernel takes the process's exec lock for that
-// open, so an exec in progress has installed its credentials by the time of the stat. An exec
-// replaces the address space before it commits the new ids, so a reader that saw the new address
-// space and then checks the ids this way sees the new ids.
+// open, so an exec in progress has installed its credentials (and with them its dumpability) by
+// the time of the stats. An exec replaces the address space before it commits the new ids, so a
+// reader that saw the new address space and then checks the ids this way sees the new ids.
 struct ProcessOwner {
   uid_t uid = 0;
   gid_t gid = 0;
+  bool dumpable = true;
   friend bool operator==(const ProcessOwner&, const ProcessOwner&) = default;
 };
 [[nodiscard]] Result<ProcessOwner> processOwner(const Fs& procfs, pid_t pid, bool afterExec = false);

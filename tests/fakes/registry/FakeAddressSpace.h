@@ -18,6 +18,13 @@ class FakeAddressSpace final : public registry::AddressSpaceInspector {
   void fail(pid_t pid) { failing_.insert(pid); }
   // The effective ids `pid` runs as from now on; until set, whichever ids ask (its peer's).
   void setOwner(pid_t pid, uid_t uid, gid_t gid) { owners_[pid] = {uid, gid}; }
+  // Whether `pid` is dumpable from now on (a file-capability exec makes it not); until set, it is.
+  void setDumpable(pid_t pid, bool dumpable) {
+    if (dumpable)
+      undumpable_.erase(pid);
+    else
+      undumpable_.insert(pid);
+  }
   // The process execs a setid program right after the next quick id check (between a request's
   // check and its probe): the checks after it see these ids.
   void execAfterNextQuickCheck(pid_t pid, uid_t uid, gid_t gid) { pendingExec_[pid] = {uid, gid}; }
@@ -25,7 +32,7 @@ class FakeAddressSpace final : public registry::AddressSpaceInspector {
     ++(afterExec ? settledIdChecks : idChecks);
     if (failing_.count(pid)) return systemError(ESRCH, "stat /proc/" + std::to_string(pid));
     auto it = owners_.find(pid);
-    const bool runs = it == owners_.end() || it->second == std::pair{uid, gid};
+    const bool runs = (it == owners_.end() || it->second == std::pair{uid, gid}) && !undumpable_.count(pid);
     if (auto e = pendingExec_.find(pid); !afterExec && e != pendingExec_.end()) {
       owners_[pid] = e->second;
       pendingExec_.erase(e);
@@ -45,6 +52,7 @@ class FakeAddressSpace final : public registry::AddressSpaceInspector {
  private:
   std::map<pid_t, std::vector<std::pair<uint64_t, uint64_t>>> ranges_;
   std::set<pid_t> failing_;
+  std::set<pid_t> undumpable_;
   std::map<pid_t, std::pair<uid_t, gid_t>> owners_;
   std::map<pid_t, std::pair<uid_t, gid_t>> pendingExec_;
 };

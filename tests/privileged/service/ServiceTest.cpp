@@ -5,15 +5,19 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <linux/capability.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -170,7 +174,10 @@ TEST_F(ServiceTest, NobodyRegistersOnItsOwnPidAndIsRefusedAdminRequests) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     ChildReport rep;
-    if (::setgroups(0, nullptr) == 0 && ::setgid(kNogroup) == 0 && ::setuid(kNobody) == 0) {
+    // Dropping root's ids without an exec leaves the process non-dumpable (commit_creds), which
+    // the daemon refuses as the kernel does; the exec of a client program would make it dumpable.
+    if (::setgroups(0, nullptr) == 0 && ::setgid(kNogroup) == 0 && ::setuid(kNobody) == 0 &&
+        ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) == 0) {
       CtlClient c;
       Mapping m(8 * kPage);
       if (c.connect(daemon.socket()).ok() && c.hello("nobody").ok()) {
@@ -330,10 +337,11 @@ TEST_F(ServiceTest, AConnectionDiesWithTheProcessThatOpenedIt) {
 // process and closes them within a second.
 class SetidExecTest : public ServiceTest {
  protected:
-  // Runs the scenario with a root-owned copy of sleep of this mode (04755 or 02755). `askAtOnce`:
-  // the child asks right after the exec (before the sweep, most likely); else once the sweep has
-  // dropped the process.
-  void execAndProbe(mode_t mode, bool askAtOnce) {
+  // Runs the scenario with a root-owned copy of sleep of this mode (04755 or 02755; 0755 with
+  // `fileCapability`: CAP_NET_BIND_SERVICE permitted and effective, which keeps the ids but makes
+  // the process non-dumpable). `askAtOnce`: the child asks right after the exec (before the
+  // sweep, most likely); else once the sweep has dropped the process.
+  void execAndProbe(mode_t mode, bool askAtOnce, bool fileCapability = false) {
     const std::filesystem::path dir =
         std::filesystem::temp_directory_path() / ("tt-setid-" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
@@ -342,6 +350,13 @@ class SetidExecTest : public ServiceTest {
     std::filesystem::copy_file("/bin/sleep", sleeper, std::filesystem::copy_options::overwrite_existing);
     ASSERT_EQ(::chown(sleeper.c_str(), 0, 0), 0);
     ASSERT_EQ(::chmod(sleeper.c_str(), mode), 0);
+    if (fileCapability) {
+      vfs_cap_data caps{};  // little-endian fields, as on this machine
+      caps.magic_etc = VFS_CAP_REVISION_2 | VFS_CAP_FLAGS_EFFECTIVE;
+      caps.data[0].permitted = 1u << CAP_NET_BIND_SERVICE;
+      ASSERT_EQ(::setxattr(sleeper.c_str(), "security.capability", &caps, XATTR_CAPS_SZ_2, 0), 0)
+          << "setting a file capability on " << sleeper << ": " << std::strerror(errno);
+    }
 
     Mapping buffer(4 * kPage);  // mapped in the opener until it execs
     // Close-on-exec: the exec'd program holds none of them, so a child that dies early ends the
@@ -357,6 +372,7 @@ class SetidExecTest : public ServiceTest {
     ASSERT_GE(opener, 0);
     if (opener == 0) {
       if (::setgroups(0, nullptr) != 0 || ::setgid(kNogroup) != 0 || ::setuid(kNobody) != 0) std::_Exit(2);
+      if (::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) std::_Exit(2);  // as an exec'd client would be
       CtlClient c, other;
       if (!c.connect(daemon.socket()).ok() || !c.hello("before-exec").ok()) std::_Exit(3);
       if (!other.connect(daemon.socket()).ok() || !other.hello("before-exec-too").ok()) std::_Exit(3);
@@ -398,15 +414,20 @@ class SetidExecTest : public ServiceTest {
 
     char b = 0;
     ASSERT_EQ(::read(registered[0], &b, 1), 1) << "the opener (uid 65534) could not register";
-    // Wait for the exec: /proc/PID takes the program's effective uid or gid, root's.
+    // Wait for the exec: /proc/PID takes the program's effective uid or gid, root's; with a file
+    // capability the ids stay, and /proc/PID/status turns root's (not dumpable).
     bool execd = false;
     for (int i = 0; i < 100 && !execd; ++i) {
       struct stat st{};
-      execd = ::stat(("/proc/" + std::to_string(opener)).c_str(), &st) == 0 &&
-              ((mode & S_ISUID) ? st.st_uid == 0 : st.st_gid == 0);
+      const std::string proc = "/proc/" + std::to_string(opener);
+      if (fileCapability)
+        execd = ::stat((proc + "/status").c_str(), &st) == 0 && st.st_uid == 0;
+      else
+        execd = ::stat(proc.c_str(), &st) == 0 && ((mode & S_ISUID) ? st.st_uid == 0 : st.st_gid == 0);
       if (!execd) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    ASSERT_TRUE(execd) << sleeper << " did not take its owner's ids after exec (a nosuid mount?)";
+    ASSERT_TRUE(execd) << sleeper << " did not take its owner's ids, or its capability, after exec (a nosuid "
+                       << "mount? fs.suid_dumpable 1?)";
     if (askAtOnce) (void)!::write(go[1], "g", 1);
     EXPECT_TRUE(ctlJson("regions")["regions"].empty()) << "the old program's region is listed after the exec";
     // The sweep (or the refused request) drops the process within a second or so.
@@ -437,6 +458,9 @@ class SetidExecTest : public ServiceTest {
 TEST_F(SetidExecTest, ASetuidExecEndsWhatTheOldUidRegistered) { execAndProbe(04755, true); }
 
 TEST_F(SetidExecTest, ASetgidExecEndsWhatTheOldGidRegisteredAlsoWithNoRequest) { execAndProbe(02755, false); }
+
+// The ids stay, but the kernel now keeps the program's memory map from the old program's uid.
+TEST_F(SetidExecTest, AFileCapabilityExecEndsWhatTheOldProgramRegistered) { execAndProbe(0755, true, true); }
 
 TEST_F(ServiceTest, MalformedFrameGetsBadRequestAndTheConnectionKeepsWorking) {
   CtlClient c;

@@ -1,10 +1,13 @@
 // The peer of a Unix socket as the daemon takes it at accept: its credentials and a pidfd that
 // names the process that connected and no other, also after that process has exited and its pid
-// has gone to another process (handed out through ns_last_pid, as CRIU does).
+// has gone to another process (handed out through ns_last_pid, as CRIU does). And who a process
+// runs as later, which the daemon checks against those credentials (sys::processOwner).
 #include "sys/service/PeerCred.h"
 
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -16,6 +19,7 @@
 #include <string>
 
 #include "support/ChildProcess.h"
+#include "sys/service/ProcessMaps.h"
 #include "support/TestSupport.h"
 
 namespace {
@@ -140,6 +144,61 @@ TEST_F(PeerCredTest, APeerReapedBeforeTheAcceptGetsNoPidfdOfTheProcessThatTookIt
   ::close(conn);
   ::close(hold[0]);
   ::close(hold[1]);
+}
+
+}  // namespace
+
+namespace {
+
+// Who a process runs as, as the daemon's identity check reads it from procfs: its effective ids,
+// and whether the kernel lets other processes of its uid read its memory map (dumpable). A
+// process that drops root's ids without an exec is not dumpable until it says so (commit_creds
+// sets it to fs.suid_dumpable, 0 by default), and a process may make itself not dumpable.
+TEST(ProcessOwnerTest, SaysTheEffectiveIdsAndWhetherTheProcessIsDumpable) {
+  TT_REQUIRE_ROOT();
+  int step[2], ack[2];
+  ASSERT_EQ(::pipe(step), 0);
+  ASSERT_EQ(::pipe(ack), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Each byte from the parent: do the next step, then say so.
+    char b;
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(4242, 4343, 4242) != 0 || ::setresuid(4141, 4040, 4141) != 0)
+      std::_Exit(2);
+    (void)!::write(ack[1], "1", 1);
+    if (::read(step[0], &b, 1) != 1 || ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) std::_Exit(3);
+    (void)!::write(ack[1], "2", 1);
+    if (::read(step[0], &b, 1) != 1 || ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) std::_Exit(4);
+    (void)!::write(ack[1], "3", 1);
+    (void)!::read(step[0], &b, 1);
+    std::_Exit(0);
+  }
+  const tt::sys::Fs procfs("/proc");
+  char b = 0;
+  ASSERT_EQ(::read(ack[0], &b, 1), 1) << "the child could not change its ids";
+  auto owner = tt::sys::processOwner(procfs, child);
+  ASSERT_TRUE(owner.ok()) << owner.error().message();
+  // The effective ids (4040, 4343), not the real or saved ones; dropped from root: not dumpable.
+  EXPECT_EQ(*owner, (tt::sys::ProcessOwner{4040, 4343, false}));
+  (void)!::write(step[1], "n", 1);
+  ASSERT_EQ(::read(ack[0], &b, 1), 1);
+  owner = tt::sys::processOwner(procfs, child, true);
+  ASSERT_TRUE(owner.ok()) << owner.error().message();
+  EXPECT_EQ(*owner, (tt::sys::ProcessOwner{4040, 4343, true}));
+  (void)!::write(step[1], "n", 1);
+  ASSERT_EQ(::read(ack[0], &b, 1), 1);
+  owner = tt::sys::processOwner(procfs, child);
+  ASSERT_TRUE(owner.ok()) << owner.error().message();
+  EXPECT_EQ(*owner, (tt::sys::ProcessOwner{4040, 4343, false}));
+  (void)!::write(step[1], "n", 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  owner = tt::sys::processOwner(procfs, child);
+  ASSERT_FALSE(owner.ok());
+  EXPECT_EQ(owner.error().code, ESRCH);
+  for (int fd : {step[0], step[1], ack[0], ack[1]}) ::close(fd);
 }
 
 }  // namespace

@@ -73,7 +73,7 @@ class ProtocolTest : public ::testing::Test {
     auto r = registerRegion(0x10100000, 4 * kPage, 3);
     ASSERT_TRUE(r.has_error()) << r.DebugString();
     EXPECT_EQ(r.error().code(), pb::PERMISSION_DENIED);
-    EXPECT_NE(r.error().message().find("no longer runs as uid 1000 gid 1000"), std::string::npos) << r.error().message();
+    EXPECT_NE(r.error().message().find("does not run as uid 1000 gid 1000"), std::string::npos) << r.error().message();
     EXPECT_TRUE(session.revoked);
     EXPECT_FALSE(registry.hasProcess(100));
   }
@@ -407,6 +407,34 @@ TEST_F(ProtocolTest, ASetgidExecEndsTheConnectionToo) {
   ASSERT_TRUE(registerRegion(0x10000000, 4 * kPage).has_register_region_reply());
   space.setOwner(100, 1000, 42);  // same uid, another effective gid
   expectNextRegistrationRevoked();
+}
+
+// A file-capability exec keeps the ids, but the kernel makes a process that gains capabilities
+// non-dumpable, and then keeps its memory map from other processes of its uid: so does the daemon.
+TEST_F(ProtocolTest, AnExecThatMakesTheProcessNonDumpableEndsTheConnection) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  ASSERT_TRUE(registerRegion(0x10000000, 4 * kPage).has_register_region_reply());
+  space.setDumpable(100, false);
+  expectNextRegistrationRevoked();
+}
+
+// A process not dumpable when its connection is first used cannot be told from one that became so
+// after the accept (a child holding the socket across the parent's exec): only root acts on it.
+TEST_F(ProtocolTest, AProcessThatIsNotDumpableIsNotAttached) {
+  space.setDumpable(100, false);
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  auto r = registerRegion(0x10000000, 4 * kPage);
+  ASSERT_TRUE(r.has_error()) << r.DebugString();
+  EXPECT_EQ(r.error().code(), pb::PERMISSION_DENIED);
+  EXPECT_NE(r.error().message().find("not dumpable"), std::string::npos) << r.error().message();
+  EXPECT_FALSE(registry.hasProcess(100));
+  EXPECT_EQ(space.calls, 0) << "its address space was probed";
+
+  session = Session{};
+  session.id = handler.nextSessionId();
+  session.peer = {100, 0, 0};
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  EXPECT_TRUE(registerRegion(0x10000000, 4 * kPage).has_register_region_reply()) << "a root peer was refused";
 }
 
 TEST_F(ProtocolTest, ARootPeerMayActOnItsProcessWhateverItRunsAs) {
