@@ -34,6 +34,7 @@ struct procmap_query {
   __u64 build_id_addr;
 };
 #define PROCMAP_QUERY _IOWR('f', 17, struct procmap_query)
+#define PROCMAP_QUERY_COVERING_OR_NEXT_VMA 0x10
 static_assert(sizeof(procmap_query) == 104, "struct procmap_query as of Linux 6.11");
 #endif
 
@@ -131,12 +132,11 @@ Result<ProcessOwner> processOwner(const Fs& procfs, pid_t pid, bool afterExec) {
   return ProcessOwner{dir.st_uid, dir.st_gid, file.st_uid == dir.st_uid && file.st_gid == dir.st_gid};
 }
 
-Result<RangeQueryResult> queryRangeMapped(const Fs& procfs, pid_t pid, uint64_t start, uint64_t end,
-                                          uint64_t maxVmas) {
+namespace {
+
+// The walk of queryRangeMapped on an open maps file; `path` names it in errors.
+Result<RangeQueryResult> walkRange(int fd, const std::string& path, uint64_t start, uint64_t end, uint64_t maxVmas) {
   if (end <= start) return RangeQueryResult{RangeQuery::kNotMapped, 0};
-  const std::string path = procfs.resolve(std::to_string(pid) + "/maps");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return systemError(errno == ENOENT ? ESRCH : errno, "open " + path);
   uint64_t covered = start;
   RangeQueryResult result{RangeQuery::kMapped, 0};
   while (covered < end) {
@@ -153,19 +153,81 @@ Result<RangeQueryResult> queryRangeMapped(const Fs& procfs, pid_t pid, uint64_t 
         result.answer = RangeQuery::kNotMapped;
         break;
       }
-      const Error error = errnoError("PROCMAP_QUERY " + path);
-      ::close(fd);
-      return error;
+      return errnoError("PROCMAP_QUERY " + path);
     }
     ++result.vmas;
-    if (query.vma_end <= covered) {  // cannot happen for a covering VMA; never loop on it
-      ::close(fd);
-      return logicError("PROCMAP_QUERY " + path + ": VMA ending at or before the address asked");
-    }
+    // Cannot happen for a covering VMA; never loop on it.
+    if (query.vma_end <= covered) return logicError("PROCMAP_QUERY " + path + ": VMA ending at or before the address asked");
     covered = query.vma_end;
   }
-  ::close(fd);
   return result;
+}
+
+}  // namespace
+
+Result<RangeQueryResult> queryRangeMapped(const Fs& procfs, pid_t pid, uint64_t start, uint64_t end,
+                                          uint64_t maxVmas) {
+  if (end <= start) return RangeQueryResult{RangeQuery::kNotMapped, 0};
+  auto handle = MapsHandle::open(procfs, pid);
+  if (!handle) return handle.error();
+  return handle->queryRange(start, end, maxVmas);
+}
+
+Result<MapsHandle> MapsHandle::open(const Fs& procfs, pid_t pid) {
+  std::string path = procfs.resolve(std::to_string(pid) + "/maps");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return systemError(errno == ENOENT ? ESRCH : errno, "open " + path);
+  return MapsHandle(fd, std::move(path));
+}
+
+MapsHandle& MapsHandle::operator=(MapsHandle&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+MapsHandle::~MapsHandle() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<RangeQueryResult> MapsHandle::queryRange(uint64_t start, uint64_t end, uint64_t maxVmas) const {
+  return walkRange(fd_, path_, start, end, maxVmas);
+}
+
+Result<std::vector<Mapping>> MapsHandle::read() const {
+  // pread from 0 each time: the kernel's seq_file walks the VMAs again from the start.
+  std::string text;
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = ::pread(fd_, buffer, sizeof buffer, static_cast<off_t>(text.size()));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errnoError("read " + path_);
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  auto maps = parseMaps(text);
+  if (!maps) return withContext(maps.error(), path_);
+  return maps;
+}
+
+Result<bool> MapsHandle::alive() const {
+  procmap_query query{};
+  query.size = sizeof(query);
+  query.query_flags = PROCMAP_QUERY_COVERING_OR_NEXT_VMA;
+  query.query_addr = 0;
+  if (::ioctl(fd_, PROCMAP_QUERY, &query) == 0 || errno == ENOENT) return true;
+  if (errno == ESRCH) return false;
+  if (errno != ENOTTY) return errnoError("PROCMAP_QUERY " + path_);
+  char first = 0;
+  const ssize_t n = ::pread(fd_, &first, 1, 0);
+  if (n > 0) return true;
+  if (n == 0 || errno == ESRCH) return false;
+  return errnoError("read " + path_);
 }
 
 }  // namespace tt::sys

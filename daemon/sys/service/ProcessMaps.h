@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/Result.h"
@@ -78,5 +79,38 @@ struct RangeQueryResult {
 };
 [[nodiscard]] Result<RangeQueryResult> queryRangeMapped(const Fs& procfs, pid_t pid, uint64_t start, uint64_t end,
                                                         uint64_t maxVmas);
+
+// An open `<pid>/maps`, which pins the address space the process had when it was opened: the
+// kernel takes the process's mm at open (after waiting out an exec in progress: the exec lock),
+// and every later query or read of the open file describes that mm, or nothing once the mm is
+// gone (the process exec'd a new program or exited). Why keep one open: a query then never waits
+// on the process's exec lock again (an open does, for as long as an exec tears the old address
+// space down: 0.66 s at 8 GiB), never describes a program the process exec'd since, and says
+// when there was one.
+class MapsHandle {
+ public:
+  // ESRCH when the process is gone.
+  [[nodiscard]] static Result<MapsHandle> open(const Fs& procfs, pid_t pid);
+  MapsHandle(MapsHandle&& other) noexcept : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)) {}
+  MapsHandle& operator=(MapsHandle&& other) noexcept;
+  MapsHandle(const MapsHandle&) = delete;
+  MapsHandle& operator=(const MapsHandle&) = delete;
+  ~MapsHandle();
+
+  // As queryRangeMapped, in the pinned address space. ESRCH when it is gone; ENOTTY when the
+  // kernel has no PROCMAP_QUERY (or this is not procfs).
+  [[nodiscard]] Result<RangeQueryResult> queryRange(uint64_t start, uint64_t end, uint64_t maxVmas) const;
+  // The whole maps text of the pinned address space, parsed; empty once it is gone (a live
+  // address space always has a stack).
+  [[nodiscard]] Result<std::vector<Mapping>> read() const;
+  // Whether the pinned address space still exists: one PROCMAP_QUERY, or where there is none a
+  // read of the first byte.
+  [[nodiscard]] Result<bool> alive() const;
+
+ private:
+  MapsHandle(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  int fd_ = -1;
+  std::string path_;
+};
 
 }  // namespace tt::sys
