@@ -19,6 +19,7 @@ pb::ErrorCode errorCodeFor(const Error& error) {
     case EPERM:
     case EACCES:
     case EKEYREVOKED: return pb::PERMISSION_DENIED;
+    case ESTALE: return pb::REGION_NOT_MAPPED;  // the process ran exec: nothing of what it had is mapped
     default: return pb::INTERNAL;
   }
 }
@@ -158,6 +159,16 @@ void ProtocolHandler::refuse(Session& s, pb::DaemonMessage& reply, const Error& 
   reply.Clear();  // a placement read already filled in describes what the process runs now
   reply.set_seq(seq);
   setError(reply, errorCodeFor(error), error.message());
+  if (error.code == ESTALE) {
+    // The process ran exec: its regions, whoever registered them, describe the program before.
+    // The session stays (same ids) and attaches afresh on its next request.
+    if (lifetime_)
+      lifetime_->forget(s.peer.pid);
+    else
+      (void)registry_.removeProcess(s.peer.pid);
+    s.attached = false;
+    return;
+  }
   if (error.code != EKEYREVOKED) return;
   s.revoked = true;
   // Regions registered under the peer's ids were the old program's: they go as on an exit.
@@ -181,7 +192,9 @@ bool ProtocolHandler::attach(Session& s, pb::DaemonMessage& reply) {
   if (lifetime_ && registry_.hasProcess(s.peer.pid) && lifetime_->exited(s.peer.pid)) lifetime_->forget(s.peer.pid);
   // A setid exec since the process registered (before the server's sweep saw it): the entry is
   // the old program's, and the new one, which runs as this peer, does not join it.
-  if (auto runs = registry_.runsAsRegistered(s.peer.pid); registry_.hasProcess(s.peer.pid) && runs && !*runs) {
+  // Likewise after an exec that kept the ids: the entry's regions are the old program's.
+  if (auto runs = registry_.runsAsRegistered(s.peer.pid);
+      registry_.hasProcess(s.peer.pid) && ((runs && !*runs) || registry_.execedSinceProbed(s.peer.pid))) {
     if (lifetime_)
       lifetime_->forget(s.peer.pid);
     else

@@ -407,6 +407,12 @@ void Server::sweepChangedIds() {
       processExited(pid);
       closeStaleConnections(pid, 0);
     }
+    // An exec that kept the ids: the connections may stay (they act for the same ids), the
+    // regions, which describe the program before, go.
+    for (pid_t pid : registry_.processesThatExeced()) {
+      TT_LOG(Info) << "pid " << pid << " ran exec since its regions were registered: dropping them";
+      processExited(pid);
+    }
     sweepChangedIds();
   });
 }

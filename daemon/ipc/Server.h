@@ -96,7 +96,8 @@ class Server final : public ProcessLifetime {
   void connectionClosed(uint64_t id);
   void processExited(pid_t pid);
   // Every kIdSweep: drops the registered processes that run with other ids than they registered
-  // under (a setid exec), with the connections of the old ids, also when those stay silent.
+  // under (a setid exec), with the connections of the old ids, also when those stay silent; and
+  // those that ran exec keeping their ids (their regions describe the program before).
   void sweepChangedIds();
   // Closes the connections of `pid` (but `except`) opened with other ids than it runs with now.
   void closeStaleConnections(pid_t pid, uint64_t except);
@@ -111,7 +112,7 @@ class Server final : public ProcessLifetime {
   boost::asio::steady_timer acceptRetry_;  // after a failed accept (EMFILE: out of descriptors)
   static constexpr std::chrono::milliseconds kAcceptRetry{100};
   boost::asio::steady_timer idSweep_;
-  static constexpr std::chrono::milliseconds kIdSweep{1000};  // ~1.6 us a registered process
+  static constexpr std::chrono::milliseconds kIdSweep{1000};  // ~7 us a registered process
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;
   std::unordered_map<pid_t, ProcessWatch> watches_;
   std::unordered_map<uint64_t, PendingMbind> pendingMbinds_;

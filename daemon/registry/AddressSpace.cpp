@@ -1,5 +1,7 @@
 #include "registry/AddressSpace.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <string>
 
@@ -12,20 +14,23 @@ Result<bool> ProcMapsInspector::rangeMapped(pid_t pid, uid_t uid, uint64_t start
     std::lock_guard lock(mutex_);
     kernelQuery = kernelQuery_;
   }
-  if (kernelQuery == KernelQuery::kMissing) return readMapsFile(pid, start, end, now);
+  auto handle = pinned(pid);
+  if (!handle) return handle.error();
+  if (kernelQuery == KernelQuery::kMissing) return readMapsFile(pid, **handle, start, end, now);
   const uint64_t allowed = takeBudget(uid, now);
   if (allowed == 0)
     return systemError(EDQUOT, "uid " + std::to_string(uid) + " has had " + std::to_string(walkVmasPerSecond_) +
                                    " VMAs looked up in the last second, the most per second: retry later");
-  auto asked = sys::queryRangeMapped(procfs_, pid, start, end, allowed);
+  auto asked = (*handle)->queryRange(start, end, allowed);
   if (!asked) {
     refund(uid, allowed);
+    if (asked.error().code == ESRCH) return replaced(pid);
     if (asked.error().code != ENOTTY) return asked.error();
     {
       std::lock_guard lock(mutex_);
       kernelQuery_ = KernelQuery::kMissing;
     }
-    return readMapsFile(pid, start, end, now);
+    return readMapsFile(pid, **handle, start, end, now);
   }
   refund(uid, allowed - asked->vmas);
   if (kernelQuery == KernelQuery::kUnknown) {
@@ -64,7 +69,7 @@ void ProcMapsInspector::refund(uid_t uid, uint64_t vmas) {
     it->second.vmas = std::min(static_cast<double>(walkVmasPerSecond_), it->second.vmas + static_cast<double>(vmas));
 }
 
-Result<bool> ProcMapsInspector::readMapsFile(pid_t pid, uint64_t start, uint64_t end,
+Result<bool> ProcMapsInspector::readMapsFile(pid_t pid, const sys::MapsHandle& handle, uint64_t start, uint64_t end,
                                              std::chrono::steady_clock::time_point now) {
   {
     std::lock_guard lock(mutex_);
@@ -72,8 +77,9 @@ Result<bool> ProcMapsInspector::readMapsFile(pid_t pid, uint64_t start, uint64_t
     if (it != cache_.end() && now - it->second.readAt < kCacheFor && sys::rangeMapped(it->second.maps, start, end))
       return true;
   }
-  auto maps = sys::readMaps(procfs_, pid);
+  auto maps = handle.read();
   if (!maps) return maps.error().code == ENOENT ? systemError(ESRCH, maps.error().context) : maps.error();
+  if (maps->empty()) return replaced(pid);  // a live address space has a stack at least
   const bool mapped = sys::rangeMapped(*maps, start, end);
   std::lock_guard lock(mutex_);
   cache_[pid] = Cached{std::move(*maps), now};
@@ -86,9 +92,53 @@ Result<bool> ProcMapsInspector::runsAs(pid_t pid, uid_t uid, gid_t gid, bool aft
   return *owner == sys::ProcessOwner{uid, gid, true};
 }
 
+Result<std::shared_ptr<const sys::MapsHandle>> ProcMapsInspector::pinned(pid_t pid) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = pinned_.find(pid); it != pinned_.end()) return it->second;
+  }
+  auto opened = sys::MapsHandle::open(procfs_, pid);  // may wait out an exec: outside the lock
+  if (!opened) return opened.error();
+  auto handle = std::make_shared<const sys::MapsHandle>(std::move(*opened));
+  std::lock_guard lock(mutex_);
+  return pinned_.try_emplace(pid, std::move(handle)).first->second;
+}
+
+Result<bool> ProcMapsInspector::replaced(pid_t pid) {
+  forget(pid);
+  struct stat st{};
+  const std::string dir = procfs_.resolve(std::to_string(pid));
+  if (::stat(dir.c_str(), &st) != 0) return systemError(ESRCH, "pid " + std::to_string(pid) + " exited");
+  return systemError(ESTALE, "pid " + std::to_string(pid) +
+                                 " ran exec since its address space was first looked at: its regions described the "
+                                 "program it ran before, and are dropped; register again");
+}
+
+bool ProcMapsInspector::pinsAddressSpace(pid_t pid) {
+  std::lock_guard lock(mutex_);
+  return pinned_.count(pid) != 0;
+}
+
+Result<bool> ProcMapsInspector::replacedAddressSpace(pid_t pid) {
+  std::shared_ptr<const sys::MapsHandle> handle;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = pinned_.find(pid);
+    if (it == pinned_.end()) return false;
+    handle = it->second;
+  }
+  auto alive = handle->alive();
+  if (!alive) return alive.error();
+  if (*alive) return false;
+  auto gone = replaced(pid);
+  if (!gone && gone.error().code == ESTALE) return true;
+  return gone.error();
+}
+
 void ProcMapsInspector::forget(pid_t pid) {
   std::lock_guard lock(mutex_);
   cache_.erase(pid);
+  pinned_.erase(pid);
 }
 
 }  // namespace tt::registry

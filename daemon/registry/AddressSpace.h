@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -20,8 +21,17 @@ class AddressSpaceInspector {
  public:
   virtual ~AddressSpaceInspector() = default;
   // True when all of [start, end) is mapped in `pid`; an error when the process cannot be read.
-  // `uid` is who asks (the work done for each uid is bounded).
+  // `uid` is who asks (the work done for each uid is bounded). ESTALE when the process ran exec
+  // since its address space was first asked about (the inspector pins that one), ESRCH when it is
+  // gone.
   [[nodiscard]] virtual Result<bool> rangeMapped(pid_t pid, uid_t uid, uint64_t start, uint64_t end) = 0;
+  // Whether rangeMapped answers `pid` from an address space it pinned at its first call, by an
+  // open that waited out any exec in progress: a check of the ids after that call then needs no
+  // wait of its own (nothing it answers can describe a program exec'd after that open).
+  [[nodiscard]] virtual bool pinsAddressSpace(pid_t pid) = 0;
+  // Whether the address space pinned for `pid` is gone while the process lives: it ran exec since,
+  // and what was registered describes the program it ran before. False when none is pinned.
+  [[nodiscard]] virtual Result<bool> replacedAddressSpace(pid_t pid) = 0;
   // The process is gone (or its pid is about to mean another process): drop what is cached.
   virtual void forget(pid_t /*pid*/) {}
   // Whether the process runs with these effective ids now (a setuid or setgid exec changes them)
@@ -38,9 +48,17 @@ class AddressSpaceInspector {
 // per request, at no cost to the client. Where the kernel answers PROCMAP_QUERY (6.11+), a range
 // is asked of it VMA by VMA (~0.8 us each, a few us for the usual one or two), and each uid may
 // have at most `walkVmasPerSecond` VMAs looked up per second (a token bucket; 65536 by default:
-// ~50 ms of the loop a second, plus an open and one ioctl more per request); a range past what
-// is left is refused with EDQUOT (LIMIT_EXCEEDED: retry later), having spent the rest, and a range
-// of more VMAs than that never fits. The maps file is not read there.
+// ~50 ms of the loop a second, plus one ioctl more per request); a range past what is left is
+// refused with EDQUOT (LIMIT_EXCEEDED: retry later), having spent the rest, and a range of more
+// VMAs than that never fits. The maps file is not read there.
+//
+// A process's maps file is opened once, at its first probe, and kept open until it is forgotten
+// (sys::MapsHandle): every answer then describes the address space it had at that open. Opening
+// it waits for the process's exec lock, which an exec holds while it tears the old address space
+// down (0.66 s at 8 GiB here); with the file kept open, only the first probe of a process can
+// wait so, not each request (the placement queries' post-read check still opens it: their
+// move_pages read is of whatever the process runs now). An exec since is seen as that address
+// space gone (ESTALE from rangeMapped, or replacedAddressSpace, which the server sweeps).
 //
 // Kernels without the ioctl (ENOTTY; also fixture trees) read the maps file, and keep a process's
 // parsed maps for `kCacheFor`: a training process registers many tensors in a burst, and a range
@@ -56,6 +74,8 @@ class ProcMapsInspector final : public AddressSpaceInspector {
   explicit ProcMapsInspector(std::string procfsRoot, uint64_t walkVmasPerSecond = kWalkVmasPerSecond)
       : procfs_(std::move(procfsRoot)), walkVmasPerSecond_(walkVmasPerSecond) {}
   Result<bool> rangeMapped(pid_t pid, uid_t uid, uint64_t start, uint64_t end) override;
+  bool pinsAddressSpace(pid_t pid) override;
+  Result<bool> replacedAddressSpace(pid_t pid) override;
   void forget(pid_t pid) override;
   Result<bool> runsAs(pid_t pid, uid_t uid, gid_t gid, bool afterExec) override;
 
@@ -75,14 +95,19 @@ class ProcMapsInspector final : public AddressSpaceInspector {
   // gives back what it did not use.
   [[nodiscard]] uint64_t takeBudget(uid_t uid, std::chrono::steady_clock::time_point now);
   void refund(uid_t uid, uint64_t vmas);
-  [[nodiscard]] Result<bool> readMapsFile(pid_t pid, uint64_t start, uint64_t end,
+  [[nodiscard]] Result<bool> readMapsFile(pid_t pid, const sys::MapsHandle& handle, uint64_t start, uint64_t end,
                                           std::chrono::steady_clock::time_point now);
+  // The process's pinned maps file, opened on first use.
+  [[nodiscard]] Result<std::shared_ptr<const sys::MapsHandle>> pinned(pid_t pid);
+  // The pinned address space is gone: forgets it; ESTALE if the process lives (an exec), else ESRCH.
+  [[nodiscard]] Result<bool> replaced(pid_t pid);
 
   sys::Fs procfs_;
   const uint64_t walkVmasPerSecond_;
   std::mutex mutex_;
   KernelQuery kernelQuery_ = KernelQuery::kUnknown;
   std::unordered_map<pid_t, Cached> cache_;
+  std::unordered_map<pid_t, std::shared_ptr<const sys::MapsHandle>> pinned_;
   std::unordered_map<uid_t, Budget> budgets_;
 };
 

@@ -143,6 +143,23 @@ std::vector<pid_t> Registry::processesWithChangedIds() {
   return changed;
 }
 
+std::vector<pid_t> Registry::processesThatExeced() {
+  std::vector<pid_t> registered;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [pid, p] : processes_) registered.push_back(pid);
+  }
+  std::vector<pid_t> execed;
+  for (pid_t pid : registered)
+    if (auto replaced = inspector_.replacedAddressSpace(pid); replaced && *replaced) execed.push_back(pid);
+  return execed;
+}
+
+bool Registry::execedSinceProbed(pid_t pid) {
+  auto replaced = inspector_.replacedAddressSpace(pid);
+  return replaced && *replaced;
+}
+
 bool Registry::acceptsMbind(pid_t pid) const {
   std::lock_guard lock(mutex_);
   auto it = processes_.find(pid);
@@ -178,14 +195,23 @@ Result<RegionInfo> Registry::registerRegion(const Peer& peer, const RegisterRequ
 
   // The maps read is I/O: done without the lock; the overlap and limit checks are repeated below.
   auto mapped = inspector_.rangeMapped(peer.pid, peer.uid, start, end);
-  // An exec since the caller's check would have had the answer describe the new program.
-  if (auto still = checkRunsAs(peer, true); !still) return still.error();
+  // The address space first asked about is gone (an exec): no answer to drop, and no wait.
+  if (!mapped && mapped.error().code == ESTALE) return mapped.error();
+  // An exec since the caller's check would have had the answer describe the new program. An
+  // inspector that pinned the address space waited out any exec when it did, so the check need not.
+  if (auto still = checkRunsAs(peer, !inspector_.pinsAddressSpace(peer.pid)); !still) {
+    inspector_.forget(peer.pid);  // what it pinned may be the new program's
+    return still.error();
+  }
   if (!mapped) return withContext(mapped.error(), "checking the address space of pid " + std::to_string(peer.pid));
   if (!*mapped) return systemError(EFAULT, "range not mapped in pid " + std::to_string(peer.pid));
 
   std::lock_guard lock(mutex_);
   auto p = processes_.find(peer.pid);
-  if (p == processes_.end()) return systemError(EINVAL, "process " + std::to_string(peer.pid) + " went away");
+  if (p == processes_.end()) {
+    inspector_.forget(peer.pid);  // pinned by the probe for a process no longer registered
+    return systemError(EINVAL, "process " + std::to_string(peer.pid) + " went away");
+  }
   Process& proc = p->second;
   auto next = proc.byStart.lower_bound(start);
   if (next != proc.byStart.end() && next->first < end)

@@ -143,6 +143,12 @@ class Registry {
   // under now, or are no longer dumpable (a setid or file-capability exec since): the service
   // drops them. Gone ones are left to their pidfd.
   [[nodiscard]] std::vector<pid_t> processesWithChangedIds();
+  // The registered processes whose address space, as first probed, is gone while they live: they
+  // ran exec since (a plain one: same ids), and their regions describe the program before. The
+  // service drops them. One PROCMAP_QUERY each (sys::MapsHandle::alive).
+  [[nodiscard]] std::vector<pid_t> processesThatExeced();
+  // The same for one process (false when it was never probed).
+  [[nodiscard]] bool execedSinceProbed(pid_t pid);
   // Whether the process said Hello with accepts_mbind on some connection (any thread).
   [[nodiscard]] bool acceptsMbind(pid_t pid) const;
 

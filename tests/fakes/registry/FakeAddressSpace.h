@@ -39,20 +39,28 @@ class FakeAddressSpace final : public registry::AddressSpaceInspector {
     }
     return runs;
   }
+  // The process runs exec keeping its ids: the address space probed so far is gone, which the
+  // next probe (ESTALE) or replacedAddressSpace reports once.
+  void execKeepingIds(pid_t pid) { replaced_.insert(pid); }
+  bool pinsAddressSpace(pid_t /*pid*/) override { return pins; }
+  Result<bool> replacedAddressSpace(pid_t pid) override { return replaced_.erase(pid) != 0; }
   Result<bool> rangeMapped(pid_t pid, uid_t /*uid*/, uint64_t start, uint64_t end) override {
     ++calls;
     if (failing_.count(pid)) return systemError(ESRCH, "open /proc/" + std::to_string(pid) + "/maps");
+    if (replaced_.erase(pid)) return systemError(ESTALE, "pid " + std::to_string(pid) + " ran exec");
     for (const auto& [s, e] : ranges_[pid])
       if (s <= start && end <= e) return true;
     return false;
   }
   int idChecks = 0, settledIdChecks = 0;
+  bool pins = false;  // what pinsAddressSpace says
   int calls = 0;
 
  private:
   std::map<pid_t, std::vector<std::pair<uint64_t, uint64_t>>> ranges_;
   std::set<pid_t> failing_;
   std::set<pid_t> undumpable_;
+  std::set<pid_t> replaced_;
   std::map<pid_t, std::pair<uid_t, gid_t>> owners_;
   std::map<pid_t, std::pair<uid_t, gid_t>> pendingExec_;
 };

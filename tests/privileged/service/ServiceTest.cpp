@@ -459,6 +459,60 @@ TEST_F(SetidExecTest, ASetuidExecEndsWhatTheOldUidRegistered) { execAndProbe(047
 
 TEST_F(SetidExecTest, ASetgidExecEndsWhatTheOldGidRegisteredAlsoWithNoRequest) { execAndProbe(02755, false); }
 
+// A plain exec keeps the pid and the ids: the connection, held by a child, may stay, but the
+// regions describe the program before, and the server's sweep drops them within a second or so.
+// A registration from the child after that is probed in the new program's address space.
+TEST_F(ServiceTest, AnExecThatKeepsTheIdsDropsTheOldProgramsRegions) {
+  Mapping buffer(4 * kPage);  // mapped in the opener until it execs
+  int registered[2], go[2], verdict[2];
+  ASSERT_EQ(::pipe2(registered, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(verdict, O_CLOEXEC), 0);
+  const pid_t opener = ::fork();
+  ASSERT_GE(opener, 0);
+  if (opener == 0) {
+    CtlClient c;
+    if (!c.connect(daemon.socket()).ok() || !c.hello("before-exec").ok()) std::_Exit(3);
+    auto r = c.call(registerMsg(buffer.addr, buffer.size, "old-program"));
+    if (!r.ok() || !r->has_register_region_reply()) std::_Exit(4);
+    if (::fork() == 0) {  // the heir: keeps the socket, registers the old buffer when told to
+      char b;
+      if (::read(go[0], &b, 1) != 1) std::_Exit(5);
+      auto reg = c.call(registerMsg(buffer.addr, buffer.size, "probe"));
+      const int code = !reg.ok() ? -1 : reg->has_error() ? reg->error().code() : 0;
+      (void)!::write(verdict[1], &code, sizeof code);
+      std::_Exit(0);
+    }
+    (void)!::write(registered[1], "r", 1);
+    ::execl("/bin/sleep", "sleep", "60", static_cast<char*>(nullptr));
+    std::_Exit(6);
+  }
+  struct Cleanup {
+    pid_t opener;
+    std::vector<int> fds;
+    ~Cleanup() {
+      ::kill(opener, SIGKILL);
+      ::waitpid(opener, nullptr, 0);
+      for (int fd : fds) ::close(fd);
+    }
+  } cleanup{opener, {registered[0], go[1], verdict[0]}};
+  for (int fd : {registered[1], go[0], verdict[1]}) ::close(fd);
+  char b = 0;
+  ASSERT_EQ(::read(registered[0], &b, 1), 1) << "the opener could not register";
+  bool dropped = false;
+  for (int i = 0; i < 60 && !dropped; ++i) {
+    dropped = ctlJson("regions")["regions"].empty();
+    if (!dropped) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(dropped) << "the old program's region outlived the exec by 3 s";
+  EXPECT_EQ(ctlJson("status")["connections"], 2) << "the heir's connection was closed (status's own is the other)";
+  ASSERT_EQ(::write(go[1], "g", 1), 1);
+  int code = -2;
+  ASSERT_EQ(::read(verdict[0], &code, sizeof code), static_cast<ssize_t>(sizeof code)) << "the heir died";
+  EXPECT_EQ(code, pb::REGION_NOT_MAPPED) << "the old buffer was taken as mapped in sleep";
+  EXPECT_TRUE(ctlJson("regions")["regions"].empty());
+}
+
 // The ids stay, but the kernel now keeps the program's memory map from the old program's uid.
 TEST_F(SetidExecTest, AFileCapabilityExecEndsWhatTheOldProgramRegistered) { execAndProbe(0755, true, true); }
 

@@ -3,14 +3,18 @@
 // a client registering unmapped ranges over and over no longer has its maps file read each time.
 // Needs Linux 6.11+ (the ioctl); the maps-file path that older kernels take is covered by the unit
 // tests on fixture trees (tests/unit/registry/ProcessMapsTest.cpp), where the ioctl fails the same way.
+// MapsHandleTest (a maps file kept open across an exec) runs on any kernel.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <cerrno>
 #include <chrono>
 #include <fstream>
+#include <iostream>
 #include <random>
 #include <string>
 #include <thread>
@@ -191,6 +195,101 @@ TEST_F(ProcessMapsQueryTest, InspectorWalksWideRangesWithinABudgetPerUid) {
   mapped = inspector.rangeMapped(self, 1001, second.start(), second.end());
   ASSERT_TRUE(mapped.ok()) << mapped.error().message();
   EXPECT_FALSE(*mapped);
+}
+
+// An open maps file pins the address space the process had when it was opened: an exec (same
+// ids) leaves it answering nothing, which is how the daemon learns of the exec, and no answer of
+// it describes the new program. Kernels without PROCMAP_QUERY take the read path, so this runs on
+// every kernel.
+TEST(MapsHandleTest, PinsTheAddressSpaceOfTheOpenAcrossAnExec) {
+  int report[2], go[2];
+  ASSERT_EQ(::pipe(report), 0);
+  ASSERT_EQ(::pipe(go), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    void* buffer = ::mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    const auto address = reinterpret_cast<uint64_t>(buffer);
+    if (buffer == MAP_FAILED || ::write(report[1], &address, sizeof address) != sizeof address) ::_exit(1);
+    char b;
+    if (::read(go[0], &b, 1) != 1) ::_exit(2);
+    ::execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
+    ::_exit(3);
+  }
+  struct Reap {
+    pid_t pid;
+    ~Reap() {
+      if (pid <= 0) return;  // reaped already (kill(-1) would signal every process)
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reap{child};
+  uint64_t buffer = 0;
+  ASSERT_EQ(::read(report[0], &buffer, sizeof buffer), static_cast<ssize_t>(sizeof buffer));
+  const tt::sys::Fs procfs("/proc");
+  auto handle = tt::sys::MapsHandle::open(procfs, child);
+  ASSERT_TRUE(handle.ok()) << handle.error().message();
+  auto alive = handle->alive();
+  ASSERT_TRUE(alive.ok()) << alive.error().message();
+  EXPECT_TRUE(*alive);
+  auto maps = handle->read();
+  ASSERT_TRUE(maps.ok()) << maps.error().message();
+  EXPECT_TRUE(tt::sys::rangeMapped(*maps, buffer, buffer + 4 * kPage));
+  auto asked = handle->queryRange(buffer, buffer + 4 * kPage, 4);
+  const bool hasQuery = asked.ok() || asked.error().code != ENOTTY;
+  if (hasQuery) {
+    ASSERT_TRUE(asked.ok()) << asked.error().message();
+    EXPECT_EQ(asked->answer, RangeQuery::kMapped);
+  } else {
+    std::cout << "no PROCMAP_QUERY on this kernel: the read path alone is checked\n";
+  }
+  tt::registry::ProcMapsInspector sweeper("/proc"), prober("/proc");
+  for (auto* inspector : {&sweeper, &prober}) {
+    auto mapped = inspector->rangeMapped(child, 1000, buffer, buffer + kPage);
+    ASSERT_TRUE(mapped.ok()) << mapped.error().message();
+    EXPECT_TRUE(*mapped);
+    EXPECT_TRUE(inspector->pinsAddressSpace(child));
+  }
+  auto replaced = sweeper.replacedAddressSpace(child);
+  ASSERT_TRUE(replaced.ok()) << replaced.error().message();
+  EXPECT_FALSE(*replaced);
+
+  ASSERT_EQ(::write(go[1], "x", 1), 1);
+  bool gone = false;
+  for (int i = 0; i < 250 && !gone; ++i) {
+    alive = handle->alive();
+    ASSERT_TRUE(alive.ok()) << alive.error().message();
+    gone = !*alive;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(gone) << "the address space of the open outlived the exec by 5 s";
+  maps = handle->read();
+  ASSERT_TRUE(maps.ok()) << maps.error().message();
+  EXPECT_TRUE(maps->empty()) << maps->size() << " VMAs read after the exec";
+  if (hasQuery) {
+    asked = handle->queryRange(buffer, buffer + 4 * kPage, 4);
+    ASSERT_FALSE(asked.ok());
+    EXPECT_EQ(asked.error().code, ESRCH) << asked.error().message();
+  }
+  replaced = sweeper.replacedAddressSpace(child);
+  ASSERT_TRUE(replaced.ok()) << replaced.error().message();
+  EXPECT_TRUE(*replaced);
+  EXPECT_FALSE(sweeper.pinsAddressSpace(child)) << "the gone address space stayed pinned";
+  auto stale = prober.rangeMapped(child, 1000, buffer, buffer + kPage);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.error().code, ESTALE) << stale.error().message();
+  // Asked afresh, the answer is the new program's (sleep has nothing at the old buffer).
+  auto fresh = prober.rangeMapped(child, 1000, buffer, buffer + kPage);
+  ASSERT_TRUE(fresh.ok()) << fresh.error().message();
+  EXPECT_FALSE(*fresh);
+  // An exit is not an exec.
+  ::kill(child, SIGKILL);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  reap.pid = -1;
+  auto exited = prober.rangeMapped(child, 1000, buffer, buffer + kPage);
+  ASSERT_FALSE(exited.ok());
+  EXPECT_EQ(exited.error().code, ESRCH) << exited.error().message();
+  for (int fd : {report[0], report[1], go[0], go[1]}) ::close(fd);
 }
 
 }  // namespace

@@ -460,6 +460,57 @@ TEST_F(ProtocolTest, EveryRegistrationChecksTheIdsBeforeAndAfterItsProbe) {
   EXPECT_FALSE(session.revoked);
 }
 
+// An inspector that pinned the address space at its first probe waited out any exec then: the
+// check after each probe is the quick one, with no wait of its own.
+TEST_F(ProtocolTest, APinnedAddressSpaceNeedsNoWaitAfterTheProbe) {
+  space.pins = true;
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  EXPECT_TRUE(registerRegion(0x10000000, 4 * kPage).has_register_region_reply());
+  EXPECT_TRUE(registerRegion(0x10100000, 4 * kPage, 3).has_register_region_reply());
+  EXPECT_EQ(space.idChecks, 4);  // each registration's check before and after its probe
+  EXPECT_EQ(space.settledIdChecks, 0);
+}
+
+// The process ran exec keeping its ids (a plain exec): what it registered describes the program
+// before, and goes as on an exit, whoever asks next. The session stays (same ids) and attaches
+// afresh; the new program registers from nothing.
+TEST_F(ProtocolTest, AnExecThatKeepsTheIdsDropsWhatTheOldProgramRegistered) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  ASSERT_TRUE(registerRegion(0x10000000, 4 * kPage).has_register_region_reply());
+  space.execKeepingIds(100);
+  auto r = registerRegion(0x10100000, 4 * kPage, 3);
+  ASSERT_TRUE(r.has_error()) << r.DebugString();
+  EXPECT_EQ(r.error().code(), pb::REGION_NOT_MAPPED);
+  EXPECT_NE(r.error().message().find("ran exec"), std::string::npos) << r.error().message();
+  EXPECT_EQ(lifetime.forgotten, std::vector<pid_t>{100});
+  EXPECT_FALSE(registry.hasProcess(100));
+  EXPECT_FALSE(session.revoked);
+  auto again = registerRegion(0x10100000, 4 * kPage, 4);
+  ASSERT_TRUE(again.has_register_region_reply()) << again.DebugString();
+  auto regions = registry.regionsOf(100, {});
+  ASSERT_TRUE(regions.ok());
+  ASSERT_EQ(regions->size(), 1u);
+  EXPECT_EQ((*regions)[0].info.start, 0x10100000u);
+}
+
+// A new program's first session after such an exec does not join the old program's entry.
+TEST_F(ProtocolTest, ANewSessionAfterAnExecThatKeptTheIdsStartsAfresh) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  ASSERT_TRUE(registerRegion(0x10000000, 4 * kPage).has_register_region_reply());
+  space.execKeepingIds(100);
+  session = Session{};
+  session.id = handler.nextSessionId();
+  session.peer = {100, 1000, 1000};
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  auto r = registerRegion(0x10100000, 4 * kPage, 3);
+  ASSERT_TRUE(r.has_register_region_reply()) << r.DebugString();
+  EXPECT_EQ(lifetime.forgotten, std::vector<pid_t>{100});
+  auto regions = registry.regionsOf(100, {});
+  ASSERT_TRUE(regions.ok());
+  ASSERT_EQ(regions->size(), 1u) << "the old program's region joined the new one's";
+  EXPECT_EQ((*regions)[0].info.start, 0x10100000u);
+}
+
 // The process execs a setid program after the request's check and before its probe: the probe's
 // answer (mapped or not, in the new program) is not given, and the session is revoked.
 TEST_F(ProtocolTest, AnExecBetweenTheCheckAndTheProbeIsCaughtAfterIt) {
