@@ -164,9 +164,22 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     decoder_.append(buffer_.data(), n);
+    handleFrames(false);
+  }
+
+  // Handles the whole frames buffered, at most kFramesPerTurn in one turn of the loop: one 64 KiB
+  // read can hold ~2000 small requests, and every other connection (and the loop's timers) would
+  // wait while they were all served. Past that, the rest is posted behind whatever else is ready,
+  // and the next read waits for it (the client's own backpressure).
+  void handleFrames(bool progressed) {
     std::string_view frame;
-    bool progressed = false;
-    for (;;) {
+    for (size_t handled = 0;; ++handled) {
+      if (handled == kFramesPerTurn) {
+        asio::post(socket_.get_executor(), [self = shared_from_this()] {
+          if (!self->closed_ && !self->closing_) self->handleFrames(true);
+        });
+        return;
+      }
       const auto status = decoder_.next(server_.options_.maxFrameBytes, frame);
       if (status == FrameDecoder::Status::NeedMore) break;
       if (status == FrameDecoder::Status::TooLarge) {

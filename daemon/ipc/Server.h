@@ -73,6 +73,9 @@ class Server final : public ProcessLifetime {
 
   [[nodiscard]] size_t connectionCount() const { return connections_.size(); }
 
+  // Frames of one connection handled in one turn of the loop before the others get theirs.
+  static constexpr size_t kFramesPerTurn = 64;
+
   // ProcessLifetime (loop thread).
   bool exited(pid_t pid) override;
   bool watch(pid_t pid) override;
