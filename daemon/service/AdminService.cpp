@@ -162,7 +162,7 @@ std::vector<ManualPin> AdminService::pins() const {
 uint64_t AdminService::now() const { return ctx_.nowNs ? ctx_.nowNs() : EpochLoop::monotonicNowNs(); }
 
 bool AdminService::fillRegion(const registry::RegionRecord& r, pb::RegionEntry& e, const std::vector<ManualPin>& pins,
-                              uint64_t stride) {
+                              uint64_t stride, IdChecks& checks) {
   e.set_pid(r.info.tgid);
   e.set_region_id(r.info.id);
   e.set_name(r.info.name);
@@ -185,12 +185,13 @@ bool AdminService::fillRegion(const registry::RegionRecord& r, pb::RegionEntry& 
   // progress (sys::processOwner's afterExec) would stall the loop for as long as the exec takes
   // to free the old address space (0.66 s at 8 GiB here), and any uid may ask for a listing.
   // An exec's ids land microseconds after its new address space, which then holds its stack only.
+  // The check after a read stands before the process's next read in the same listing.
   auto stillRegistered = [&] {
     if (!ctx_.registry) return true;
     auto runs = ctx_.registry->runsAsRegistered(r.info.tgid, false);
-    return runs.ok() && *runs;
+    return checks[r.info.tgid] = runs.ok() && *runs;
   };
-  if (!stillRegistered()) return false;
+  if (auto known = checks.find(r.info.tgid); known != checks.end() ? !known->second : !stillRegistered()) return false;
   e.set_sample_stride(static_cast<uint32_t>(std::min<uint64_t>(stride, UINT32_MAX)));
   auto placement = ctx_.placement->read(r.info.tgid, r.info.start, r.info.length, stride);
   if (!placement) return false;  // exited since the snapshot
@@ -215,9 +216,10 @@ void AdminService::regions(const pb::RegionsRequest& request, pb::DaemonMessage&
                       std::to_string(ipc::kPlacementPagesPerRequest) + "); list one process at a time (--pid)");
     return;
   }
+  IdChecks checks;
   for (const auto& r : all) {
     pb::RegionEntry entry;
-    if (fillRegion(r, entry, pinned, *stride)) *out->add_regions() = std::move(entry);
+    if (fillRegion(r, entry, pinned, *stride, checks)) *out->add_regions() = std::move(entry);
   }
 }
 
@@ -238,13 +240,14 @@ void AdminService::top(const pb::TopRequest& request, pb::DaemonMessage& reply) 
   const std::span<const registry::RegionRecord> listed(all);
   const uint64_t pages = ipc::pagesOf(listed.first(shown)) + ipc::pagesOf(listed.last(shown));
   const uint64_t stride = ipc::placementStride(pages, 2 * shown).value_or(pages);  // 2000 regions at most: always within
+  IdChecks checks;
   for (size_t i = 0; i < shown; ++i) {
     pb::RegionEntry e;
-    if (fillRegion(all[i], e, pinned, stride)) *out->add_hottest() = std::move(e);
+    if (fillRegion(all[i], e, pinned, stride, checks)) *out->add_hottest() = std::move(e);
   }
   for (size_t i = 0; i < shown; ++i) {
     pb::RegionEntry e;
-    if (fillRegion(all[all.size() - 1 - i], e, pinned, stride)) *out->add_coldest() = std::move(e);
+    if (fillRegion(all[all.size() - 1 - i], e, pinned, stride, checks)) *out->add_coldest() = std::move(e);
   }
   if (request.pages() == 0 || !ctx_.epochLoop) return;
   for (const auto& p : ctx_.epochLoop->hottestPages(request.pages(), request.pid(), now())) {

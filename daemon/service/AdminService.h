@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ipc/Placement.h"
@@ -58,10 +59,13 @@ class AdminService final : public ipc::AdminHandler {
   void top(const tensortier::v1::TopRequest& request, ipc::pb::DaemonMessage& reply);
   void migrate(const tensortier::v1::MigrateRequest& request, ipc::pb::DaemonMessage& reply);
   void record(const tensortier::v1::RecordRequest& request, ipc::pb::DaemonMessage& reply);
+  // What one listing last found of each process's ids: a check after one region's placement read
+  // also stands before the next read of that process (nothing of it is read in between).
+  using IdChecks = std::unordered_map<pid_t, bool>;
   // `stride`: read the placement at every stride-th page (ipc::placementStride of the request's
   // regions, so that one request stays within ipc::kPlacementPagesPerRequest).
   [[nodiscard]] bool fillRegion(const registry::RegionRecord& record, tensortier::v1::RegionEntry& entry,
-                                const std::vector<ManualPin>& pins, uint64_t stride);
+                                const std::vector<ManualPin>& pins, uint64_t stride, IdChecks& checks);
   [[nodiscard]] std::vector<ManualPin> pins() const;
   [[nodiscard]] uint64_t now() const;
 

@@ -129,6 +129,29 @@ TEST_F(AdminServiceTest, RegionsOfAProcessThatChangedIdsAreNotRead) {
   EXPECT_EQ(registry.processesWithChangedIds(), std::vector<pid_t>{10});
 }
 
+// The check after one region's placement read also stands before the process's next read: a
+// listing of a process's regions checks its ids once per region and once more, not twice a region.
+TEST_F(AdminServiceTest, AListingChecksEachProcessOnceARegionAndOnceMore) {
+  for (uint64_t i = 1; i < 4; ++i) {
+    tt::registry::RegisterRequest r;
+    r.address = kBase + i * (1ULL << 20);
+    r.length = 4 * kPage;
+    r.kind = tt::RegionKind::Weight;
+    ASSERT_TRUE(registry.registerRegion({10, 1000, 1000}, r).ok());
+    mover.map(10, r.address, 4 * kPage, 1);
+  }
+  pb::ClientMessage list;
+  list.mutable_regions();
+  const int before = space.idChecks;
+  ASSERT_EQ(ask(1000, list).regions().regions_size(), 4);
+  EXPECT_EQ(space.idChecks - before, 5);
+  // A process found changed is not read, nor checked again, in the rest of the listing.
+  space.setOwner(10, 0, 0);
+  const int changed = space.idChecks;
+  EXPECT_EQ(ask(1000, list).regions().regions_size(), 0);
+  EXPECT_EQ(space.idChecks - changed, 1);
+}
+
 TEST_F(AdminServiceTest, RecordIsForAdminsAndOnlyOfRegisteredProcesses) {
   ASSERT_FALSE(traceDir.empty());
   pb::ClientMessage start;
