@@ -1,5 +1,6 @@
 #include "ipc/Server.h"
 
+#include <algorithm>
 #include <array>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
@@ -420,11 +421,22 @@ void Server::sweepChangedIds() {
       processExited(pid);
       closeStaleConnections(pid, 0);
     }
-    // An exec that kept the ids: the connections may stay (they act for the same ids), the
-    // regions, which describe the program before, go.
+    // An exec: the regions, which describe the program before, go. The connections may stay if
+    // the ids do, which is known only once the exec has committed them (it drops the old address
+    // space first), so the pid is watched until then.
     for (pid_t pid : registry_.processesThatExeced()) {
       TT_LOG(Info) << "pid " << pid << " ran exec since its regions were registered: dropping them";
       processExited(pid);
+      execed_.insert(pid);
+    }
+    // Connections of the old ids of a process dropped since (an exec, or a refusal elsewhere) are
+    // closed once its new ids show; watched while any connection of the pid is left.
+    for (auto it = execed_.begin(); it != execed_.end();) {
+      closeStaleConnections(*it, 0);
+      const pid_t pid = *it;
+      const bool left = std::any_of(connections_.begin(), connections_.end(),
+                                    [pid](const auto& c) { return c.second->session.peer.pid == pid; });
+      it = left ? std::next(it) : execed_.erase(it);
     }
     sweepChangedIds();
   });
@@ -469,9 +481,12 @@ void Server::requestMbind(const MbindCall& call, MbindDone done) {
       done(ECANCELED);
       return;
     }
+    // Only a connection that may still act on the process is told its region's address: one of
+    // ids the process no longer runs with (a child holding it across a setid exec) is not.
     std::shared_ptr<Connection> target;
     for (const auto& [id, c] : connections_)
-      if (c->session.peer.pid == call.pid && c->session.hello && c->session.acceptsMbind) {
+      if (c->session.peer.pid == call.pid && c->session.hello && c->session.acceptsMbind && !c->session.revoked &&
+          registry_.checkRunsAs(c->session.peer).ok()) {
         target = c;
         break;
       }

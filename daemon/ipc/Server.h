@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/Result.h"
 #include "ipc/Protocol.h"
@@ -80,7 +81,10 @@ class Server final : public ProcessLifetime {
   bool exited(pid_t pid) override;
   bool watch(pid_t pid) override;
   void unwatch(pid_t pid) override;
-  void forget(pid_t pid) override { processExited(pid); }
+  void forget(pid_t pid) override {
+    processExited(pid);
+    execed_.insert(pid);  // dropped for an exec or a refusal: connections of old ids go once they show
+  }
 
  private:
   class Connection;
@@ -118,6 +122,8 @@ class Server final : public ProcessLifetime {
   static constexpr std::chrono::milliseconds kIdSweep{1000};  // ~7 us a registered process
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;
   std::unordered_map<pid_t, ProcessWatch> watches_;
+  // Pids dropped for an exec or a refusal whose connections of old ids the sweep still closes.
+  std::unordered_set<pid_t> execed_;
   std::unordered_map<uint64_t, PendingMbind> pendingMbinds_;
   uint64_t nextMbindId_ = 1;
   ProcessExitCallback onExit_;

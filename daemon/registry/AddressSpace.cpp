@@ -71,11 +71,18 @@ void ProcMapsInspector::refund(uid_t uid, uint64_t vmas) {
 
 Result<bool> ProcMapsInspector::readMapsFile(pid_t pid, const sys::MapsHandle& handle, uint64_t start, uint64_t end,
                                              std::chrono::steady_clock::time_point now) {
+  bool cached = false;
   {
     std::lock_guard lock(mutex_);
     auto it = cache_.find(pid);
-    if (it != cache_.end() && now - it->second.readAt < kCacheFor && sys::rangeMapped(it->second.maps, start, end))
-      return true;
+    cached = it != cache_.end() && now - it->second.readAt < kCacheFor && sys::rangeMapped(it->second.maps, start, end);
+  }
+  if (cached) {
+    // The cache is of the pinned address space: an exec since makes it the old program's.
+    auto alive = handle.alive();
+    if (!alive) return alive.error();
+    if (*alive) return true;
+    return replaced(pid);
   }
   auto maps = handle.read();
   if (!maps) return maps.error().code == ENOENT ? systemError(ESRCH, maps.error().context) : maps.error();

@@ -1,5 +1,6 @@
 #include "sys/service/ProcessMaps.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -129,7 +130,23 @@ Result<ProcessOwner> processOwner(const Fs& procfs, pid_t pid, bool afterExec) {
   struct stat file{};
   if (::stat((path + "/status").c_str(), &file) != 0)
     return systemError(errno == ENOENT ? ESRCH : errno, "stat " + path + "/status");
-  return ProcessOwner{dir.st_uid, dir.st_gid, file.st_uid == dir.st_uid && file.st_gid == dir.st_gid};
+  const auto sameOwner = [&](const struct stat& st) { return st.st_uid == dir.st_uid && st.st_gid == dir.st_gid; };
+  if (sameOwner(file)) return ProcessOwner{dir.st_uid, dir.st_gid, true};
+  // The files of a thread-group leader that exited while other threads run are root's too (it
+  // has no mm left): another thread's tell. Only here, on the way to a refusal, is the list read.
+  bool dumpable = false;
+  if (DIR* tasks = ::opendir((path + "/task").c_str())) {
+    while (const dirent* entry = ::readdir(tasks)) {
+      if (entry->d_name[0] == '.' || std::to_string(pid) == entry->d_name) continue;
+      struct stat thread{};
+      if (::stat((path + "/task/" + entry->d_name + "/status").c_str(), &thread) == 0 && sameOwner(thread)) {
+        dumpable = true;
+        break;
+      }
+    }
+    ::closedir(tasks);
+  }
+  return ProcessOwner{dir.st_uid, dir.st_gid, dumpable};
 }
 
 namespace {

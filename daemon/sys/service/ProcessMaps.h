@@ -45,9 +45,10 @@ struct Mapping {
 // process's memory map from other processes of its uid (ptrace access mode read): it ran a
 // file-capability program (commit_creds makes a process that gains capabilities non-dumpable,
 // fs.suid_dumpable 0), a setid one, or said PR_SET_DUMPABLE 0. A process that runs as its
-// namespace's root shows as dumpable either way; the kernel lets that uid read it regardless.
-// Two stat(2)s, ~1.6 us each here, where reading `<pid>/status` is ~13 us. ESRCH when the process
-// is gone.
+// namespace's root shows as dumpable either way (the kernel would still want a capability in
+// that namespace of a reader). A thread-group leader that exited while other threads run shows
+// its files as root's too: another thread's are asked then. Two stat(2)s, ~1.6 us each here,
+// where reading `<pid>/status` is ~13 us. ESRCH when the process is gone.
 // With `afterExec`, first opens `<pid>/maps`: the kernel takes the process's exec lock for that
 // open, so an exec in progress has installed its credentials (and with them its dumpability) by
 // the time of the stats. An exec replaces the address space before it commits the new ids, so a

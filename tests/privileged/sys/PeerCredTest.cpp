@@ -6,9 +6,12 @@
 
 #include <grp.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "support/ChildProcess.h"
 #include "sys/service/ProcessMaps.h"
@@ -199,6 +203,51 @@ TEST(ProcessOwnerTest, SaysTheEffectiveIdsAndWhetherTheProcessIsDumpable) {
   ASSERT_FALSE(owner.ok());
   EXPECT_EQ(owner.error().code, ESRCH);
   for (int fd : {step[0], step[1], ack[0], ack[1]}) ::close(fd);
+}
+
+// A process whose first thread exited while another runs: its /proc/PID files are root's (the
+// leader has no mm left), though the process is dumpable; another thread's tell.
+TEST(ProcessOwnerTest, AProcessWhoseFirstThreadExitedIsStillDumpable) {
+  TT_REQUIRE_ROOT();
+  int ready[2], hold[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(hold), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(4242, 4242, 4242) != 0 || ::setresuid(4141, 4141, 4141) != 0 ||
+        ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0)
+      std::_Exit(2);
+    pthread_t waiter;
+    static int holdFd = hold[0];
+    if (::pthread_create(&waiter, nullptr, [](void*) -> void* {
+          char b;
+          (void)!::read(holdFd, &b, 1);
+          std::_Exit(0);
+        }, nullptr) != 0)
+      std::_Exit(3);
+    (void)!::write(ready[1], "r", 1);
+    // The process lives on in `waiter`. The thread's own exit(2), not pthread_exit, whose unwind
+    // gtest's handlers in this forked copy would catch.
+    ::syscall(SYS_exit, 0);
+  }
+  char b = 0;
+  ASSERT_EQ(::read(ready[0], &b, 1), 1) << "the child could not start its thread";
+  const std::string status = "/proc/" + std::to_string(child) + "/status";
+  bool leaderGone = false;
+  for (int i = 0; i < 250 && !leaderGone; ++i) {
+    struct stat st{};
+    leaderGone = ::stat(status.c_str(), &st) == 0 && st.st_uid == 0;
+    if (!leaderGone) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(leaderGone) << status << " did not turn root's after the first thread exited";
+  auto owner = tt::sys::processOwner(tt::sys::Fs("/proc"), child);
+  ASSERT_TRUE(owner.ok()) << owner.error().message();
+  EXPECT_EQ(*owner, (tt::sys::ProcessOwner{4141, 4242, true}));
+  (void)!::write(hold[1], "x", 1);
+  int st = 0;
+  ASSERT_EQ(::waitpid(child, &st, 0), child);
+  for (int fd : {ready[0], ready[1], hold[0], hold[1]}) ::close(fd);
 }
 
 }  // namespace

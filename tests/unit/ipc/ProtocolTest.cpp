@@ -493,6 +493,17 @@ TEST_F(ProtocolTest, AnExecThatKeepsTheIdsDropsWhatTheOldProgramRegistered) {
   EXPECT_EQ((*regions)[0].info.start, 0x10100000u);
 }
 
+// An exec drops the old address space before it commits the new ids: a probe that finds the
+// address space gone waits for the ids, and a setid exec is then a refusal, not "register again".
+TEST_F(ProtocolTest, AnExecFoundByTheProbeIsARefusalWhenItChangedTheIds) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  ASSERT_TRUE(registerRegion(0x10000000, 4 * kPage).has_register_region_reply());
+  space.execKeepingIds(100);                   // the address space is gone...
+  space.execAfterNextQuickCheck(100, 0, 0);    // ...and the ids, once committed, are root's
+  expectNextRegistrationRevoked();
+  EXPECT_EQ(space.settledIdChecks, 2) << "the ids were not waited for after the gone address space";
+}
+
 // A new program's first session after such an exec does not join the old program's entry.
 TEST_F(ProtocolTest, ANewSessionAfterAnExecThatKeptTheIdsStartsAfresh) {
   ASSERT_TRUE(hello({1}).has_hello_reply());

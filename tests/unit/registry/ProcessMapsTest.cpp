@@ -93,4 +93,35 @@ TEST(ProcessMaps, InspectorCachesCoveredRangesAndRereadsOtherwise) {
   std::filesystem::remove_all(root);
 }
 
+// The maps file stays open from the first probe; an open maps file of an address space gone (an
+// exec) reads empty, as the emptied fixture does here. A range the cache covers is not answered
+// from the cache then: the answer is ESTALE (the process is there: an exec), and the next probe
+// opens the file afresh.
+TEST(ProcessMaps, InspectorDoesNotAnswerFromTheCacheOnceThePinnedAddressSpaceIsGone) {
+  char tmpl[] = "/tmp/tt-maps-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string root = tmpl;
+  std::filesystem::create_directories(root + "/7");
+  auto write = [&](const char* text) { std::ofstream(root + "/7/maps") << text; };
+  write("10000-20000 rw-p 00000000 00:00 0\n");
+  tt::registry::ProcMapsInspector inspector(root);
+  EXPECT_TRUE(*inspector.rangeMapped(7, 0, 0x10000, 0x11000));
+  EXPECT_TRUE(inspector.pinsAddressSpace(7));
+  write("");
+  auto stale = inspector.rangeMapped(7, 0, 0x10000, 0x11000);
+  ASSERT_FALSE(stale.ok()) << "answered from the cache of a gone address space";
+  EXPECT_EQ(stale.error().code, ESTALE) << stale.error().message();
+  EXPECT_FALSE(inspector.pinsAddressSpace(7));
+  write("30000-40000 rw-p 00000000 00:00 0\n");
+  auto fresh = inspector.rangeMapped(7, 0, 0x10000, 0x11000);
+  ASSERT_TRUE(fresh.ok()) << fresh.error().message();
+  EXPECT_FALSE(*fresh);
+  // And the sweep's question, on the same kind of file.
+  write("");
+  auto replaced = inspector.replacedAddressSpace(7);
+  ASSERT_TRUE(replaced.ok()) << replaced.error().message();
+  EXPECT_TRUE(*replaced);
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
