@@ -161,7 +161,8 @@ void ProtocolHandler::refuse(Session& s, pb::DaemonMessage& reply, const Error& 
   setError(reply, errorCodeFor(error), error.message());
   if (error.code == ESTALE) {
     // The process ran exec: its regions, whoever registered them, describe the program before.
-    // The session stays (same ids) and attaches afresh on its next request.
+    // The session stays (ESTALE comes only once the exec's ids are known to be the peer's) and
+    // attaches afresh on its next request.
     if (lifetime_)
       lifetime_->forget(s.peer.pid);
     else

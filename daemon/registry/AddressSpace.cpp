@@ -102,13 +102,16 @@ Result<bool> ProcMapsInspector::runsAs(pid_t pid, uid_t uid, gid_t gid, bool aft
 Result<std::shared_ptr<const sys::MapsHandle>> ProcMapsInspector::pinned(pid_t pid) {
   {
     std::lock_guard lock(mutex_);
-    if (auto it = pinned_.find(pid); it != pinned_.end()) return it->second;
+    if (auto it = pinned_.find(pid); it != pinned_.end()) return it->second.handle;
   }
   auto opened = sys::MapsHandle::open(procfs_, pid);  // may wait out an exec: outside the lock
   if (!opened) return opened.error();
-  auto handle = std::make_shared<const sys::MapsHandle>(std::move(*opened));
+  Pinned pinned{std::make_shared<const sys::MapsHandle>(std::move(*opened)), std::nullopt};
+  // After the open: an exec between the two makes the fingerprint the new program's, and the
+  // next sweep drop what is registered (the safe way to be wrong).
+  if (auto fingerprint = sys::addressSpaceFingerprint(procfs_, pid)) pinned.fingerprint = *fingerprint;
   std::lock_guard lock(mutex_);
-  return pinned_.try_emplace(pid, std::move(handle)).first->second;
+  return pinned_.try_emplace(pid, std::move(pinned)).first->second.handle;
 }
 
 Result<bool> ProcMapsInspector::replaced(pid_t pid) {
@@ -127,15 +130,19 @@ bool ProcMapsInspector::pinsAddressSpace(pid_t pid) {
 }
 
 Result<bool> ProcMapsInspector::replacedAddressSpace(pid_t pid) {
-  std::shared_ptr<const sys::MapsHandle> handle;
+  Pinned pinned;
   {
     std::lock_guard lock(mutex_);
     auto it = pinned_.find(pid);
     if (it == pinned_.end()) return false;
-    handle = it->second;
+    pinned = it->second;
   }
-  auto alive = handle->alive();
+  auto alive = pinned.handle->alive();
   if (!alive) return alive.error();
+  if (*alive && pinned.fingerprint) {
+    auto now = sys::addressSpaceFingerprint(procfs_, pid);
+    if (now && *now != *pinned.fingerprint) alive = false;  // kept alive by a sharer: an exec all the same
+  }
   if (*alive) return false;
   auto gone = replaced(pid);
   if (!gone && gone.error().code == ESTALE) return true;

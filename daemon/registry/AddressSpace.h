@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -58,7 +59,10 @@ class AddressSpaceInspector {
 // down (0.66 s at 8 GiB here); with the file kept open, only the first probe of a process can
 // wait so, not each request (the placement queries' post-read check still opens it: their
 // move_pages read is of whatever the process runs now). An exec since is seen as that address
-// space gone (ESTALE from rangeMapped, or replacedAddressSpace, which the server sweeps).
+// space gone (ESTALE from rangeMapped, or replacedAddressSpace, which the server sweeps), or, when
+// another process shares it (CLONE_VM) and keeps it alive, by replacedAddressSpace only: the
+// process's stack and argument addresses, which each exec randomises, have moved. Until that
+// sweep (a second at most), probes answer from the shared address space.
 //
 // Kernels without the ioctl (ENOTTY; also fixture trees) read the maps file, and keep a process's
 // parsed maps for `kCacheFor`: a training process registers many tensors in a burst, and a range
@@ -107,7 +111,13 @@ class ProcMapsInspector final : public AddressSpaceInspector {
   std::mutex mutex_;
   KernelQuery kernelQuery_ = KernelQuery::kUnknown;
   std::unordered_map<pid_t, Cached> cache_;
-  std::unordered_map<pid_t, std::shared_ptr<const sys::MapsHandle>> pinned_;
+  struct Pinned {
+    std::shared_ptr<const sys::MapsHandle> handle;
+    // Of the address space current just after the open (none on trees without `<pid>/stat`): a
+    // process sharing the pinned one (CLONE_VM) keeps it alive across an exec, which this tells.
+    std::optional<sys::AddressSpaceFingerprint> fingerprint;
+  };
+  std::unordered_map<pid_t, Pinned> pinned_;
   std::unordered_map<uid_t, Budget> budgets_;
 };
 

@@ -129,10 +129,10 @@ class Registry {
   // but no longer dumpable), keeps its pid, and a child may have inherited its connection: without
   // this, that child could probe the new program's address space under the old ids
   // (registrations and placement say what is mapped where, which undoes its ASLR), which the
-  // kernel itself would not show that uid. A process not dumpable from the start (PR_SET_DUMPABLE
+  // kernel itself would not show that uid either. A process not dumpable from the start (PR_SET_DUMPABLE
   // 0) cannot be told from one that became so after its connection was accepted, and is refused
   // too: only root may act on it.
-  // EKEYREVOKED when not; ESRCH when the process is gone. One stat(2), outside the lock; with
+  // EKEYREVOKED when not; ESRCH when the process is gone. Two stat(2)s, outside the lock; with
   // `afterExec` once an exec in progress has installed its ids: the check a request makes after
   // its probe, whose answer is dropped when it fails (an exec between the two).
   [[nodiscard]] Result<void> checkRunsAs(const Peer& peer, bool afterExec = false);
