@@ -199,6 +199,17 @@ TEST_F(ProcessMapsQueryTest, InspectorWalksWideRangesWithinABudgetPerUid) {
   EXPECT_FALSE(*mapped);
 }
 
+// Kills and reaps a child at the end of a test, unless it was reaped already (pid set to -1:
+// kill(-1) would signal every process).
+struct Reaper {
+  pid_t pid;
+  ~Reaper() {
+    if (pid <= 0) return;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+};
+
 // An open maps file pins the address space the process had when it was opened: an exec (same
 // ids) leaves it answering nothing, which is how the daemon learns of the exec, and no answer of
 // it describes the new program. Kernels without PROCMAP_QUERY take the read path, so this runs on
@@ -218,14 +229,7 @@ TEST(MapsHandleTest, PinsTheAddressSpaceOfTheOpenAcrossAnExec) {
     ::execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
     ::_exit(3);
   }
-  struct Reap {
-    pid_t pid;
-    ~Reap() {
-      if (pid <= 0) return;  // reaped already (kill(-1) would signal every process)
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  } reap{child};
+  Reaper reap{child};
   uint64_t buffer = 0;
   ASSERT_EQ(::read(report[0], &buffer, sizeof buffer), static_cast<ssize_t>(sizeof buffer));
   const tt::sys::Fs procfs("/proc");
@@ -321,14 +325,7 @@ TEST(MapsHandleTest, AnExecIsSeenAlsoWhenAnotherProcessKeepsTheOldAddressSpace) 
   }
   pid_t execer = -1;
   ASSERT_EQ(::read(report[0], &execer, sizeof execer), static_cast<ssize_t>(sizeof execer));
-  struct Reap {
-    pid_t pid;
-    ~Reap() {
-      if (pid <= 0) return;
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  } reap{sharer};
+  Reaper reap{sharer};
   const tt::sys::Fs procfs("/proc");
   auto handle = tt::sys::MapsHandle::open(procfs, execer);
   ASSERT_TRUE(handle.ok()) << handle.error().message();

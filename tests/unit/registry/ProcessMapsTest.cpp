@@ -72,16 +72,31 @@ TEST(ProcessMaps, InspectorAnswersFromTheFixtureAndFailsForMissingPids) {
 
 namespace {
 
+// A procfs tree in a temporary folder with process 7, whose maps file the test writes in place (the
+// inspector keeps it open, as it keeps the real one).
+struct FixtureProcess {
+  FixtureProcess() {
+    char tmpl[] = "/tmp/tt-maps-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return;
+    root = tmpl;
+    std::filesystem::create_directories(root + "/7");
+  }
+  ~FixtureProcess() {
+    if (!root.empty()) std::filesystem::remove_all(root);
+  }
+  bool ok() const { return !root.empty(); }
+  void writeMaps(const char* text) const { std::ofstream(root + "/7/maps") << text; }
+  std::string root;
+};
+
 // The cache: a covered range is answered without re-reading; an uncovered one re-reads; forget()
 // drops it. Checked by swapping the fixture file under the inspector.
 TEST(ProcessMaps, InspectorCachesCoveredRangesAndRereadsOtherwise) {
-  char tmpl[] = "/tmp/tt-maps-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string root = tmpl;
-  std::filesystem::create_directories(root + "/7");
-  auto write = [&](const char* text) { std::ofstream(root + "/7/maps") << text; };
+  FixtureProcess tree;
+  ASSERT_TRUE(tree.ok());
+  auto write = [&](const char* text) { tree.writeMaps(text); };
   write("10000-20000 rw-p 00000000 00:00 0\n");
-  tt::registry::ProcMapsInspector inspector(root);
+  tt::registry::ProcMapsInspector inspector(tree.root);
   EXPECT_TRUE(*inspector.rangeMapped(7, 0, 0x10000, 0x11000));
   write("30000-40000 rw-p 00000000 00:00 0\n");
   EXPECT_TRUE(*inspector.rangeMapped(7, 0, 0x10000, 0x11000));  // cached: not re-read
@@ -90,7 +105,6 @@ TEST(ProcessMaps, InspectorCachesCoveredRangesAndRereadsOtherwise) {
   inspector.forget(7);
   write("10000-20000 rw-p 00000000 00:00 0\n");
   EXPECT_TRUE(*inspector.rangeMapped(7, 0, 0x10000, 0x11000));
-  std::filesystem::remove_all(root);
 }
 
 // The maps file stays open from the first probe; an open maps file of an address space gone (an
@@ -98,13 +112,11 @@ TEST(ProcessMaps, InspectorCachesCoveredRangesAndRereadsOtherwise) {
 // from the cache then: the answer is ESTALE (the process is there: an exec), and the next probe
 // opens the file afresh.
 TEST(ProcessMaps, InspectorDoesNotAnswerFromTheCacheOnceThePinnedAddressSpaceIsGone) {
-  char tmpl[] = "/tmp/tt-maps-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  const std::string root = tmpl;
-  std::filesystem::create_directories(root + "/7");
-  auto write = [&](const char* text) { std::ofstream(root + "/7/maps") << text; };
+  FixtureProcess tree;
+  ASSERT_TRUE(tree.ok());
+  auto write = [&](const char* text) { tree.writeMaps(text); };
   write("10000-20000 rw-p 00000000 00:00 0\n");
-  tt::registry::ProcMapsInspector inspector(root);
+  tt::registry::ProcMapsInspector inspector(tree.root);
   EXPECT_TRUE(*inspector.rangeMapped(7, 0, 0x10000, 0x11000));
   EXPECT_TRUE(inspector.pinsAddressSpace(7));
   write("");
@@ -121,7 +133,6 @@ TEST(ProcessMaps, InspectorDoesNotAnswerFromTheCacheOnceThePinnedAddressSpaceIsG
   auto replaced = inspector.replacedAddressSpace(7);
   ASSERT_TRUE(replaced.ok()) << replaced.error().message();
   EXPECT_TRUE(*replaced);
-  std::filesystem::remove_all(root);
 }
 
 }  // namespace
