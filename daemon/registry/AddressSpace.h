@@ -54,11 +54,13 @@ class AddressSpaceInspector {
 // VMAs than that never fits. The maps file is not read there.
 //
 // A process's maps file is opened once, at its first probe, and kept open until it is forgotten
-// (sys::MapsHandle): every answer then describes the address space it had at that open. Opening
-// it waits for the process's exec lock, which an exec holds while it tears the old address space
-// down (0.66 s at 8 GiB here); with the file kept open, only the first probe of a process can
-// wait so, not each request (the placement queries' post-read check still opens it: their
-// move_pages read is of whatever the process runs now). An exec since is seen as that address
+// (sys::MapsHandle): every answer then describes the address space it had at that open, and a
+// registration makes one ioctl where it made two opens. Opening it waits for the process's exec
+// lock, which an exec holds while it tears the old address space down (0.66 s at 8 GiB here).
+// That wait is not gone: the first probe after an exec waits for the exec's ids (the registry
+// asks), as a fresh open would; what the loop can be stalled by is still one such wait per exec
+// of a client (the placement queries' post-read check also opens the file: their move_pages read
+// is of whatever the process runs now). An exec since is seen as that address
 // space gone (ESTALE from rangeMapped, or replacedAddressSpace, which the server sweeps), or, when
 // another process shares it (CLONE_VM) and keeps it alive, by replacedAddressSpace only: the
 // process's stack and argument addresses, which each exec randomises, have moved. Until that

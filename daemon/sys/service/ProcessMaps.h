@@ -92,8 +92,8 @@ using AddressSpaceFingerprint = std::array<uint64_t, 5>;
 // An open `<pid>/maps`, which pins the address space the process had when it was opened: the
 // kernel takes the process's mm at open (after waiting out an exec in progress: the exec lock),
 // and every later query or read of the open file describes that mm, or nothing once the mm is
-// gone (the process exec'd a new program or exited). Why keep one open: a query then never waits
-// on the process's exec lock again (an open does, for as long as an exec tears the old address
+// gone (the process exec'd a new program or exited). Why keep one open: a query of it does not
+// wait on the process's exec lock (an open does, for as long as an exec tears the old address
 // space down: 0.66 s at 8 GiB), and says when the address space is gone. After an exec it never
 // describes the new program; it may go on describing the old address space if another process
 // shares it (clone with CLONE_VM), which addressSpaceFingerprint tells.
