@@ -176,8 +176,9 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
     std::string_view frame;
     for (size_t handled = 0;; ++handled) {
       if (handled == kFramesPerTurn) {
+        watchStall(progressed);  // frames were handled: a deadline armed for a held frame restarts
         asio::post(socket_.get_executor(), [self = shared_from_this()] {
-          if (!self->closed_ && !self->closing_) self->handleFrames(true);
+          if (!self->closed_ && !self->closing_) self->handleFrames(false);
         });
         return;
       }
@@ -427,16 +428,17 @@ void Server::sweepChangedIds() {
     for (pid_t pid : registry_.processesThatExeced()) {
       TT_LOG(Info) << "pid " << pid << " ran exec since its regions were registered: dropping them";
       processExited(pid);
-      execed_.insert(pid);
+      execed_[pid] = kExecWatchSweeps;
     }
     // Connections of the old ids of a process dropped since (an exec, or a refusal elsewhere) are
-    // closed once its new ids show; watched while any connection of the pid is left.
+    // closed once its new ids show; watched while any connection of the pid is left, for at most
+    // kExecWatchSweeps sweeps (a plain exec's connections stay, and are not checked for ever).
     for (auto it = execed_.begin(); it != execed_.end();) {
-      closeStaleConnections(*it, 0);
-      const pid_t pid = *it;
+      closeStaleConnections(it->first, 0);
+      const pid_t pid = it->first;
       const bool left = std::any_of(connections_.begin(), connections_.end(),
                                     [pid](const auto& c) { return c.second->session.peer.pid == pid; });
-      it = left ? std::next(it) : execed_.erase(it);
+      it = left && --it->second > 0 ? std::next(it) : execed_.erase(it);
     }
     sweepChangedIds();
   });

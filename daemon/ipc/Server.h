@@ -23,7 +23,6 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "core/Result.h"
 #include "ipc/Protocol.h"
@@ -83,7 +82,7 @@ class Server final : public ProcessLifetime {
   void unwatch(pid_t pid) override;
   void forget(pid_t pid) override {
     processExited(pid);
-    execed_.insert(pid);  // dropped for an exec or a refusal: connections of old ids go once they show
+    execed_[pid] = kExecWatchSweeps;  // dropped for an exec or a refusal: old-id connections go once ids show
   }
 
  private:
@@ -122,8 +121,11 @@ class Server final : public ProcessLifetime {
   static constexpr std::chrono::milliseconds kIdSweep{1000};  // ~7 us a registered process
   std::unordered_map<uint64_t, std::shared_ptr<Connection>> connections_;
   std::unordered_map<pid_t, ProcessWatch> watches_;
-  // Pids dropped for an exec or a refusal whose connections of old ids the sweep still closes.
-  std::unordered_set<pid_t> execed_;
+  // Pids dropped for an exec or a refusal whose connections of old ids the sweep still closes,
+  // with the sweeps left: 300, five minutes, longer than the teardown of any address space here
+  // (1.6 s at 8 GiB here) before an exec commits its ids.
+  static constexpr int kExecWatchSweeps = 300;
+  std::unordered_map<pid_t, int> execed_;
   std::unordered_map<uint64_t, PendingMbind> pendingMbinds_;
   uint64_t nextMbindId_ = 1;
   ProcessExitCallback onExit_;

@@ -102,16 +102,13 @@ Result<bool> ProcMapsInspector::runsAs(pid_t pid, uid_t uid, gid_t gid, bool aft
 Result<std::shared_ptr<const sys::MapsHandle>> ProcMapsInspector::pinned(pid_t pid) {
   {
     std::lock_guard lock(mutex_);
-    if (auto it = pinned_.find(pid); it != pinned_.end()) return it->second.handle;
+    if (auto it = pinned_.find(pid); it != pinned_.end()) return it->second;
   }
   auto opened = sys::MapsHandle::open(procfs_, pid);  // may wait out an exec: outside the lock
   if (!opened) return opened.error();
-  Pinned pinned{std::make_shared<const sys::MapsHandle>(std::move(*opened)), std::nullopt};
-  // After the open: an exec between the two makes the fingerprint the new program's, and the
-  // next sweep drop what is registered (the safe way to be wrong).
-  if (auto fingerprint = sys::addressSpaceFingerprint(procfs_, pid)) pinned.fingerprint = *fingerprint;
+  auto handle = std::make_shared<const sys::MapsHandle>(std::move(*opened));
   std::lock_guard lock(mutex_);
-  return pinned_.try_emplace(pid, std::move(pinned)).first->second.handle;
+  return pinned_.try_emplace(pid, std::move(handle)).first->second;
 }
 
 Result<bool> ProcMapsInspector::replaced(pid_t pid) {
@@ -130,19 +127,15 @@ bool ProcMapsInspector::pinsAddressSpace(pid_t pid) {
 }
 
 Result<bool> ProcMapsInspector::replacedAddressSpace(pid_t pid) {
-  Pinned pinned;
+  std::shared_ptr<const sys::MapsHandle> handle;
   {
     std::lock_guard lock(mutex_);
     auto it = pinned_.find(pid);
     if (it == pinned_.end()) return false;
-    pinned = it->second;
+    handle = it->second;
   }
-  auto alive = pinned.handle->alive();
+  auto alive = handle->alive();
   if (!alive) return alive.error();
-  if (*alive && pinned.fingerprint) {
-    auto now = sys::addressSpaceFingerprint(procfs_, pid);
-    if (now && *now != *pinned.fingerprint) alive = false;  // kept alive by a sharer: an exec all the same
-  }
   if (*alive) return false;
   auto gone = replaced(pid);
   if (!gone && gone.error().code == ESTALE) return true;

@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -61,10 +60,12 @@ class AddressSpaceInspector {
 // asks), as a fresh open would; what the loop can be stalled by is still one such wait per exec
 // of a client (the placement queries' post-read check also opens the file: their move_pages read
 // is of whatever the process runs now). An exec since is seen as that address
-// space gone (ESTALE from rangeMapped, or replacedAddressSpace, which the server sweeps), or, when
-// another process shares it (CLONE_VM) and keeps it alive, by replacedAddressSpace only: the
-// process's stack and argument addresses, which each exec randomises, have moved. Until that
-// sweep (a second at most), probes answer from the shared address space.
+// space gone (ESTALE from rangeMapped, or replacedAddressSpace, which the server sweeps). Not
+// seen: an exec while another process shares the address space (clone with CLONE_VM, not a
+// thread) and keeps it alive; probes then go on answering from that shared address space, and
+// the regions stay. (Telling it by /proc/PID/stat's stack and argument addresses was tried and
+// dropped: that read waits on an exec in progress, ~0.7 s at 6 GiB, and reads 0 once the first
+// thread has exited.)
 //
 // Kernels without the ioctl (ENOTTY; also fixture trees) read the maps file, and keep a process's
 // parsed maps for `kCacheFor`: a training process registers many tensors in a burst, and a range
@@ -113,13 +114,7 @@ class ProcMapsInspector final : public AddressSpaceInspector {
   std::mutex mutex_;
   KernelQuery kernelQuery_ = KernelQuery::kUnknown;
   std::unordered_map<pid_t, Cached> cache_;
-  struct Pinned {
-    std::shared_ptr<const sys::MapsHandle> handle;
-    // Of the address space current just after the open (none on trees without `<pid>/stat`): a
-    // process sharing the pinned one (CLONE_VM) keeps it alive across an exec, which this tells.
-    std::optional<sys::AddressSpaceFingerprint> fingerprint;
-  };
-  std::unordered_map<pid_t, Pinned> pinned_;
+  std::unordered_map<pid_t, std::shared_ptr<const sys::MapsHandle>> pinned_;
   std::unordered_map<uid_t, Budget> budgets_;
 };
 

@@ -138,9 +138,10 @@ Result<ProcessOwner> processOwner(const Fs& procfs, pid_t pid, bool afterExec) {
   if (DIR* tasks = ::opendir((path + "/task").c_str())) {
     while (const dirent* entry = ::readdir(tasks)) {
       if (entry->d_name[0] == '.' || std::to_string(pid) == entry->d_name) continue;
+      // Threads share the mm, so one live thread tells (the next only if this one has gone).
       struct stat thread{};
-      if (::stat((path + "/task/" + entry->d_name + "/status").c_str(), &thread) == 0 && sameOwner(thread)) {
-        dumpable = true;
+      if (::stat((path + "/task/" + entry->d_name + "/status").c_str(), &thread) == 0) {
+        dumpable = sameOwner(thread);
         break;
       }
     }
@@ -188,34 +189,6 @@ Result<RangeQueryResult> queryRangeMapped(const Fs& procfs, pid_t pid, uint64_t 
   auto handle = MapsHandle::open(procfs, pid);
   if (!handle) return handle.error();
   return handle->queryRange(start, end, maxVmas);
-}
-
-Result<AddressSpaceFingerprint> addressSpaceFingerprint(const Fs& procfs, pid_t pid) {
-  const std::string name = std::to_string(pid) + "/stat";
-  auto text = procfs.readFile(name);
-  if (!text) return text.error().code == ENOENT ? systemError(ESRCH, text.error().context) : text.error();
-  // Fields after the command name, which may hold spaces and parentheses: from the last ')'.
-  const size_t close = text->rfind(')');
-  if (close == std::string::npos) return systemError(EINVAL, procfs.resolve(name) + ": no command name");
-  std::string_view rest(*text);
-  rest.remove_prefix(close + 1);
-  // rest starts at field 3 (state); start_stack is field 28, arg_start..env_end 48..51.
-  AddressSpaceFingerprint fingerprint{};
-  int field = 2;
-  for (;;) {
-    const std::string_view value = nextField(rest);
-    if (value.empty()) break;
-    ++field;
-    int slot = field == 28 ? 0 : (field >= 48 && field <= 51) ? field - 47 : -1;
-    if (slot < 0) continue;
-    uint64_t number = 0;
-    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
-    if (ec != std::errc() || ptr != value.data() + value.size())
-      return systemError(EINVAL, procfs.resolve(name) + ": field " + std::to_string(field) + " is not a number");
-    fingerprint[static_cast<size_t>(slot)] = number;
-    if (field == 51) return fingerprint;
-  }
-  return systemError(EINVAL, procfs.resolve(name) + ": fewer than 51 fields");
 }
 
 Result<MapsHandle> MapsHandle::open(const Fs& procfs, pid_t pid) {

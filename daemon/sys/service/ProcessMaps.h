@@ -7,7 +7,6 @@
 
 #include <sys/types.h>
 
-#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -82,21 +81,14 @@ struct RangeQueryResult {
 [[nodiscard]] Result<RangeQueryResult> queryRangeMapped(const Fs& procfs, pid_t pid, uint64_t start, uint64_t end,
                                                         uint64_t maxVmas);
 
-// Where the process's current address space put its stack and its arguments and environment
-// (`<pid>/stat` fields start_stack, arg_start, arg_end, env_start, env_end): randomised afresh by
-// every exec, so a change means a new program. Read without the exec lock (one read of
-// `<pid>/stat`, ~10 us). All 0 when the reader may not see them (not root).
-using AddressSpaceFingerprint = std::array<uint64_t, 5>;
-[[nodiscard]] Result<AddressSpaceFingerprint> addressSpaceFingerprint(const Fs& procfs, pid_t pid);
-
 // An open `<pid>/maps`, which pins the address space the process had when it was opened: the
 // kernel takes the process's mm at open (after waiting out an exec in progress: the exec lock),
 // and every later query or read of the open file describes that mm, or nothing once the mm is
 // gone (the process exec'd a new program or exited). Why keep one open: a query of it does not
 // wait on the process's exec lock (an open does, for as long as an exec tears the old address
 // space down: 0.66 s at 8 GiB), and says when the address space is gone. After an exec it never
-// describes the new program; it may go on describing the old address space if another process
-// shares it (clone with CLONE_VM), which addressSpaceFingerprint tells.
+// describes the new program; it goes on describing the old address space if another process
+// shares it (clone with CLONE_VM) and keeps it alive.
 class MapsHandle {
  public:
   // ESRCH when the process is gone.

@@ -5,7 +5,6 @@
 // tests on fixture trees (tests/unit/registry/ProcessMapsTest.cpp), where the ioctl fails the same way.
 // MapsHandleTest (a maps file kept open across an exec) runs on any kernel.
 #include <gtest/gtest.h>
-#include <sched.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,7 +18,6 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "registry/AddressSpace.h"
 #include "sys/service/ProcessMaps.h"
@@ -295,63 +293,6 @@ TEST(MapsHandleTest, PinsTheAddressSpaceOfTheOpenAcrossAnExec) {
   auto exited = prober.rangeMapped(child, 1000, buffer, buffer + kPage);
   ASSERT_FALSE(exited.ok());
   EXPECT_EQ(exited.error().code, ESRCH) << exited.error().message();
-  for (int fd : {report[0], report[1], go[0], go[1]}) ::close(fd);
-}
-
-// A process sharing the address space (clone with CLONE_VM, not a thread) keeps it alive across
-// the exec of the other: the open maps file still answers, for the sharer's address space. The
-// exec shows in where the process's stack and arguments are now, which the sweep's question
-// (replacedAddressSpace) compares with those of the open.
-TEST(MapsHandleTest, AnExecIsSeenAlsoWhenAnotherProcessKeepsTheOldAddressSpace) {
-  int report[2], go[2];
-  ASSERT_EQ(::pipe(report), 0);
-  ASSERT_EQ(::pipe(go), 0);
-  const pid_t sharer = ::fork();
-  ASSERT_GE(sharer, 0);
-  if (sharer == 0) {
-    static int goFd = go[0];
-    static std::vector<char> stack(256 * 1024);
-    const pid_t execer = ::clone(
-        [](void*) -> int {
-          char b;
-          if (::read(goFd, &b, 1) != 1) ::_exit(2);
-          ::execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
-          ::_exit(3);
-        },
-        stack.data() + stack.size(), CLONE_VM | SIGCHLD, nullptr);
-    if (execer < 0 || ::write(report[1], &execer, sizeof execer) != sizeof execer) ::_exit(1);
-    ::pause();  // keeps the shared address space until killed
-    ::_exit(0);
-  }
-  pid_t execer = -1;
-  ASSERT_EQ(::read(report[0], &execer, sizeof execer), static_cast<ssize_t>(sizeof execer));
-  Reaper reap{sharer};
-  const tt::sys::Fs procfs("/proc");
-  auto handle = tt::sys::MapsHandle::open(procfs, execer);
-  ASSERT_TRUE(handle.ok()) << handle.error().message();
-  tt::registry::ProcMapsInspector inspector("/proc");
-  auto mapped = inspector.rangeMapped(execer, 1000, 0, kPage);  // pins the address space
-  ASSERT_TRUE(mapped.ok()) << mapped.error().message();
-  EXPECT_TRUE(inspector.pinsAddressSpace(execer));
-  auto replaced = inspector.replacedAddressSpace(execer);
-  ASSERT_TRUE(replaced.ok()) << replaced.error().message();
-  EXPECT_FALSE(*replaced) << "an exec seen before there was one";
-
-  ASSERT_EQ(::write(go[1], "x", 1), 1);
-  bool seen = false;
-  for (int i = 0; i < 250 && !seen; ++i) {
-    replaced = inspector.replacedAddressSpace(execer);
-    ASSERT_TRUE(replaced.ok()) << replaced.error().message();
-    seen = *replaced;
-    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_TRUE(seen) << "the exec was not seen in 5 s";
-  // It is the case this is about: the open file still answers, the sharer keeps its address space.
-  auto alive = handle->alive();
-  ASSERT_TRUE(alive.ok()) << alive.error().message();
-  EXPECT_TRUE(*alive) << "the address space died with the exec: no sharer kept it";
-  EXPECT_FALSE(inspector.pinsAddressSpace(execer));
-  ::kill(execer, SIGKILL);  // the sharer's child: reaped with it
   for (int fd : {report[0], report[1], go[0], go[1]}) ::close(fd);
 }
 
