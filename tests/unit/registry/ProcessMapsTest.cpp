@@ -72,14 +72,15 @@ TEST(ProcessMaps, InspectorAnswersFromTheFixtureAndFailsForMissingPids) {
 
 namespace {
 
-// A procfs tree in a temporary folder with process 7, whose maps file the test writes in place (the
-// inspector keeps it open, as it keeps the real one).
+// A procfs tree in a temporary folder with process 7, whose maps file (first `maps`) the test
+// writes in place (the inspector keeps it open, as it keeps the real one).
 struct FixtureProcess {
-  FixtureProcess() {
+  explicit FixtureProcess(const char* maps) {
     char tmpl[] = "/tmp/tt-maps-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) return;
     root = tmpl;
     std::filesystem::create_directories(root + "/7");
+    writeMaps(maps);
   }
   ~FixtureProcess() {
     if (!root.empty()) std::filesystem::remove_all(root);
@@ -92,10 +93,9 @@ struct FixtureProcess {
 // The cache: a covered range is answered without re-reading; an uncovered one re-reads; forget()
 // drops it. Checked by swapping the fixture file under the inspector.
 TEST(ProcessMaps, InspectorCachesCoveredRangesAndRereadsOtherwise) {
-  FixtureProcess tree;
+  FixtureProcess tree("10000-20000 rw-p 00000000 00:00 0\n");
   ASSERT_TRUE(tree.ok());
   auto write = [&](const char* text) { tree.writeMaps(text); };
-  write("10000-20000 rw-p 00000000 00:00 0\n");
   tt::registry::ProcMapsInspector inspector(tree.root);
   EXPECT_TRUE(*inspector.rangeMapped(7, 0, 0x10000, 0x11000));
   write("30000-40000 rw-p 00000000 00:00 0\n");
@@ -112,10 +112,9 @@ TEST(ProcessMaps, InspectorCachesCoveredRangesAndRereadsOtherwise) {
 // from the cache then: the answer is ESTALE (the process is there: an exec), and the next probe
 // opens the file afresh.
 TEST(ProcessMaps, InspectorDoesNotAnswerFromTheCacheOnceThePinnedAddressSpaceIsGone) {
-  FixtureProcess tree;
+  FixtureProcess tree("10000-20000 rw-p 00000000 00:00 0\n");
   ASSERT_TRUE(tree.ok());
   auto write = [&](const char* text) { tree.writeMaps(text); };
-  write("10000-20000 rw-p 00000000 00:00 0\n");
   tt::registry::ProcMapsInspector inspector(tree.root);
   EXPECT_TRUE(*inspector.rangeMapped(7, 0, 0x10000, 0x11000));
   EXPECT_TRUE(inspector.pinsAddressSpace(7));
