@@ -22,24 +22,26 @@ uint64_t pagesOf(std::span<const registry::RegionRecord> regions) {
   return pages;
 }
 
-Result<Placement> PlacementReader::read(pid_t pid, uint64_t start, uint64_t length, uint64_t stride) {
+Result<Placement> PlacementReader::read(pid_t pid, uint64_t start, uint64_t length, uint64_t stride) const {
   Placement out;
   if (stride == 0) stride = 1;
   const uint64_t pages = length / kBasePageSize;
+  std::vector<void*> addresses;  // per call: callers on several threads
+  std::vector<int> status;
   for (uint64_t first = 0; first < pages;) {
-    pages_.clear();
+    addresses.clear();
     uint64_t weight = 0;
-    for (uint64_t i = first; i < pages && pages_.size() < kChunkPages; i += stride) {
-      pages_.push_back(reinterpret_cast<void*>(start + i * kBasePageSize));
+    for (uint64_t i = first; i < pages && addresses.size() < kChunkPages; i += stride) {
+      addresses.push_back(reinterpret_cast<void*>(start + i * kBasePageSize));
     }
-    const uint64_t next = first + pages_.size() * stride;
-    status_.assign(pages_.size(), 0);
-    if (auto r = mover_.queryPages(pid, pages_, status_); !r) return r.error();
-    for (size_t k = 0; k < status_.size(); ++k) {
+    const uint64_t next = first + addresses.size() * stride;
+    status.assign(addresses.size(), 0);
+    if (auto r = mover_.queryPages(pid, addresses, status); !r) return r.error();
+    for (size_t k = 0; k < status.size(); ++k) {
       // The last sampled page stands for the pages up to the end, not a whole stride.
       const uint64_t idx = first + k * stride;
       weight = std::min(stride, pages - idx) * kBasePageSize;
-      if (status_[k] >= 0) out.bytesPerNode[status_[k]] += weight;
+      if (status[k] >= 0) out.bytesPerNode[status[k]] += weight;
       else out.unmappedBytes += weight;
     }
     first = next;

@@ -39,13 +39,13 @@ class PlacementReader {
 
   // Every page of [start, start + length) when `stride` is 1; with a larger stride only every
   // stride-th page is queried and counted as `stride` pages (a cheap estimate for big regions).
-  [[nodiscard]] Result<Placement> read(pid_t pid, uint64_t start, uint64_t length, uint64_t stride = 1);
+  // Thread-safe (client queries run on ipc::RequestWorkers, listings on the loop) as far as the
+  // mover is.
+  [[nodiscard]] Result<Placement> read(pid_t pid, uint64_t start, uint64_t length, uint64_t stride = 1) const;
 
  private:
   static constexpr size_t kChunkPages = 16384;
   sys::PageMover& mover_;
-  std::vector<void*> pages_;
-  std::vector<int> status_;
 };
 
 }  // namespace tt::ipc

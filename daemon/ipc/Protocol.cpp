@@ -59,6 +59,14 @@ ProtocolHandler::ProtocolHandler(registry::Registry& registry, PlacementReader& 
       daemonVersion_(std::move(daemonVersion)) {}
 
 bool ProtocolHandler::handle(Session& s, const pb::ClientMessage& req, pb::DaemonMessage& reply) {
+  auto begun = begin(s, req, reply);
+  if (const bool* send = std::get_if<bool>(&begun)) return *send;
+  OffLoop& off = std::get<OffLoop>(begun);
+  off.work();
+  return off.finish(s, reply);
+}
+
+std::variant<bool, OffLoop> ProtocolHandler::begin(Session& s, const pb::ClientMessage& req, pb::DaemonMessage& reply) {
   reply.Clear();
   reply.set_seq(req.seq());
   using B = pb::ClientMessage::BodyCase;
@@ -78,7 +86,9 @@ bool ProtocolHandler::handle(Session& s, const pb::ClientMessage& req, pb::Daemo
     return true;
   }
   switch (body) {
-    case B::kRegisterRegion: registerRegion(s, req.register_region(), reply); return true;
+    case B::kRegisterRegion:
+      if (auto off = registerRegion(s, req.register_region(), reply)) return std::move(*off);
+      return true;
     case B::kUnregisterRegion: {
       if (!stillRunsAsPeer(s, reply)) return true;  // the new program's regions are not the old ids' to end
       if (auto r = registry_.unregisterRegion(s.peer, req.unregister_region().region_id()); !r)
@@ -108,13 +118,15 @@ bool ProtocolHandler::handle(Session& s, const pb::ClientMessage& req, pb::Daemo
       reply.mutable_ack();
       return true;
     }
-    case B::kQueryPlacement: queryPlacement(s, req.query_placement(), reply); return true;
+    case B::kQueryPlacement:
+      if (auto off = queryPlacement(s, req.query_placement(), reply)) return std::move(*off);
+      return true;
     case B::kMbindResult:
       if (mbindSink_) mbindSink_(s, req.mbind_result().request_id(), req.mbind_result().errno_value());
       return false;
     default:
       if (static_cast<int>(body) >= 20 && admin_) {
-        admin_->handleAdmin(s, req, reply);
+        if (auto off = admin_->beginAdmin(s, req, reply)) return std::move(*off);
         reply.set_seq(req.seq());
         return true;
       }
@@ -216,29 +228,41 @@ void ProtocolHandler::sessionClosed(Session& s) {
   s.attached = false;
 }
 
-void ProtocolHandler::registerRegion(Session& s, const pb::RegisterRegion& m, pb::DaemonMessage& reply) {
+std::optional<OffLoop> ProtocolHandler::registerRegion(Session& s, const pb::RegisterRegion& m,
+                                                       pb::DaemonMessage& reply) {
   // Checked on every registration (attach checks the first): each one probes the address space.
   const bool wasAttached = s.attached;
-  if (!attach(s, reply)) return;
-  if (wasAttached && !stillRunsAsPeer(s, reply)) return;
+  if (!attach(s, reply)) return std::nullopt;
+  if (wasAttached && !stillRunsAsPeer(s, reply)) return std::nullopt;
   registry::RegisterRequest r;
   r.address = m.address();
   r.length = m.length();
   r.kind = regionKindFromProto(m.kind());
   r.name = m.name();
   r.expectedLifetimeSteps = m.hints().expected_lifetime_steps();
-  auto info = registry_.registerRegion(s.peer, r);
-  if (!info) {
-    refuse(s, reply, info.error());
-    return;
-  }
-  auto* out = reply.mutable_register_region_reply();
-  out->set_region_id(info->id);
-  out->set_client_tag(m.client_tag());
+  // The probe (and, after an exec, the wait for its ids) is the part that waits on the process.
+  auto info = std::make_shared<std::optional<Result<RegionInfo>>>();
+  OffLoop off;
+  off.work = [this, peer = s.peer, r = std::move(r), info] { info->emplace(registry_.registerRegion(peer, r)); };
+  off.finish = [this, info, seq = reply.seq(), tag = m.client_tag()](Session& session, pb::DaemonMessage& out) {
+    out.Clear();
+    out.set_seq(seq);
+    const Result<RegionInfo>& registered = **info;
+    if (!registered) {
+      refuse(session, out, registered.error());
+      return true;
+    }
+    auto* body = out.mutable_register_region_reply();
+    body->set_region_id(registered->id);
+    body->set_client_tag(tag);
+    return true;
+  };
+  return off;
 }
 
-void ProtocolHandler::queryPlacement(Session& s, const pb::QueryPlacement& m, pb::DaemonMessage& reply) {
-  if (!stillRunsAsPeer(s, reply)) return;
+std::optional<OffLoop> ProtocolHandler::queryPlacement(Session& s, const pb::QueryPlacement& m,
+                                                       pb::DaemonMessage& reply) {
+  if (!stillRunsAsPeer(s, reply)) return std::nullopt;
   // Each region once, in the order first asked (a frame can repeat an id a million times).
   std::vector<uint64_t> ids;
   std::unordered_set<uint64_t> seen;
@@ -247,41 +271,72 @@ void ProtocolHandler::queryPlacement(Session& s, const pb::QueryPlacement& m, pb
   auto regions = registry_.regionsOf(s.peer.pid, ids);
   if (!regions) {
     setError(reply, errorCodeFor(regions.error()), regions.error().message());
-    return;
+    return std::nullopt;
   }
   const std::optional<uint64_t> budgeted = placementStride(pagesOf(*regions), regions->size());
   if (!budgeted) {
     setError(reply, pb::LIMIT_EXCEEDED,
              std::to_string(regions->size()) + " regions: more than one request may read (" +
                  std::to_string(kPlacementPagesPerRequest) + "); ask for fewer region ids");
-    return;
+    return std::nullopt;
   }
-  const uint64_t stride = *budgeted;
-  auto* out = reply.mutable_placement();
-  for (const auto& rec : *regions) {
-    auto* rp = out->add_regions();
-    rp->set_region_id(rec.info.id);
-    rp->set_name(rec.info.name);
-    rp->set_kind(regionKindToProto(rec.info.kind));
-    rp->set_address(rec.info.start);
-    rp->set_length(rec.info.length);
-    rp->set_heat(rec.heat);
-    rp->set_sample_stride(static_cast<uint32_t>(std::min<uint64_t>(stride, UINT32_MAX)));
-    auto placement = placement_.read(rec.info.tgid, rec.info.start, rec.info.length, stride);
-    if (!placement) {
-      if (!stillRunsAsPeer(s, reply, true)) return;  // the failure would be the new program's
-      setError(reply, pb::INTERNAL, placement.error().message());  // replaces the partial placement
-      return;
+  // The reads wait for the process's mmap lock: off the loop, with the ids check after them.
+  struct Reads {
+    std::vector<registry::RegionRecord> regions;
+    uint64_t stride = 1;
+    std::vector<Placement> placements;  // in the order of `regions`, up to the first failure
+    std::optional<Error> failed;
+    std::optional<Error> idsChanged;  // the check after the reads: an exec since would have had
+                                      // them describe the new program
+  };
+  auto reads = std::make_shared<Reads>();
+  reads->regions = std::move(*regions);
+  reads->stride = *budgeted;
+  OffLoop off;
+  off.work = [this, peer = s.peer, reads] {
+    for (const auto& rec : reads->regions) {
+      auto placement = placement_.read(rec.info.tgid, rec.info.start, rec.info.length, reads->stride);
+      if (!placement) {
+        reads->failed = placement.error();
+        break;
+      }
+      reads->placements.push_back(std::move(*placement));
     }
-    for (const auto& [node, bytes] : placement->bytesPerNode) {
-      auto* nb = rp->add_bytes_per_node();
-      nb->set_node(node);
-      nb->set_bytes(bytes);
+    if (auto still = registry_.checkRunsAs(peer, true); !still) reads->idsChanged = still.error();
+  };
+  off.finish = [this, reads, seq = reply.seq()](Session& session, pb::DaemonMessage& out) {
+    out.Clear();
+    out.set_seq(seq);
+    if (reads->idsChanged) {
+      refuse(session, out, *reads->idsChanged);  // what was read may be the new program's
+      return true;
     }
-    rp->set_unmapped_bytes(placement->unmappedBytes);
-  }
-  // An exec since the check at the top would have had the reads describe the new program.
-  (void)stillRunsAsPeer(s, reply, true);
+    if (reads->failed) {
+      setError(out, pb::INTERNAL, reads->failed->message());
+      return true;
+    }
+    auto* body = out.mutable_placement();
+    for (size_t i = 0; i < reads->regions.size(); ++i) {
+      const auto& rec = reads->regions[i];
+      const Placement& placement = reads->placements[i];
+      auto* rp = body->add_regions();
+      rp->set_region_id(rec.info.id);
+      rp->set_name(rec.info.name);
+      rp->set_kind(regionKindToProto(rec.info.kind));
+      rp->set_address(rec.info.start);
+      rp->set_length(rec.info.length);
+      rp->set_heat(rec.heat);
+      rp->set_sample_stride(static_cast<uint32_t>(std::min<uint64_t>(reads->stride, UINT32_MAX)));
+      for (const auto& [node, bytes] : placement.bytesPerNode) {
+        auto* nb = rp->add_bytes_per_node();
+        nb->set_node(node);
+        nb->set_bytes(bytes);
+      }
+      rp->set_unmapped_bytes(placement.unmappedBytes);
+    }
+    return true;
+  };
+  return off;
 }
 
 }  // namespace tt::ipc

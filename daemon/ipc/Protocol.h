@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <variant>
 
 #include "core/Result.h"
 #include "ipc/Placement.h"
@@ -31,12 +33,29 @@ struct Session {
   std::string clientName;
 };
 
+// A request whose handling may wait on the client's own process (ipc/RequestWorkers.h says how):
+// `work` touches only the registry and the placement reader, which are thread-safe, and runs off
+// the event loop; `finish` then runs on the loop, fills in the reply and returns whether it is to
+// be sent, as ProtocolHandler::handle does. Whatever they share, they hold themselves.
+struct OffLoop {
+  std::function<void()> work;
+  std::function<bool(Session& session, pb::DaemonMessage& reply)> finish;
+};
+
 // Admin requests (oneof cases 20+) go to the service, which knows the pipeline and the config.
 class AdminHandler {
  public:
   virtual ~AdminHandler() = default;
   // Fills `reply` (body and seq are set by the caller only for errors).
   virtual void handleAdmin(const Session& session, const pb::ClientMessage& request, pb::DaemonMessage& reply) = 0;
+  // The same, but a request whose handling may wait (reading client processes' placement, the
+  // epoch loop's run lock) may come back as OffLoop, whose finish fills in the whole reply, seq
+  // included; nullopt when it was handled here, as by handleAdmin.
+  [[nodiscard]] virtual std::optional<OffLoop> beginAdmin(const Session& session, const pb::ClientMessage& request,
+                                                          pb::DaemonMessage& reply) {
+    handleAdmin(session, request, reply);
+    return std::nullopt;
+  }
 };
 
 // Starts watching a process's lifetime when it first registers (pidfd); knows whether a known
@@ -78,6 +97,12 @@ class ProtocolHandler {
   // MbindResult expect none). `reply` is cleared first. The caller closes the connection after
   // the reply when `session.revoked` is set.
   [[nodiscard]] bool handle(Session& session, const pb::ClientMessage& request, pb::DaemonMessage& reply);
+  // The same, but a request whose handling may wait on the client's process (RegisterRegion,
+  // QueryPlacement) comes back as OffLoop once its loop part is done; everything else is handled
+  // as by handle() and gives whether `reply` is to be sent. `request` and `session` need not
+  // outlive the call; `reply` is filled by `finish` only.
+  [[nodiscard]] std::variant<bool, OffLoop> begin(Session& session, const pb::ClientMessage& request,
+                                                  pb::DaemonMessage& reply);
 
   // The connection closed: release the process if this session attached it.
   void sessionClosed(Session& session);
@@ -93,8 +118,9 @@ class ProtocolHandler {
   // `reply` becomes `error`; an EKEYREVOKED one (the process runs with other ids) also revokes
   // the session and drops what it registered under them.
   void refuse(Session& s, pb::DaemonMessage& reply, const Error& error);
-  void registerRegion(Session& s, const pb::RegisterRegion& m, pb::DaemonMessage& reply);
-  void queryPlacement(Session& s, const pb::QueryPlacement& m, pb::DaemonMessage& reply);
+  // nullopt when the request was answered on the loop (refused before any probe).
+  [[nodiscard]] std::optional<OffLoop> registerRegion(Session& s, const pb::RegisterRegion& m, pb::DaemonMessage& reply);
+  [[nodiscard]] std::optional<OffLoop> queryPlacement(Session& s, const pb::QueryPlacement& m, pb::DaemonMessage& reply);
 
   registry::Registry& registry_;
   PlacementReader& placement_;

@@ -5,6 +5,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <deque>
+#include <variant>
 
 #include "core/Log.h"
 #include "ipc/FrameCodec.h"
@@ -106,7 +107,8 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
   // and after Hello from when part of a frame was first held, or from the last whole frame (a
   // client streaming marks often ends a read mid-frame); it is dropped when the connection no
   // longer is stalled.
-  [[nodiscard]] bool stalled() const { return !session.hello || decoder_.buffered() > 0; }
+  // Not while a request is out on the workers: nothing more is read until its answer is back.
+  [[nodiscard]] bool stalled() const { return !busy_ && (!session.hello || decoder_.buffered() > 0); }
   void watchStall(bool progressed = false) {
     // Frames restart the deadline only after Hello: frames that never get to Hello (bad requests,
     // admin queries) do not keep a connection open past it.
@@ -178,7 +180,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
       if (handled == kFramesPerTurn) {
         watchStall(progressed);  // frames were handled: a deadline armed for a held frame restarts
         asio::post(socket_.get_executor(), [self = shared_from_this()] {
-          if (!self->closed_ && !self->closing_) self->handleFrames(false);
+          if (!self->closed_ && !self->closing_ && !self->busy_) self->handleFrames(false);
         });
         return;
       }
@@ -202,18 +204,53 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
         if (!send(reply_)) return;
         continue;
       }
-      if (server_.handler_.handle(session, request_, reply_) && !send(reply_)) return;
-      if (closed_) return;
-      if (session.revoked) {
-        TT_LOG(Warn) << "session " << session.id << ": pid " << session.peer.pid << " no longer runs as uid "
-                     << session.peer.uid << " gid " << session.peer.gid << ", which opened it: closing the connection";
-        closeAfterFlush();
-        server_.closeStaleConnections(session.peer.pid, session.id);
+      auto begun = server_.handler_.begin(session, request_, reply_);
+      if (auto* off = std::get_if<OffLoop>(&begun)) {
+        handOff(std::move(*off));
         return;
       }
+      if (!replied(std::get<bool>(begun))) return;
     }
     watchStall(progressed);
     if (!closing_) read();
+  }
+
+  // After a request was handled: sends the reply if there is one. False when the connection is
+  // done with (closed, or closing because its process no longer runs as its peer).
+  bool replied(bool send) {
+    if (send && !this->send(reply_)) return false;
+    if (closed_) return false;
+    if (session.revoked) {
+      TT_LOG(Warn) << "session " << session.id << ": pid " << session.peer.pid << " no longer runs as uid "
+                   << session.peer.uid << " gid " << session.peer.gid << ", which opened it: closing the connection";
+      closeAfterFlush();
+      server_.closeStaleConnections(session.peer.pid, session.id);
+      return false;
+    }
+    return true;
+  }
+
+  // The request's work runs on the server's workers; its answer comes back to the loop, and the
+  // frames read after it are handled then. (A request that waits on its own process holds up its
+  // own connection only.)
+  void handOff(OffLoop off) {
+    busy_ = true;
+    watchStall();
+    auto shared = std::make_shared<OffLoop>(std::move(off));
+    auto loop = socket_.get_executor();  // taken here: the worker touches nothing of the connection's
+    const bool queued = server_.workers_.submit(session.peer.uid, [self = shared_from_this(), shared, loop] {
+      shared->work();
+      asio::post(loop, [self, shared] { self->handedBack(*shared); });
+    });
+    if (!queued) close();  // the server is stopping
+  }
+
+  void handedBack(OffLoop& off) {
+    busy_ = false;
+    if (closed_) return;  // closed meanwhile (the peer exited, the server stopped): nobody to answer
+    if (!replied(off.finish(session, reply_))) return;
+    if (closing_) return;
+    handleFrames(true);
   }
 
   void write() {
@@ -244,6 +281,7 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
   std::deque<std::string> queue_;
   size_t queued_ = 0;
   bool writing_ = false;
+  bool busy_ = false;  // a request is out on the workers
   bool closing_ = false;
   bool closed_ = false;
   pb::ClientMessage request_;  // reused: no per-message allocation of the top-level objects
@@ -251,7 +289,8 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
 };
 
 Server::Server(asio::io_context& io, registry::Registry& registry, ProtocolHandler& handler, ServerOptions options)
-    : io_(io), registry_(registry), handler_(handler), options_(options), acceptor_(io), acceptRetry_(io), idSweep_(io) {
+    : io_(io), registry_(registry), handler_(handler), options_(options), acceptor_(io), acceptRetry_(io), idSweep_(io),
+      workers_(options.requestThreads, options.requestThreadsPerUid) {
   handler_.setProcessLifetime(this);
   handler_.setMbindResultSink(
       [this](const Session& s, uint64_t requestId, int errnoValue) { mbindResult(s, requestId, errnoValue); });
@@ -294,6 +333,7 @@ void Server::stop() {
   idSweep_.cancel();
   auto connections = connections_;  // close() erases from the map
   for (auto& [id, c] : connections) c->close();
+  workers_.stop();  // waits for requests that are running (their answers find the connections closed)
   for (auto& [id, pending] : pendingMbinds_) {
     pending.timer->cancel();
     if (pending.done) pending.done(ECANCELED);

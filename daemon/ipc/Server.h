@@ -8,7 +8,9 @@
 // replies pass max_send_queue_bytes.
 //
 // Threads: everything runs on the thread that runs the io_context, except requestMbind(), which
-// any thread may call (it posts onto the loop).
+// any thread may call (it posts onto the loop), and the parts of client requests that may wait on
+// the client's own process (ProtocolHandler::begin gives them as OffLoop), which run on
+// RequestWorkers; the connection reads nothing more until the answer is back on the loop.
 #pragma once
 
 #include <sys/types.h>
@@ -26,6 +28,7 @@
 
 #include "core/Result.h"
 #include "ipc/Protocol.h"
+#include "ipc/RequestWorkers.h"
 #include "sys/service/Pidfd.h"
 
 namespace tt::ipc {
@@ -36,6 +39,10 @@ struct ServerOptions {
   std::chrono::milliseconds mbindTimeout{5000};
   // No Hello this long after accept, or part of a frame held this long: closed.
   std::chrono::milliseconds stalledConnection{30000};
+  // RequestWorkers: threads, and at most this many of them for one uid at once. Taken at
+  // construction (setOptions does not change them).
+  unsigned requestThreads = 4;
+  unsigned requestThreadsPerUid = 2;
 };
 
 struct MbindCall {
@@ -130,6 +137,7 @@ class Server final : public ProcessLifetime {
   uint64_t nextMbindId_ = 1;
   ProcessExitCallback onExit_;
   bool stopped_ = false;
+  RequestWorkers workers_;  // last: stopped (joined) first, in stop()
 };
 
 }  // namespace tt::ipc

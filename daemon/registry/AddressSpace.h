@@ -43,23 +43,23 @@ class AddressSpaceInspector {
 
 // /proc/PID/maps through sys::Fs (procfs root from the config, a fixture tree in tests).
 //
-// The registry runs on the daemon's event loop, and a client that kept registering unmapped
-// ranges used to have its whole maps file re-read each time: with ~65k VMAs, ~30 ms of the loop
-// per request, at no cost to the client. Where the kernel answers PROCMAP_QUERY (6.11+), a range
+// A client that kept registering unmapped ranges used to have its whole maps file re-read each
+// time: with ~65k VMAs, ~30 ms per request (of the event loop then, of a request worker now), at
+// no cost to the client. Where the kernel answers PROCMAP_QUERY (6.11+), a range
 // is asked of it VMA by VMA (~0.8 us each, a few us for the usual one or two), and each uid may
 // have at most `walkVmasPerSecond` VMAs looked up per second (a token bucket; 65536 by default:
-// ~50 ms of the loop a second, plus one ioctl more per request); a range past what is left is
+// ~50 ms of a thread a second, plus one ioctl more per request); a range past what is left is
 // refused with EDQUOT (LIMIT_EXCEEDED: retry later), having spent the rest, and a range of more
 // VMAs than that never fits. The maps file is not read there.
 //
 // A process's maps file is opened once, at its first probe, and kept open until it is forgotten
 // (sys::MapsHandle): every answer then describes the address space it had at that open, and a
 // registration makes one ioctl where it made two opens. Opening it waits for the process's exec
-// lock, which an exec holds while it tears the old address space down (0.66 s at 8 GiB here).
-// That wait is not gone: the first probe after an exec waits for the exec's ids (the registry
-// asks), as a fresh open would; what the loop can be stalled by is still one such wait per exec
-// of a client (the placement queries' post-read check also opens the file: their move_pages read
-// is of whatever the process runs now). An exec since is seen as that address
+// lock, which an exec holds while it tears the old address space down (0.66 s at 8 GiB here),
+// and the first probe after an exec waits for the exec's ids (the registry asks), as a fresh open
+// would (so does the placement queries' post-read check: their move_pages read is of whatever the
+// process runs now). Those waits happen on ipc::RequestWorkers, not on the event loop: the
+// registry and this inspector are called from several threads. An exec since is seen as that address
 // space gone (ESTALE from rangeMapped, or replacedAddressSpace, which the server sweeps). Not
 // seen: an exec while another process shares the address space (clone with CLONE_VM, not a
 // thread) and keeps it alive; probes then go on answering from that shared address space, and

@@ -179,7 +179,9 @@ Result<RegionInfo> Registry::registerRegion(const Peer& peer, const RegisterRequ
   {
     std::lock_guard lock(mutex_);
     auto p = processes_.find(peer.pid);
-    if (p == processes_.end()) return systemError(EINVAL, "process " + std::to_string(peer.pid) + " has not said Hello");
+    if (p == processes_.end())
+      return systemError(EINVAL, "process " + std::to_string(peer.pid) +
+                                     " is not registered (no Hello, or it was dropped since: an exit, exec or id change)");
     // Regions are charged to the uid the process was registered under, the one their removal
     // refunds, also when a later connection of it has another uid (after a seteuid).
     const uid_t owner = p->second.uid;

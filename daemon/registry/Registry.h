@@ -12,8 +12,9 @@
 // Scale: regions are kept per process in an interval map (start -> id, non-overlapping) plus one
 // id -> region hash; about 250 bytes per region, so 100k regions stay well under 64 MiB.
 //
-// Thread-safety: every public call takes one mutex; the ipc thread and the epoch thread share it
-// and neither holds it across I/O other than the maps check of a registration.
+// Thread-safety: every public call takes one mutex; the ipc loop, its request workers
+// (ipc::RequestWorkers: registrations) and the epoch thread share it, and none holds it across
+// I/O (a registration's maps check is done outside it, and its checks repeated after).
 #pragma once
 
 #include <sys/types.h>

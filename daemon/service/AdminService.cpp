@@ -11,6 +11,32 @@ namespace pb = tensortier::v1;
 AdminService::AdminService(AdminContext context) : ctx_(std::move(context)), started_(std::chrono::steady_clock::now()) {}
 
 void AdminService::handleAdmin(const ipc::Session& session, const pb::ClientMessage& request, pb::DaemonMessage& reply) {
+  if (permitted(session, request, reply)) dispatch(request, reply);
+}
+
+std::optional<ipc::OffLoop> AdminService::beginAdmin(const ipc::Session& session, const pb::ClientMessage& request,
+                                                     pb::DaemonMessage& reply) {
+  using B = pb::ClientMessage::BodyCase;
+  if (!permitted(session, request, reply)) return std::nullopt;
+  if (request.body_case() != B::kRegions && request.body_case() != B::kTop) {
+    dispatch(request, reply);
+    return std::nullopt;
+  }
+  // The listings read every listed process's placement (move_pages(2) waits for its mmap lock,
+  // which a client's long mprotect or munmap holds), and top --pages waits for the epoch loop's
+  // run lock: on the request workers, not the event loop. Everything they read is thread-safe.
+  auto built = std::make_shared<pb::DaemonMessage>();
+  ipc::OffLoop off;
+  off.work = [this, request, built] { dispatch(request, *built); };
+  off.finish = [built, seq = request.seq()](ipc::Session&, pb::DaemonMessage& out) {
+    out = std::move(*built);
+    out.set_seq(seq);
+    return true;
+  };
+  return off;
+}
+
+bool AdminService::permitted(const ipc::Session& session, const pb::ClientMessage& request, pb::DaemonMessage& reply) {
   using B = pb::ClientMessage::BodyCase;
   // Recording writes files as the daemon and reads another process's access pattern: admin only,
   // like tune and migrate (listing included: it names files and pids). A top request's page list
@@ -27,8 +53,13 @@ void AdminService::handleAdmin(const ipc::Session& session, const pb::ClientMess
     TT_LOG(Info) << "refused " << what << " from uid " << session.peer.uid << " (pid " << session.peer.pid
                  << "): not root or in the admin group";
     ipc::setError(reply, pb::PERMISSION_DENIED, "tune, migrate, record and top --pages need root or the admin group");
-    return;
+    return false;
   }
+  return true;
+}
+
+void AdminService::dispatch(const pb::ClientMessage& request, pb::DaemonMessage& reply) {
+  using B = pb::ClientMessage::BodyCase;
   switch (request.body_case()) {
     case B::kStatus: status(reply); return;
     case B::kProcesses: processes(reply); return;

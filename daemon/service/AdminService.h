@@ -1,12 +1,14 @@
 // The admin requests of tensortierctl (admin.proto): status, processes, regions, top (read-only,
 // any peer that can connect), tune, migrate and record (root or the configured admin group).
-// Runs on the event-loop thread.
+// Runs on the event-loop thread, but for the listings (regions, top), which run on the request
+// workers (beginAdmin): they read only what is thread-safe (registry, placement, epoch loop).
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -51,8 +53,16 @@ class AdminService final : public ipc::AdminHandler {
   explicit AdminService(AdminContext context);
   void handleAdmin(const ipc::Session& session, const ipc::pb::ClientMessage& request,
                    ipc::pb::DaemonMessage& reply) override;
+  // Listings (regions, top) come back as OffLoop: see the .cpp.
+  [[nodiscard]] std::optional<ipc::OffLoop> beginAdmin(const ipc::Session& session,
+                                                       const ipc::pb::ClientMessage& request,
+                                                       ipc::pb::DaemonMessage& reply) override;
 
  private:
+  // Whether the peer may make this request; if not, `reply` is the refusal.
+  [[nodiscard]] bool permitted(const ipc::Session& session, const ipc::pb::ClientMessage& request,
+                               ipc::pb::DaemonMessage& reply);
+  void dispatch(const ipc::pb::ClientMessage& request, ipc::pb::DaemonMessage& reply);
   void status(ipc::pb::DaemonMessage& reply);
   void processes(ipc::pb::DaemonMessage& reply);
   void regions(const tensortier::v1::RegionsRequest& request, ipc::pb::DaemonMessage& reply);

@@ -69,8 +69,12 @@ trace::RecorderLimits recorderLimitsOf(const pb::ServiceConfig& s, std::optional
 }
 
 ipc::ServerOptions serverOptionsOf(const pb::ServiceConfig& s) {
-  return {s.max_frame_bytes(), s.max_send_queue_bytes(), std::chrono::milliseconds(s.mbind_timeout_ms()),
-          std::chrono::milliseconds(s.stalled_connection_ms())};
+  return {s.max_frame_bytes(),
+          s.max_send_queue_bytes(),
+          std::chrono::milliseconds(s.mbind_timeout_ms()),
+          std::chrono::milliseconds(s.stalled_connection_ms()),
+          s.request_threads(),
+          s.request_threads_per_uid()};
 }
 
 std::optional<gid_t> lookupGroup(const std::string& name, const char* what) {
@@ -347,6 +351,8 @@ std::string Daemon::applyLive(const config::DaemonConfig& next) {
   if (o.socket_path() != n.socket_path() || o.socket_group() != n.socket_group() || o.socket_mode() != n.socket_mode())
     note("service.socket_*: takes effect at restart");
   if (o.metrics_port() != n.metrics_port()) note("service.metrics_port: takes effect at restart");
+  if (o.request_threads() != n.request_threads() || o.request_threads_per_uid() != n.request_threads_per_uid())
+    note("service.request_threads*: take effect at restart");
   if (!sameMessage(config_.topology(), next.topology())) note("topology: takes effect at restart");
   if (auto r = executor_->applyConfig(next.migration()); !r) note(r.error().message());
   // The sources live on the epoch thread: the live keys are applied there before the next epoch;

@@ -4,6 +4,7 @@
 
 #include <random>
 #include <set>
+#include <variant>
 
 #include "fakes/migrate/FakePageMover.h"
 #include "fakes/registry/FakeAddressSpace.h"
@@ -214,6 +215,78 @@ TEST_F(ProtocolTest, QueryPlacementReportsBytesPerNode) {
   EXPECT_EQ(rp.bytes_per_node(0).node(), 1);
   EXPECT_EQ(rp.bytes_per_node(0).bytes(), 3 * kPage);
   EXPECT_EQ(rp.unmapped_bytes(), kPage);
+}
+
+// The parts of a request that wait on the client's process (the probe; the placement reads and
+// the ids check after them) are handed to the server's workers: begin() does not do them, and
+// the answer comes from `finish` on the loop. Requests that do not touch the address space are
+// answered at once.
+TEST_F(ProtocolTest, ProbesAndPlacementReadsAreLeftForTheWorkers) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  pb::ClientMessage m;
+  m.set_seq(5);
+  m.mutable_register_region()->set_address(0x10000000);
+  m.mutable_register_region()->set_length(4 * kPage);
+  m.mutable_register_region()->set_client_tag(9);
+  pb::DaemonMessage reply;
+  auto begun = handler.begin(session, m, reply);
+  ASSERT_TRUE(std::holds_alternative<tt::ipc::OffLoop>(begun)) << reply.DebugString();
+  EXPECT_EQ(space.calls, 0) << "the probe ran on the loop";
+  EXPECT_TRUE(session.attached) << "attaching is the loop's part";
+  auto& off = std::get<tt::ipc::OffLoop>(begun);
+  off.work();
+  EXPECT_EQ(space.calls, 1);
+  EXPECT_FALSE(reply.has_register_region_reply() || reply.has_error()) << "the work wrote the reply: " << reply.DebugString();
+  ASSERT_TRUE(off.finish(session, reply));
+  EXPECT_EQ(reply.seq(), 5u);
+  ASSERT_TRUE(reply.has_register_region_reply()) << reply.DebugString();
+  EXPECT_EQ(reply.register_region_reply().client_tag(), 9u);
+
+  pb::ClientMessage q;
+  q.set_seq(6);
+  q.mutable_query_placement();
+  mover.map(100, 0x10000000, 4 * kPage, 0);
+  const int checksBefore = space.settledIdChecks;
+  auto query = handler.begin(session, q, reply);
+  ASSERT_TRUE(std::holds_alternative<tt::ipc::OffLoop>(query)) << reply.DebugString();
+  EXPECT_EQ(space.settledIdChecks, checksBefore) << "the check after the reads ran before them";
+  auto& read = std::get<tt::ipc::OffLoop>(query);
+  read.work();
+  EXPECT_EQ(space.settledIdChecks, checksBefore + 1);
+  ASSERT_TRUE(read.finish(session, reply));
+  EXPECT_EQ(reply.seq(), 6u);
+  ASSERT_TRUE(reply.has_placement()) << reply.DebugString();
+  ASSERT_EQ(reply.placement().regions_size(), 1);
+  EXPECT_EQ(reply.placement().regions(0).bytes_per_node(0).bytes(), 4 * kPage);
+
+  pb::ClientMessage mark;
+  mark.set_seq(7);
+  mark.mutable_iteration_mark()->set_type(pb::IterationMark::STEP_BEGIN);
+  auto marked = handler.begin(session, mark, reply);
+  ASSERT_TRUE(std::holds_alternative<bool>(marked));
+  EXPECT_TRUE(std::get<bool>(marked));
+  EXPECT_TRUE(reply.has_ack()) << reply.DebugString();
+}
+
+// The workers' answer comes back after the process was dropped meanwhile (an exit, exec or id
+// change seen by the sweep): the region is not added to nothing, and the reply says why.
+TEST_F(ProtocolTest, ARegistrationWhoseProcessWasDroppedWhileItsProbeRanIsRefused) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  pb::ClientMessage m;
+  m.set_seq(5);
+  m.mutable_register_region()->set_address(0x10000000);
+  m.mutable_register_region()->set_length(4 * kPage);
+  pb::DaemonMessage reply;
+  auto begun = handler.begin(session, m, reply);
+  ASSERT_TRUE(std::holds_alternative<tt::ipc::OffLoop>(begun));
+  (void)registry.removeProcess(100);
+  session.attached = false;  // as the server's processExited does
+  auto& off = std::get<tt::ipc::OffLoop>(begun);
+  off.work();
+  ASSERT_TRUE(off.finish(session, reply));
+  ASSERT_TRUE(reply.has_error()) << reply.DebugString();
+  EXPECT_NE(reply.error().message().find("dropped since"), std::string::npos) << reply.error().message();
+  EXPECT_EQ(registry.totals().regions, 0u);
 }
 
 // A request over more pages than the per-request budget is read at every Nth page and says so;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <poll.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +35,42 @@ class OrderRecordingAdmin final : public tt::ipc::AdminHandler {
     reply.mutable_status()->set_daemon_version("fake");
   }
   std::vector<uint64_t> order;  // loop thread only; read after the loop stopped
+};
+
+// The fake address space, except that a probe of a range starting at kWaitingProbe waits until the
+// test opens the gate: a process whose exec (or mmap lock) keeps the kernel from answering.
+class WaitingAddressSpace final : public tt::registry::AddressSpaceInspector {
+ public:
+  static constexpr uint64_t kWaitingProbe = 0x30000000;
+  explicit WaitingAddressSpace(tt::test::FakeAddressSpace& inner) : inner_(inner) {}
+  ~WaitingAddressSpace() override { open(); }
+
+  void open() {
+    std::call_once(opened_, [this] { gate_.set_value(); });
+  }
+  // Whether a probe is waiting at the gate now (or has).
+  std::future<void> reached() { return reached_.get_future(); }
+
+  tt::Result<bool> rangeMapped(pid_t pid, uid_t uid, uint64_t start, uint64_t end) override {
+    if (start == kWaitingProbe) {
+      reached_.set_value();
+      gateOpen_.wait();
+      return true;
+    }
+    return inner_.rangeMapped(pid, uid, start, end);
+  }
+  bool pinsAddressSpace(pid_t pid) override { return inner_.pinsAddressSpace(pid); }
+  tt::Result<bool> replacedAddressSpace(pid_t pid) override { return inner_.replacedAddressSpace(pid); }
+  tt::Result<bool> runsAs(pid_t pid, uid_t uid, gid_t gid, bool afterExec) override {
+    return inner_.runsAs(pid, uid, gid, afterExec);
+  }
+
+ private:
+  tt::test::FakeAddressSpace& inner_;
+  std::promise<void> gate_;
+  std::shared_future<void> gateOpen_ = gate_.get_future().share();
+  std::once_flag opened_;
+  std::promise<void> reached_;
 };
 
 // A blocking client socket speaking raw frames.
@@ -61,8 +99,10 @@ class RawClient {
     }
     return true;
   }
-  // Reads whole frames until `count` replies have come; false on EOF or error.
-  bool receive(size_t count, std::vector<pb::DaemonMessage>* out = nullptr) {
+  // Reads whole frames until `count` replies have come; false on EOF or error, or when nothing
+  // came for `within`.
+  bool receive(size_t count, std::vector<pb::DaemonMessage>* out = nullptr,
+               std::chrono::milliseconds within = std::chrono::seconds(60)) {
     std::string_view frame;
     size_t got = 0;
     char buffer[65536];
@@ -74,6 +114,8 @@ class RawClient {
         ++got;
       }
       if (got == count) break;
+      pollfd ready{fd_, POLLIN, 0};
+      if (::poll(&ready, 1, static_cast<int>(within.count())) != 1) return false;
       const ssize_t n = ::read(fd_, buffer, sizeof buffer);
       if (n <= 0) return false;
       decoder_.append(buffer, static_cast<size_t>(n));
@@ -100,6 +142,22 @@ pb::ClientMessage helloMessage() {
   return m;
 }
 
+pb::ClientMessage registerMessage(uint64_t seq, uint64_t address) {
+  pb::ClientMessage m;
+  m.set_seq(seq);
+  m.mutable_register_region()->set_address(address);
+  m.mutable_register_region()->set_length(1 << 20);
+  m.mutable_register_region()->set_kind(pb::WEIGHT);
+  return m;
+}
+
+pb::ClientMessage markMessage(uint64_t seq) {
+  pb::ClientMessage m;
+  m.set_seq(seq);
+  m.mutable_iteration_mark()->set_type(pb::IterationMark::STEP_BEGIN);
+  return m;
+}
+
 pb::ClientMessage statusMessage() {
   pb::ClientMessage m;
   m.set_seq(2);
@@ -110,7 +168,8 @@ pb::ClientMessage statusMessage() {
 class ServerTest : public ::testing::Test {
  protected:
   ServerTest()
-      : registry(space, {}),
+      : waiting(space),
+        registry(waiting, {}),
         reader(mover),
         handler(registry, reader, nullptr, &admin, "9.9"),
         server(io, registry, handler, {}),
@@ -123,6 +182,7 @@ class ServerTest : public ::testing::Test {
     loop = std::thread([this] { io.run(); });
   }
   void TearDown() override {
+    waiting.open();  // a test that failed with a probe at the gate: let the workers stop
     boost::asio::post(io, [this] { server.stop(); });
     work.reset();
     if (loop.joinable()) loop.join();
@@ -130,6 +190,7 @@ class ServerTest : public ::testing::Test {
   }
 
   tt::test::FakeAddressSpace space;
+  WaitingAddressSpace waiting;
   tt::registry::Registry registry;
   tt::fakes::FakePageMover mover;
   tt::ipc::PlacementReader reader;
@@ -182,6 +243,41 @@ TEST_F(ServerTest, ABurstOfRequestsDoesNotKeepOtherConnectionsWaitingForAllOfIt)
   EXPECT_LE(before, tt::ipc::Server::kFramesPerTurn)
       << "the single request waited for " << before << " of the burst's " << kBurst << " requests";
   EXPECT_GT(before, 0u) << "the burst, ready first, was not served first";
+}
+
+// A registration whose probe waits on its process (an exec in progress, its mmap lock) holds up
+// neither the loop nor the other connections: another connection is answered meanwhile. The
+// waiting connection's next request is answered after it, in order.
+TEST_F(ServerTest, ARegistrationWaitingOnItsProcessHoldsUpOnlyItsOwnConnection) {
+  space.map(::getpid(), 0x10000000, 0x20000000);
+  RawClient waiter((dir / "sock").string()), other((dir / "sock").string());
+  ASSERT_TRUE(waiter.sendAll(frames(helloMessage(), 1)));
+  ASSERT_TRUE(waiter.receive(1)) << "no Hello reply";
+  auto reached = waiting.reached();
+  std::string both = frames(registerMessage(2, WaitingAddressSpace::kWaitingProbe), 1);
+  both += frames(markMessage(3), 1);
+  ASSERT_TRUE(waiter.sendAll(both));
+  ASSERT_EQ(reached.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "the probe never ran";
+
+  // The probe is waiting: another connection says Hello and registers, and is answered.
+  ASSERT_TRUE(other.sendAll(frames(helloMessage(), 1)));
+  std::vector<pb::DaemonMessage> replies;
+  ASSERT_TRUE(other.receive(1, &replies, std::chrono::seconds(10)))
+      << "no Hello reply while another connection's probe waited: the loop waited with it";
+  ASSERT_TRUE(other.sendAll(frames(registerMessage(4, 0x10000000), 1)));
+  ASSERT_TRUE(other.receive(1, &replies, std::chrono::seconds(10))) << "no registration reply";
+  ASSERT_TRUE(replies.back().has_register_region_reply()) << replies.back().DebugString();
+  std::vector<pb::DaemonMessage> held;
+  EXPECT_FALSE(waiter.receive(1, &held, std::chrono::milliseconds(200)))
+      << "the waiting connection was answered before its probe: " << held.front().DebugString();
+
+  waiting.open();
+  ASSERT_TRUE(waiter.receive(2, &held, std::chrono::seconds(30)));
+  ASSERT_EQ(held.size(), 2u);
+  EXPECT_EQ(held[0].seq(), 2u);
+  EXPECT_TRUE(held[0].has_register_region_reply()) << held[0].DebugString();
+  EXPECT_EQ(held[1].seq(), 3u);
+  EXPECT_TRUE(held[1].has_ack()) << held[1].DebugString();
 }
 
 }  // namespace

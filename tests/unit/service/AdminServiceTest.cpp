@@ -129,6 +129,47 @@ TEST_F(AdminServiceTest, RegionsOfAProcessThatChangedIdsAreNotRead) {
   EXPECT_EQ(registry.processesWithChangedIds(), std::vector<pid_t>{10});
 }
 
+// The listings read client processes (placement; top --pages waits for the epoch loop): they come
+// back for the request workers, and nothing is read before; the others, and refusals, are
+// answered at once.
+TEST_F(AdminServiceTest, ListingsAreLeftForTheRequestWorkers) {
+  tt::ipc::Session s;
+  s.peer = {99, 1000, 1000};
+  s.hello = true;
+  pb::ClientMessage list;
+  list.set_seq(41);
+  list.mutable_regions();
+  pb::DaemonMessage reply;
+  const int checksBefore = space.idChecks;
+  auto off = admin->beginAdmin(s, list, reply);
+  ASSERT_TRUE(off.has_value()) << reply.DebugString();
+  EXPECT_EQ(space.idChecks, checksBefore) << "the listing was read on the loop";
+  EXPECT_FALSE(reply.has_regions());
+  off->work();
+  EXPECT_GT(space.idChecks, checksBefore);
+  ASSERT_TRUE(off->finish(s, reply));
+  EXPECT_EQ(reply.seq(), 41u);
+  ASSERT_EQ(reply.regions().regions_size(), 1) << reply.DebugString();
+  EXPECT_EQ(reply.regions().regions(0).bytes_per_node(0).bytes(), 4 * kPage);
+
+  pb::ClientMessage top;
+  top.mutable_top();
+  EXPECT_TRUE(admin->beginAdmin(s, top, reply).has_value());
+
+  pb::ClientMessage status;
+  status.mutable_status();
+  reply.Clear();
+  EXPECT_FALSE(admin->beginAdmin(s, status, reply).has_value());
+  EXPECT_TRUE(reply.has_status());
+
+  pb::ClientMessage pages;
+  pages.mutable_top()->set_pages(5);
+  reply.Clear();
+  EXPECT_FALSE(admin->beginAdmin(s, pages, reply).has_value()) << "a refusal went to the workers";
+  ASSERT_TRUE(reply.has_error());
+  EXPECT_EQ(reply.error().code(), pb::PERMISSION_DENIED);
+}
+
 // The check after one region's placement read also stands before the process's next read: a
 // listing of a process's regions checks its ids once per region and once more, not twice a region.
 TEST_F(AdminServiceTest, AListingChecksEachProcessOnceARegionAndOnceMore) {
