@@ -434,18 +434,22 @@ TEST(SourcesE2e, AHugePageSplitInPlaceIsNoKernelMove) {
     ASSERT_EQ(::mount("debugfs", "/sys/kernel/debug", "debugfs", 0, nullptr), 0) << std::strerror(errno);
     debugfs.mounted = true;
   }
-  // A huge page still in a CPU's LRU batch (just faulted) holds an extra reference and cannot be
-  // split (seen on 6.12 in some full runs of this file). move_pages drains every CPU's batch
-  // (lru_cache_disable): asked to move a page to the node it is on, it moves nothing.
-  {
+  // A huge page that holds an extra reference cannot be split, and split_huge_pages skips it
+  // silently: one still in a CPU's LRU batch (just faulted; seen on 6.12 in some full runs of this
+  // file), or one the kernel itself is busy with (one of eight stayed whole in a CI run, after the
+  // drain below). move_pages drains every CPU's batch (lru_cache_disable): asked to move a page to
+  // the node it is on, it moves nothing. The split is asked again, after another drain, for the
+  // huge pages that stayed whole (the ones split already are skipped): what is under test is what
+  // a split reports, not that the kernel splits at the first request.
+  int attempts = 0;
+  for (; attempts < 5 && (attempts == 0 || anonHugeBytes(child.pid()) != 0); ++attempts) {
+    if (attempts > 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     void* first = reinterpret_cast<void*>(child.base());
     int node = -1, status = -1;
     ASSERT_EQ(numa_move_pages(child.pid(), 1, &first, nullptr, &node, 0), 0);
     ASSERT_GE(node, 0);
     ASSERT_EQ(numa_move_pages(child.pid(), 1, &first, &node, &status, MPOL_MF_MOVE), 0);
     ASSERT_EQ(status, node);
-  }
-  {
     std::ofstream split("/sys/kernel/debug/split_huge_pages");
     char line[96];
     std::snprintf(line, sizeof line, "%d,0x%llx,0x%llx", child.pid(), static_cast<unsigned long long>(child.base()),
@@ -453,7 +457,8 @@ TEST(SourcesE2e, AHugePageSplitInPlaceIsNoKernelMove) {
     split << line << std::flush;
     ASSERT_TRUE(split.good()) << "writing " << line << " to split_huge_pages failed";
   }
-  ASSERT_EQ(anonHugeBytes(child.pid()), 0U) << "the huge pages were not split";
+  ASSERT_EQ(anonHugeBytes(child.pid()), 0U) << "the huge pages were not split in " << attempts << " requests";
+  if (attempts > 1) std::cout << "huge page split: " << attempts << " requests to split them all\n";
   const auto [moves, after] = collectMoves(*source);
   size_t reported = 0;
   for (const auto& m : moves)
