@@ -240,24 +240,44 @@ std::optional<OffLoop> ProtocolHandler::registerRegion(Session& s, const pb::Reg
   r.kind = regionKindFromProto(m.kind());
   r.name = m.name();
   r.expectedLifetimeSteps = m.hints().expected_lifetime_steps();
-  // The probe (and, after an exec, the wait for its ids) is the part that waits on the process.
+  // A probe of an address space pinned before is one ioctl, done here. Opening the maps file
+  // (the first probe of a process) and waiting for an exec's ids wait as long as the exec's
+  // teardown of the old address space: those are left for the workers.
+  auto now = registry_.registerRegion(s.peer, r, /*mayWait=*/false);
+  if (now || (now.error().code != EWOULDBLOCK && (now.error().code != ESTALE || s.peer.uid == 0))) {
+    // (A root peer's ids need no wait: root may act on whatever the process runs now.)
+    registered(s, reply, now, m.client_tag());
+    return std::nullopt;
+  }
   auto info = std::make_shared<std::optional<Result<RegionInfo>>>();
   OffLoop off;
-  off.work = [this, peer = s.peer, r = std::move(r), info] { info->emplace(registry_.registerRegion(peer, r)); };
+  if (now.error().code == ESTALE) {
+    // An exec, found at once: whether it changed the ids is known once it has committed them.
+    off.work = [this, peer = s.peer, stale = now.error(), info] {
+      auto ids = registry_.checkRunsAs(peer, true);
+      info->emplace(ids ? Result<RegionInfo>(stale) : Result<RegionInfo>(ids.error()));
+    };
+  } else {
+    off.work = [this, peer = s.peer, r = std::move(r), info] { info->emplace(registry_.registerRegion(peer, r)); };
+  }
   off.finish = [this, info, seq = reply.seq(), tag = m.client_tag()](Session& session, pb::DaemonMessage& out) {
     out.Clear();
     out.set_seq(seq);
-    const Result<RegionInfo>& registered = **info;
-    if (!registered) {
-      refuse(session, out, registered.error());
-      return true;
-    }
-    auto* body = out.mutable_register_region_reply();
-    body->set_region_id(registered->id);
-    body->set_client_tag(tag);
+    registered(session, out, **info, tag);
     return true;
   };
   return off;
+}
+
+void ProtocolHandler::registered(Session& s, pb::DaemonMessage& reply, const Result<RegionInfo>& info,
+                                 uint64_t clientTag) {
+  if (!info) {
+    refuse(s, reply, info.error());
+    return;
+  }
+  auto* body = reply.mutable_register_region_reply();
+  body->set_region_id(info->id);
+  body->set_client_tag(clientTag);
 }
 
 std::optional<OffLoop> ProtocolHandler::queryPlacement(Session& s, const pb::QueryPlacement& m,

@@ -97,9 +97,11 @@ class ProtocolHandler {
   // MbindResult expect none). `reply` is cleared first. The caller closes the connection after
   // the reply when `session.revoked` is set.
   [[nodiscard]] bool handle(Session& session, const pb::ClientMessage& request, pb::DaemonMessage& reply);
-  // The same, but a request whose handling may wait on the client's process (RegisterRegion,
-  // QueryPlacement) comes back as OffLoop once its loop part is done; everything else is handled
-  // as by handle() and gives whether `reply` is to be sent. `request` and `session` need not
+  // The same, but a request whose handling may wait on the client's process comes back as OffLoop
+  // once its loop part is done: a registration that must open the process's maps file or wait for
+  // an exec's ids (one whose address space is pinned is answered here), a placement query, an
+  // admin listing. Everything else is handled as by handle() and gives whether `reply` is to be
+  // sent. `request` and `session` need not
   // outlive the call; `reply` is filled by `finish` only.
   [[nodiscard]] std::variant<bool, OffLoop> begin(Session& session, const pb::ClientMessage& request,
                                                   pb::DaemonMessage& reply);
@@ -120,6 +122,8 @@ class ProtocolHandler {
   void refuse(Session& s, pb::DaemonMessage& reply, const Error& error);
   // nullopt when the request was answered on the loop (refused before any probe).
   [[nodiscard]] std::optional<OffLoop> registerRegion(Session& s, const pb::RegisterRegion& m, pb::DaemonMessage& reply);
+  // The reply to a registration, `info` being what the registry said.
+  void registered(Session& s, pb::DaemonMessage& reply, const Result<RegionInfo>& info, uint64_t clientTag);
   [[nodiscard]] std::optional<OffLoop> queryPlacement(Session& s, const pb::QueryPlacement& m, pb::DaemonMessage& reply);
 
   registry::Registry& registry_;

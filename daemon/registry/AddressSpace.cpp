@@ -7,14 +7,14 @@
 
 namespace tt::registry {
 
-Result<bool> ProcMapsInspector::rangeMapped(pid_t pid, uid_t uid, uint64_t start, uint64_t end) {
+Result<bool> ProcMapsInspector::rangeMapped(pid_t pid, uid_t uid, uint64_t start, uint64_t end, bool mayOpen) {
   const auto now = std::chrono::steady_clock::now();
   KernelQuery kernelQuery = KernelQuery::kUnknown;
   {
     std::lock_guard lock(mutex_);
     kernelQuery = kernelQuery_;
   }
-  auto handle = pinned(pid);
+  auto handle = pinned(pid, mayOpen);
   if (!handle) return handle.error();
   if (kernelQuery == KernelQuery::kMissing) return readMapsFile(pid, **handle, start, end, now);
   const uint64_t allowed = takeBudget(uid, now);
@@ -99,11 +99,13 @@ Result<bool> ProcMapsInspector::runsAs(pid_t pid, uid_t uid, gid_t gid, bool aft
   return *owner == sys::ProcessOwner{uid, gid, true};
 }
 
-Result<std::shared_ptr<const sys::MapsHandle>> ProcMapsInspector::pinned(pid_t pid) {
+Result<std::shared_ptr<const sys::MapsHandle>> ProcMapsInspector::pinned(pid_t pid, bool mayOpen) {
   {
     std::lock_guard lock(mutex_);
     if (auto it = pinned_.find(pid); it != pinned_.end()) return it->second;
   }
+  if (!mayOpen)
+    return systemError(EWOULDBLOCK, "pid " + std::to_string(pid) + ": no address space pinned yet (the open may wait)");
   auto opened = sys::MapsHandle::open(procfs_, pid);  // may wait out an exec: outside the lock
   if (!opened) return opened.error();
   auto handle = std::make_shared<const sys::MapsHandle>(std::move(*opened));

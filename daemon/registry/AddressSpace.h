@@ -23,8 +23,10 @@ class AddressSpaceInspector {
   // True when all of [start, end) is mapped in `pid`; an error when the process cannot be read.
   // `uid` is who asks (the work done for each uid is bounded). ESTALE when the process ran exec
   // since its address space was first asked about (the inspector pins that one), ESRCH when it is
-  // gone.
-  [[nodiscard]] virtual Result<bool> rangeMapped(pid_t pid, uid_t uid, uint64_t start, uint64_t end) = 0;
+  // gone. Without `mayOpen`, EWOULDBLOCK when no address space of `pid` is pinned yet: pinning
+  // opens the maps file, which waits out an exec in progress (the event loop asks this way).
+  [[nodiscard]] virtual Result<bool> rangeMapped(pid_t pid, uid_t uid, uint64_t start, uint64_t end,
+                                                 bool mayOpen = true) = 0;
   // Whether rangeMapped answers `pid` from an address space it pinned at its first call, by an
   // open that waited out any exec in progress: a check of the ids after that call then needs no
   // wait of its own (nothing it answers can describe a program exec'd after that open).
@@ -80,7 +82,7 @@ class ProcMapsInspector final : public AddressSpaceInspector {
 
   explicit ProcMapsInspector(std::string procfsRoot, uint64_t walkVmasPerSecond = kWalkVmasPerSecond)
       : procfs_(std::move(procfsRoot)), walkVmasPerSecond_(walkVmasPerSecond) {}
-  Result<bool> rangeMapped(pid_t pid, uid_t uid, uint64_t start, uint64_t end) override;
+  Result<bool> rangeMapped(pid_t pid, uid_t uid, uint64_t start, uint64_t end, bool mayOpen = true) override;
   bool pinsAddressSpace(pid_t pid) override;
   Result<bool> replacedAddressSpace(pid_t pid) override;
   void forget(pid_t pid) override;
@@ -104,8 +106,8 @@ class ProcMapsInspector final : public AddressSpaceInspector {
   void refund(uid_t uid, uint64_t vmas);
   [[nodiscard]] Result<bool> readMapsFile(pid_t pid, const sys::MapsHandle& handle, uint64_t start, uint64_t end,
                                           std::chrono::steady_clock::time_point now);
-  // The process's pinned maps file, opened on first use.
-  [[nodiscard]] Result<std::shared_ptr<const sys::MapsHandle>> pinned(pid_t pid);
+  // The process's pinned maps file, opened on first use (EWOULDBLOCK instead without `mayOpen`).
+  [[nodiscard]] Result<std::shared_ptr<const sys::MapsHandle>> pinned(pid_t pid, bool mayOpen);
   // The pinned address space is gone: forgets it; ESTALE if the process lives (an exec), else ESRCH.
   [[nodiscard]] Result<bool> replaced(pid_t pid);
 

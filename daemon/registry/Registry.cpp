@@ -166,7 +166,7 @@ bool Registry::acceptsMbind(pid_t pid) const {
   return it != processes_.end() && it->second.acceptsMbind;
 }
 
-Result<RegionInfo> Registry::registerRegion(const Peer& peer, const RegisterRequest& request) {
+Result<RegionInfo> Registry::registerRegion(const Peer& peer, const RegisterRequest& request, bool mayWait) {
   if (request.length == 0) return systemError(EINVAL, "region length is 0");
   const uint64_t start = request.address & ~(kBasePageSize - 1);
   if (request.address > UINT64_MAX - request.length) return systemError(EINVAL, "region wraps the address space");
@@ -196,17 +196,20 @@ Result<RegionInfo> Registry::registerRegion(const Peer& peer, const RegisterRequ
   }
 
   // The maps read is I/O: done without the lock; the overlap and limit checks are repeated below.
-  auto mapped = inspector_.rangeMapped(peer.pid, peer.uid, start, end);
+  auto mapped = inspector_.rangeMapped(peer.pid, peer.uid, start, end, mayWait);
+  if (!mapped && mapped.error().code == EWOULDBLOCK) return mapped.error();
   // The address space first asked about is gone (an exec). An exec drops the old address space
   // before it commits the new ids (tearing it down takes 1.6 s at 8 GiB): whether the ids change
   // is known only once it has, so this waits for it (once an exec) and says which it was.
   if (!mapped && mapped.error().code == ESTALE) {
+    if (!mayWait) return mapped.error();
     if (auto still = checkRunsAs(peer, true); !still) return still.error();
     return mapped.error();
   }
   // An exec since the caller's check would have had the answer describe the new program. An
-  // inspector that pinned the address space waited out any exec when it did, so the check need not.
-  if (auto still = checkRunsAs(peer, !inspector_.pinsAddressSpace(peer.pid)); !still) {
+  // inspector that pinned the address space waited out any exec when it did, so the check need not
+  // (without mayWait the probe was of a pinned one).
+  if (auto still = checkRunsAs(peer, mayWait && !inspector_.pinsAddressSpace(peer.pid)); !still) {
     inspector_.forget(peer.pid);  // what it pinned may be the new program's
     return still.error();
   }

@@ -153,7 +153,14 @@ class Registry {
   // Whether the process said Hello with accepts_mbind on some connection (any thread).
   [[nodiscard]] bool acceptsMbind(pid_t pid) const;
 
-  [[nodiscard]] Result<RegionInfo> registerRegion(const Peer& peer, const RegisterRequest& request);
+  // Probes the peer's address space first (AddressSpaceInspector). Without `mayWait` it neither
+  // opens the process's maps file nor waits for an exec's ids, which both may wait as long as an
+  // exec takes to tear down the old address space (the event loop asks this way): EWOULDBLOCK
+  // when no address space of the process is pinned yet (ask again with `mayWait`), and ESTALE, an
+  // exec found, at once, also for a peer whose ids the exec may change (the caller then waits
+  // for them: checkRunsAs with afterExec).
+  [[nodiscard]] Result<RegionInfo> registerRegion(const Peer& peer, const RegisterRequest& request,
+                                                  bool mayWait = true);
   [[nodiscard]] Result<void> unregisterRegion(const Peer& peer, uint64_t regionId);
   void mark(const Peer& peer, IterationMark mark);
 

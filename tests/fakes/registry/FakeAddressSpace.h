@@ -44,7 +44,9 @@ class FakeAddressSpace final : public registry::AddressSpaceInspector {
   void execKeepingIds(pid_t pid) { replaced_.insert(pid); }
   bool pinsAddressSpace(pid_t /*pid*/) override { return pins; }
   Result<bool> replacedAddressSpace(pid_t pid) override { return replaced_.erase(pid) != 0; }
-  Result<bool> rangeMapped(pid_t pid, uid_t /*uid*/, uint64_t start, uint64_t end) override {
+  // Without `mayOpen`, EWOULDBLOCK unless `pins` (as if every address space were pinned, or none).
+  Result<bool> rangeMapped(pid_t pid, uid_t /*uid*/, uint64_t start, uint64_t end, bool mayOpen = true) override {
+    if (!mayOpen && !pins) return systemError(EWOULDBLOCK, "pid " + std::to_string(pid) + ": nothing pinned");
     ++calls;
     if (failing_.count(pid)) return systemError(ESRCH, "open /proc/" + std::to_string(pid) + "/maps");
     if (replaced_.erase(pid)) return systemError(ESTALE, "pid " + std::to_string(pid) + " ran exec");

@@ -268,6 +268,38 @@ TEST_F(ProtocolTest, ProbesAndPlacementReadsAreLeftForTheWorkers) {
   EXPECT_TRUE(reply.has_ack()) << reply.DebugString();
 }
 
+// A process whose address space is pinned (probed before) is probed with one ioctl, on the loop;
+// an exec found that way waits for its ids on the workers, unless the peer is root.
+TEST_F(ProtocolTest, AProbeOfAPinnedAddressSpaceIsAnsweredOnTheLoop) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  space.pins = true;
+  pb::ClientMessage m;
+  m.set_seq(5);
+  m.mutable_register_region()->set_address(0x10000000);
+  m.mutable_register_region()->set_length(4 * kPage);
+  pb::DaemonMessage reply;
+  auto begun = handler.begin(session, m, reply);
+  ASSERT_TRUE(std::holds_alternative<bool>(begun)) << "a pinned probe went to the workers";
+  EXPECT_TRUE(reply.has_register_region_reply()) << reply.DebugString();
+  EXPECT_EQ(space.calls, 1);
+
+  space.execKeepingIds(100);
+  m.set_seq(6);
+  m.mutable_register_region()->set_address(0x10100000);
+  const int settled = space.settledIdChecks;
+  auto stale = handler.begin(session, m, reply);
+  ASSERT_TRUE(std::holds_alternative<tt::ipc::OffLoop>(stale)) << "the wait for the exec's ids ran on the loop";
+  EXPECT_EQ(space.settledIdChecks, settled);
+  auto& off = std::get<tt::ipc::OffLoop>(stale);
+  off.work();
+  EXPECT_EQ(space.settledIdChecks, settled + 1);
+  ASSERT_TRUE(off.finish(session, reply));
+  ASSERT_TRUE(reply.has_error()) << reply.DebugString();
+  EXPECT_EQ(reply.error().code(), pb::REGION_NOT_MAPPED);
+  EXPECT_NE(reply.error().message().find("ran exec"), std::string::npos) << reply.error().message();
+  EXPECT_FALSE(registry.hasProcess(100)) << "the old program's regions stayed";
+}
+
 // The workers' answer comes back after the process was dropped meanwhile (an exit, exec or id
 // change seen by the sweep): the region is not added to nothing, and the reply says why.
 TEST_F(ProtocolTest, ARegistrationWhoseProcessWasDroppedWhileItsProbeRanIsRefused) {

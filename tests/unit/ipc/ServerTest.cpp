@@ -51,13 +51,14 @@ class WaitingAddressSpace final : public tt::registry::AddressSpaceInspector {
   // Whether a probe is waiting at the gate now (or has).
   std::future<void> reached() { return reached_.get_future(); }
 
-  tt::Result<bool> rangeMapped(pid_t pid, uid_t uid, uint64_t start, uint64_t end) override {
+  tt::Result<bool> rangeMapped(pid_t pid, uid_t uid, uint64_t start, uint64_t end, bool mayOpen) override {
+    if (!mayOpen) return inner_.rangeMapped(pid, uid, start, end, false);  // nothing pinned: EWOULDBLOCK
     if (start == kWaitingProbe) {
       reached_.set_value();
       gateOpen_.wait();
       return true;
     }
-    return inner_.rangeMapped(pid, uid, start, end);
+    return inner_.rangeMapped(pid, uid, start, end, mayOpen);
   }
   bool pinsAddressSpace(pid_t pid) override { return inner_.pinsAddressSpace(pid); }
   tt::Result<bool> replacedAddressSpace(pid_t pid) override { return inner_.replacedAddressSpace(pid); }
