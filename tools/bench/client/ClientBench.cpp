@@ -11,9 +11,15 @@
 //   2. cost of an iteration mark (fire-and-forget) as seen by the caller;
 //   3. 100k registered regions: the daemon's VmRSS (/proc/PID/status) before and after;
 //   4. 64 client processes at once, each registering regions: all served? latency p50/p99.
+//   5. a client that execs while it holds --exec-gib GiB (a child keeps its connection and goes on
+//      registering): the round trips of another connection meanwhile. Opening the exec'ing
+//      process's /proc/PID/maps waits while the exec tears the old address space down; on the
+//      event loop that wait was everybody's (--exec-gib 0 skips it).
 // Absolute numbers on this 2-core shared machine are noisy; compare ratios within one run.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,6 +36,7 @@
 #include <vector>
 
 #include "tensortier/client.hpp"
+#include "tensortier/v1/protocol.pb.h"
 
 namespace {
 
@@ -96,6 +103,148 @@ tensortier::ClientOptions optionsFor(const std::string& socket, const std::strin
   return o;
 }
 
+// Raw protocol frames (a 4-byte little-endian length, then the message) on a blocking socket, for
+// the exec measurement: its connection is used by a child of the process that opened it, which the
+// client library does not do.
+class RawConnection {
+ public:
+  explicit RawConnection(const std::string& socket) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, socket.c_str(), sizeof addr.sun_path - 1);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~RawConnection() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool call(const tensortier::v1::ClientMessage& m, tensortier::v1::DaemonMessage& reply) {
+    std::string body;
+    if (fd_ < 0 || !m.SerializeToString(&body)) return false;
+    const auto n = static_cast<uint32_t>(body.size());
+    std::string frame{static_cast<char>(n & 0xff), static_cast<char>((n >> 8) & 0xff),
+                      static_cast<char>((n >> 16) & 0xff), static_cast<char>(n >> 24)};
+    frame += body;
+    if (!all(frame.data(), frame.size(), true)) return false;
+    unsigned char head[4];
+    if (!all(reinterpret_cast<char*>(head), 4, false)) return false;
+    std::string in(static_cast<size_t>(head[0] | head[1] << 8 | head[2] << 16 | head[3] << 24), '\0');
+    return all(in.data(), in.size(), false) && reply.ParseFromString(in);
+  }
+
+ private:
+  bool all(char* p, size_t n, bool out) {
+    while (n > 0) {
+      const ssize_t k = out ? ::write(fd_, p, n) : ::read(fd_, p, n);
+      if (k <= 0) return false;
+      p += k;
+      n -= static_cast<size_t>(k);
+    }
+    return true;
+  }
+  int fd_ = -1;
+};
+
+tensortier::v1::ClientMessage helloFrame(const char* name) {
+  tensortier::v1::ClientMessage m;
+  m.set_seq(1);
+  m.mutable_hello()->add_versions(1);
+  m.mutable_hello()->set_client_name(name);
+  return m;
+}
+
+tensortier::v1::ClientMessage registerFrame(uint64_t seq, const void* address, size_t length) {
+  tensortier::v1::ClientMessage m;
+  m.set_seq(seq);
+  m.mutable_register_region()->set_address(reinterpret_cast<uint64_t>(address));
+  m.mutable_register_region()->set_length(length);
+  m.mutable_register_region()->set_kind(tensortier::v1::WEIGHT);
+  return m;
+}
+
+void printLine(const char* what, const std::vector<double>& us);
+
+double nowUs() { return std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count(); }
+
+// 5. While a client execs out of a big address space, a child that holds its connection goes on
+// registering (each request of it probes the exec'ing process), and another connection sends
+// iteration marks with a seq (answered on the event loop) and times them.
+void measureExecStall(const std::string& socket, size_t gib) {
+  struct Shared {
+    double childMaxUs, childStartUs, childEndUs;
+    int childRequests;
+  };
+  auto* shared = static_cast<Shared*>(mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  int ready[2], go[2];
+  if (shared == MAP_FAILED || pipe2(ready, O_CLOEXEC) != 0 || pipe2(go, O_CLOEXEC) != 0) return;
+  constexpr double kWindowUs = 4e6;
+  const pid_t execer = fork();
+  if (execer == 0) {
+    RawConnection conn(socket);
+    tensortier::v1::DaemonMessage reply;
+    if (!conn.call(helloFrame("bench-exec"), reply)) _exit(3);
+    const size_t bytes = gib << 30;
+    auto* big = static_cast<char*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (big == MAP_FAILED) _exit(4);
+    std::memset(big, 1, bytes);
+    if (!conn.call(registerFrame(2, big, 1 << 20), reply) || !reply.has_register_region_reply()) _exit(5);
+    if (fork() == 0) {  // the child that keeps the connection
+      char b = 0;
+      if (read(go[0], &b, 1) != 1) _exit(6);
+      shared->childStartUs = nowUs();
+      double worst = 0;
+      int n = 0;
+      for (uint64_t seq = 3; nowUs() - shared->childStartUs < kWindowUs; ++seq, ++n) {
+        const double t0 = nowUs();
+        if (!conn.call(registerFrame(seq, big + (seq % 64) * 4096, 4096), reply)) break;  // closed: the exec'd program exited
+        worst = std::max(worst, nowUs() - t0);
+      }
+      shared->childMaxUs = worst;
+      shared->childRequests = n;
+      shared->childEndUs = nowUs();
+      _exit(0);
+    }
+    if (write(ready[1], "r", 1) != 1) _exit(7);
+    if (write(go[1], "g", 1) != 1) _exit(8);
+    execl("/bin/sleep", "sleep", "6", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(ready[1]);
+  close(go[0]);
+  close(go[1]);
+  RawConnection other(socket);
+  tensortier::v1::DaemonMessage reply;
+  if (!other.call(helloFrame("bench-other"), reply)) return;
+  char b = 0;
+  if (read(ready[0], &b, 1) != 1) {
+    std::printf("5. exec while registered: the exec'ing client did not get ready\n");
+    return;
+  }
+  std::vector<std::pair<double, double>> marks;  // start, latency (us)
+  tensortier::v1::ClientMessage mark;
+  mark.mutable_iteration_mark()->set_type(tensortier::v1::IterationMark::STEP_BEGIN);
+  const double start = nowUs();
+  for (uint64_t seq = 2; nowUs() - start < kWindowUs + 1e6; ++seq) {
+    mark.set_seq(seq);
+    const double t0 = nowUs();
+    if (!other.call(mark, reply)) break;
+    marks.emplace_back(t0, nowUs() - t0);
+    std::this_thread::sleep_for(1ms);
+  }
+  waitpid(execer, nullptr, 0);
+  for (int i = 0; i < 100 && shared->childEndUs == 0; ++i) std::this_thread::sleep_for(50ms);
+  std::vector<double> during;
+  for (const auto& [t0, us] : marks)
+    if (t0 >= shared->childStartUs && t0 <= shared->childEndUs) during.push_back(us);
+  std::printf("5. a client execs out of %zu GiB while its child keeps registering on its connection\n", gib);
+  std::printf("  the child: %d requests in %.2f s, slowest %.1f ms (waits on the exec)\n", shared->childRequests,
+              (shared->childEndUs - shared->childStartUs) / 1e6, shared->childMaxUs / 1000);
+  printLine("another connection's IterationMark -> Ack", during);
+}
+
 void printLine(const char* what, const std::vector<double>& us) {
   std::printf("  %-44s n=%-7zu p50 %8.1f us   p99 %8.1f us   max %8.1f us\n", what, us.size(), percentile(us, 50),
               percentile(us, 99), us.empty() ? 0.0 : *std::max_element(us.begin(), us.end()));
@@ -106,7 +255,7 @@ void printLine(const char* what, const std::vector<double>& us) {
 int main(int argc, char** argv) {
   std::string exe, config, compareFake;
   bool fake = false;
-  size_t roundTrips = 10000, manyRegions = 100000, clients = 64, perClient = 200;
+  size_t roundTrips = 10000, manyRegions = 100000, clients = 64, perClient = 200, execGib = 4;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -118,10 +267,11 @@ int main(int argc, char** argv) {
     else if (a == "--regions") manyRegions = std::stoul(next());
     else if (a == "--clients") clients = std::stoul(next());
     else if (a == "--per-client") perClient = std::stoul(next());
+    else if (a == "--exec-gib") execGib = std::stoul(next());
     else {
       std::fprintf(stderr,
                    "usage: tt_bench_client (--daemon TENSORTIERD [--config FILE] | --fake TT_FAKE_CLIENT_DAEMON)\n"
-                   "       [--round-trips N] [--regions N] [--clients N] [--per-client N]\n");
+                   "       [--round-trips N] [--regions N] [--clients N] [--per-client N] [--exec-gib N]\n");
       return 2;
     }
   }
@@ -300,6 +450,8 @@ int main(int argc, char** argv) {
   std::printf("4. %zu client processes at once, %zu registrations each: %.2f s wall\n", clients, perClient, wall);
   std::printf("  connected %zu/%zu, all registrations bound %zu/%zu\n", connected, clients, fullyServed, clients);
   printLine("RegisterRegion under load", lat);
+
+  if (execGib > 0 && !fake) measureExecStall(socket, execGib);
 
   stopDaemon(daemon);
   std::filesystem::remove_all(dir);
