@@ -78,7 +78,7 @@ class ProtocolTest : public ::testing::Test {
     EXPECT_TRUE(session.revoked);
     EXPECT_FALSE(registry.hasProcess(100));
   }
-  pb::DaemonMessage registerRegion(uint64_t address, uint64_t length, uint64_t seq = 2) {
+  static pb::ClientMessage registration(uint64_t address, uint64_t length, uint64_t seq) {
     pb::ClientMessage m;
     m.set_seq(seq);
     auto* r = m.mutable_register_region();
@@ -87,7 +87,10 @@ class ProtocolTest : public ::testing::Test {
     r->set_kind(pb::WEIGHT);
     r->set_name("w");
     r->set_client_tag(77);
-    return send(m);
+    return m;
+  }
+  pb::DaemonMessage registerRegion(uint64_t address, uint64_t length, uint64_t seq = 2) {
+    return send(registration(address, length, seq));
   }
 
   tt::test::FakeAddressSpace space;
@@ -223,11 +226,7 @@ TEST_F(ProtocolTest, QueryPlacementReportsBytesPerNode) {
 // answered at once.
 TEST_F(ProtocolTest, ProbesAndPlacementReadsAreLeftForTheWorkers) {
   ASSERT_TRUE(hello({1}).has_hello_reply());
-  pb::ClientMessage m;
-  m.set_seq(5);
-  m.mutable_register_region()->set_address(0x10000000);
-  m.mutable_register_region()->set_length(4 * kPage);
-  m.mutable_register_region()->set_client_tag(9);
+  pb::ClientMessage m = registration(0x10000000, 4 * kPage, 5);
   pb::DaemonMessage reply;
   auto begun = handler.begin(session, m, reply);
   ASSERT_TRUE(std::holds_alternative<tt::ipc::OffLoop>(begun)) << reply.DebugString();
@@ -240,7 +239,7 @@ TEST_F(ProtocolTest, ProbesAndPlacementReadsAreLeftForTheWorkers) {
   ASSERT_TRUE(off.finish(session, reply));
   EXPECT_EQ(reply.seq(), 5u);
   ASSERT_TRUE(reply.has_register_region_reply()) << reply.DebugString();
-  EXPECT_EQ(reply.register_region_reply().client_tag(), 9u);
+  EXPECT_EQ(reply.register_region_reply().client_tag(), 77u);
 
   pb::ClientMessage q;
   q.set_seq(6);
@@ -273,10 +272,7 @@ TEST_F(ProtocolTest, ProbesAndPlacementReadsAreLeftForTheWorkers) {
 TEST_F(ProtocolTest, AProbeOfAPinnedAddressSpaceIsAnsweredOnTheLoop) {
   ASSERT_TRUE(hello({1}).has_hello_reply());
   space.pins = true;
-  pb::ClientMessage m;
-  m.set_seq(5);
-  m.mutable_register_region()->set_address(0x10000000);
-  m.mutable_register_region()->set_length(4 * kPage);
+  pb::ClientMessage m = registration(0x10000000, 4 * kPage, 5);
   pb::DaemonMessage reply;
   auto begun = handler.begin(session, m, reply);
   ASSERT_TRUE(std::holds_alternative<bool>(begun)) << "a pinned probe went to the workers";
@@ -284,8 +280,7 @@ TEST_F(ProtocolTest, AProbeOfAPinnedAddressSpaceIsAnsweredOnTheLoop) {
   EXPECT_EQ(space.calls, 1);
 
   space.execKeepingIds(100);
-  m.set_seq(6);
-  m.mutable_register_region()->set_address(0x10100000);
+  m = registration(0x10100000, 4 * kPage, 6);
   const int settled = space.settledIdChecks;
   auto stale = handler.begin(session, m, reply);
   ASSERT_TRUE(std::holds_alternative<tt::ipc::OffLoop>(stale)) << "the wait for the exec's ids ran on the loop";
@@ -304,10 +299,7 @@ TEST_F(ProtocolTest, AProbeOfAPinnedAddressSpaceIsAnsweredOnTheLoop) {
 // change seen by the sweep): the region is not added to nothing, and the reply says why.
 TEST_F(ProtocolTest, ARegistrationWhoseProcessWasDroppedWhileItsProbeRanIsRefused) {
   ASSERT_TRUE(hello({1}).has_hello_reply());
-  pb::ClientMessage m;
-  m.set_seq(5);
-  m.mutable_register_region()->set_address(0x10000000);
-  m.mutable_register_region()->set_length(4 * kPage);
+  pb::ClientMessage m = registration(0x10000000, 4 * kPage, 5);
   pb::DaemonMessage reply;
   auto begun = handler.begin(session, m, reply);
   ASSERT_TRUE(std::holds_alternative<tt::ipc::OffLoop>(begun));
