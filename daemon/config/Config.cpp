@@ -172,8 +172,6 @@ void checkService(const tensortier::v1::ServiceConfig& s, std::vector<std::strin
     errors.push_back("service.max_frame_bytes: must not exceed max_send_queue_bytes");
   if (s.max_connections_per_uid() > s.max_connections())
     errors.push_back("service.max_connections_per_uid: must not exceed max_connections");
-  if (s.request_threads_per_uid() > s.request_threads())
-    errors.push_back("service.request_threads_per_uid: must not exceed request_threads");
 }
 
 // Heat model and planner (daemon/heat, daemon/policy).

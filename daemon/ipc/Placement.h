@@ -39,8 +39,8 @@ class PlacementReader {
 
   // Every page of [start, start + length) when `stride` is 1; with a larger stride only every
   // stride-th page is queried and counted as `stride` pages (a cheap estimate for big regions).
-  // Thread-safe (client queries run on ipc::RequestWorkers, listings on the loop) as far as the
-  // mover is.
+  // Thread-safe (client queries and admin listings run on ipc::RequestWorkers) as far as the mover
+  // is.
   [[nodiscard]] Result<Placement> read(pid_t pid, uint64_t start, uint64_t length, uint64_t stride = 1) const;
 
  private:

@@ -243,7 +243,8 @@ std::optional<OffLoop> ProtocolHandler::registerRegion(Session& s, const pb::Reg
   // A probe of an address space pinned before is one ioctl, done here. Opening the maps file
   // (the first probe of a process) and waiting for an exec's ids wait as long as the exec's
   // teardown of the old address space: those are left for the workers.
-  auto now = registry_.registerRegion(s.peer, r, /*mayWait=*/false);
+  const uint64_t incarnation = registry_.incarnationOf(s.peer.pid);  // the entry attach() found or made
+  auto now = registry_.registerRegion(s.peer, r, /*mayWait=*/false, incarnation);
   if (now || (now.error().code != EWOULDBLOCK && (now.error().code != ESTALE || s.peer.uid == 0))) {
     // (A root peer's ids need no wait: root may act on whatever the process runs now.)
     registered(s, reply, now, m.client_tag());
@@ -258,7 +259,9 @@ std::optional<OffLoop> ProtocolHandler::registerRegion(Session& s, const pb::Reg
       info->emplace(ids ? Result<RegionInfo>(stale) : Result<RegionInfo>(ids.error()));
     };
   } else {
-    off.work = [this, peer = s.peer, r = std::move(r), info] { info->emplace(registry_.registerRegion(peer, r)); };
+    off.work = [this, peer = s.peer, r = std::move(r), incarnation, info] {
+      info->emplace(registry_.registerRegion(peer, r, /*mayWait=*/true, incarnation));
+    };
   }
   off.finish = [this, info, seq = reply.seq(), tag = m.client_tag()](Session& session, pb::DaemonMessage& out) {
     out.Clear();

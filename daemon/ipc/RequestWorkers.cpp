@@ -16,16 +16,39 @@ RequestWorkers::RequestWorkers(unsigned threads, unsigned perUid)
 
 RequestWorkers::~RequestWorkers() { stop(); }
 
-bool RequestWorkers::submit(uid_t uid, std::function<void()> work) {
+uint64_t RequestWorkers::submit(uid_t uid, std::function<void()> work) {
+  uint64_t ticket = 0;
   {
     std::lock_guard lock(mutex_);
-    if (stopping_) return false;
+    if (stopping_) return 0;
+    ticket = ++tickets_;
     UidQueue& q = queues_[uid];
-    q.work.push_back(std::move(work));
+    q.work.push_back({ticket, std::move(work)});
     ++queued_;
     listIfReady(uid, q);
   }
   wake_.notify_one();
+  return ticket;
+}
+
+bool RequestWorkers::cancel(uid_t uid, uint64_t ticket) {
+  std::function<void()> dropped;  // destroyed outside the lock
+  {
+    std::lock_guard lock(mutex_);
+    auto it = queues_.find(uid);
+    if (it == queues_.end()) return false;
+    UidQueue& q = it->second;
+    auto entry = std::find_if(q.work.begin(), q.work.end(), [ticket](const Queued& e) { return e.ticket == ticket; });
+    if (entry == q.work.end()) return false;
+    dropped = std::move(entry->work);
+    q.work.erase(entry);
+    --queued_;
+    if (q.work.empty() && q.listed) {  // ready_ lists only uids with work queued
+      ready_.erase(std::find(ready_.begin(), ready_.end(), uid));
+      q.listed = false;
+    }
+    if (q.work.empty() && q.running == 0) queues_.erase(it);
+  }
   return true;
 }
 
@@ -44,7 +67,7 @@ void RequestWorkers::serve() {
     ready_.pop_front();
     UidQueue& q = queues_.at(uid);
     q.listed = false;
-    std::function<void()> work = std::move(q.work.front());
+    std::function<void()> work = std::move(q.work.front().work);
     q.work.pop_front();
     --queued_;
     ++q.running;
@@ -72,23 +95,22 @@ void RequestWorkers::serve() {
 
 void RequestWorkers::stop() {
   std::vector<std::function<void()>> dropped;  // destroyed outside the lock: they own connections
+  std::vector<std::thread> threads;
   {
     std::lock_guard lock(mutex_);
-    if (stopping_ && threads_.empty()) return;
     stopping_ = true;
     for (auto& [uid, q] : queues_) {
-      for (auto& w : q.work) dropped.push_back(std::move(w));
+      for (auto& e : q.work) dropped.push_back(std::move(e.work));
       q.work.clear();
+      q.listed = false;
     }
     queued_ = 0;
     ready_.clear();
+    threads.swap(threads_);  // a second stop() finds none to join
   }
   dropped.clear();
   wake_.notify_all();
-  for (auto& t : threads_)
-    if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
-  std::lock_guard lock(mutex_);
-  threads_.clear();
+  for (auto& t : threads) t.join();
 }
 
 size_t RequestWorkers::queued() const {

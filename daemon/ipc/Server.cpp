@@ -90,7 +90,15 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
 
   void close() {
     if (closed_) return;
+    auto keep = shared_from_this();  // the cancelled work below may hold the last other reference
     closed_ = true;
+    abandoned_->store(true);
+    if (ticket_ != 0) {
+      // Work still queued is dropped now: a peer that exits right after its request must not
+      // leave it (and this connection) queued behind its uid's slow work.
+      if (server_.workers_.cancel(session.peer.uid, ticket_)) busy_ = false;
+      ticket_ = 0;
+    }
     error_code ignored;
     socket_.shutdown(local::socket::shutdown_both, ignored);
     socket_.close(ignored);
@@ -237,17 +245,39 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
     busy_ = true;
     watchStall();
     auto shared = std::make_shared<OffLoop>(std::move(off));
-    auto loop = socket_.get_executor();  // taken here: the worker touches nothing of the connection's
-    const bool queued = server_.workers_.submit(session.peer.uid, [self = shared_from_this(), shared, loop] {
-      shared->work();
-      asio::post(loop, [self, shared] { self->handedBack(*shared); });
+    // Taken here: the worker touches nothing of the connection's but these.
+    auto loop = socket_.get_executor();
+    auto abandoned = abandoned_;
+    ticket_ = server_.workers_.submit(session.peer.uid, [self = shared_from_this(), shared, loop, abandoned] {
+      if (abandoned->load()) return;  // closed after this was taken off the queue: nobody to answer
+      bool threw = false;
+      try {
+        shared->work();
+      } catch (const std::exception& e) {
+        TT_LOG(Error) << "request work threw: " << e.what();
+        threw = true;
+      }
+      asio::post(loop, [self, shared, threw] { self->handedBack(*shared, threw); });
     });
-    if (!queued) close();  // the server is stopping
+    if (ticket_ == 0) close();  // the server is stopping
   }
 
-  void handedBack(OffLoop& off) {
+  void handedBack(OffLoop& off, bool threw) {
     busy_ = false;
-    if (closed_) return;  // closed meanwhile (the peer exited, the server stopped): nobody to answer
+    ticket_ = 0;
+    if (threw) {
+      close();
+      return;
+    }
+    if (closed_) {
+      // Nobody to answer, but what the answer does besides still happens: an exec found drops
+      // the old program's regions (the probe has forgotten its pinned address space already).
+      if (!server_.stopped_) {
+        pb::DaemonMessage discarded;
+        (void)off.finish(session, discarded);
+      }
+      return;
+    }
     if (!replied(off.finish(session, reply_))) return;
     if (closing_) return;
     handleFrames(true);
@@ -282,6 +312,9 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
   size_t queued_ = 0;
   bool writing_ = false;
   bool busy_ = false;  // a request is out on the workers
+  uint64_t ticket_ = 0;  // its ticket while it may still be queued
+  // Set by close(); read by the worker that runs this connection's work.
+  std::shared_ptr<std::atomic<bool>> abandoned_ = std::make_shared<std::atomic<bool>>(false);
   bool closing_ = false;
   bool closed_ = false;
   pb::ClientMessage request_;  // reused: no per-message allocation of the top-level objects

@@ -23,8 +23,9 @@ class AddressSpaceInspector {
   // True when all of [start, end) is mapped in `pid`; an error when the process cannot be read.
   // `uid` is who asks (the work done for each uid is bounded). ESTALE when the process ran exec
   // since its address space was first asked about (the inspector pins that one), ESRCH when it is
-  // gone. Without `mayOpen`, EWOULDBLOCK when no address space of `pid` is pinned yet: pinning
-  // opens the maps file, which waits out an exec in progress (the event loop asks this way).
+  // gone. Without `mayOpen`, EWOULDBLOCK where the answer would need more than one ioctl on an
+  // address space pinned before: pinning opens the maps file, which waits out an exec in progress,
+  // and kernels without PROCMAP_QUERY read the whole file (the event loop asks this way).
   [[nodiscard]] virtual Result<bool> rangeMapped(pid_t pid, uid_t uid, uint64_t start, uint64_t end,
                                                  bool mayOpen = true) = 0;
   // Whether rangeMapped answers `pid` from an address space it pinned at its first call, by an

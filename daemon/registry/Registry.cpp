@@ -47,6 +47,7 @@ bool Registry::attachProcess(const Peer& peer, const std::string& clientName, bo
   if (inserted) {
     p.uid = peer.uid;
     p.gid = peer.gid;
+    p.incarnation = ++incarnations_;
   }
   if (!clientName.empty()) p.clientName = clientName;
   p.acceptsMbind = p.acceptsMbind || acceptsMbind;
@@ -94,6 +95,12 @@ size_t Registry::removeProcess(pid_t pid) {
 bool Registry::hasProcess(pid_t pid) const {
   std::lock_guard lock(mutex_);
   return processes_.count(pid) != 0;
+}
+
+uint64_t Registry::incarnationOf(pid_t pid) const {
+  std::lock_guard lock(mutex_);
+  auto it = processes_.find(pid);
+  return it == processes_.end() ? 0 : it->second.incarnation;
 }
 
 bool Registry::registeredUnder(pid_t pid, uid_t uid) const {
@@ -166,7 +173,8 @@ bool Registry::acceptsMbind(pid_t pid) const {
   return it != processes_.end() && it->second.acceptsMbind;
 }
 
-Result<RegionInfo> Registry::registerRegion(const Peer& peer, const RegisterRequest& request, bool mayWait) {
+Result<RegionInfo> Registry::registerRegion(const Peer& peer, const RegisterRequest& request, bool mayWait,
+                                            uint64_t incarnation) {
   if (request.length == 0) return systemError(EINVAL, "region length is 0");
   const uint64_t start = request.address & ~(kBasePageSize - 1);
   if (request.address > UINT64_MAX - request.length) return systemError(EINVAL, "region wraps the address space");
@@ -179,7 +187,7 @@ Result<RegionInfo> Registry::registerRegion(const Peer& peer, const RegisterRequ
   {
     std::lock_guard lock(mutex_);
     auto p = processes_.find(peer.pid);
-    if (p == processes_.end())
+    if (p == processes_.end() || (incarnation != 0 && p->second.incarnation != incarnation))
       return systemError(EINVAL, "process " + std::to_string(peer.pid) +
                                      " is not registered (no Hello, or it was dropped since: an exit, exec or id change)");
     // Regions are charged to the uid the process was registered under, the one their removal
@@ -222,6 +230,8 @@ Result<RegionInfo> Registry::registerRegion(const Peer& peer, const RegisterRequ
     inspector_.forget(peer.pid);  // pinned by the probe for a process no longer registered
     return systemError(EINVAL, "process " + std::to_string(peer.pid) + " went away");
   }
+  if (incarnation != 0 && p->second.incarnation != incarnation)  // what the probe pinned is the new one's
+    return systemError(EINVAL, "process " + std::to_string(peer.pid) + " went away (its pid is another process's now)");
   Process& proc = p->second;
   auto next = proc.byStart.lower_bound(start);
   if (next != proc.byStart.end() && next->first < end)

@@ -159,8 +159,13 @@ class Registry {
   // when no address space of the process is pinned yet (ask again with `mayWait`), and ESTALE, an
   // exec found, at once, also for a peer whose ids the exec may change (the caller then waits
   // for them: checkRunsAs with afterExec).
+  // With `incarnation` (incarnationOf when the request began), only into that entry of the
+  // process: a request that waited on a worker while the process exited and its pid was reused
+  // must not add its region to the new process's entry.
   [[nodiscard]] Result<RegionInfo> registerRegion(const Peer& peer, const RegisterRequest& request,
-                                                  bool mayWait = true);
+                                                  bool mayWait = true, uint64_t incarnation = 0);
+  // Which entry of `pid` is registered now: a number no other entry had (0: none).
+  [[nodiscard]] uint64_t incarnationOf(pid_t pid) const;
   [[nodiscard]] Result<void> unregisterRegion(const Peer& peer, uint64_t regionId);
   void mark(const Peer& peer, IterationMark mark);
 
@@ -185,6 +190,7 @@ class Registry {
     gid_t gid = 0;  // the effective ids of the connection that registered it
     std::string clientName;
     bool acceptsMbind = false;
+    uint64_t incarnation = 0;
     uint32_t connections = 0;
     uint64_t bytes = 0;
     uint64_t lastStep = 0;
@@ -203,6 +209,7 @@ class Registry {
   mutable std::mutex mutex_;
   Limits limits_;
   uint64_t nextRegionId_ = 1;
+  uint64_t incarnations_ = 0;
   uint32_t connections_ = 0;
   std::unordered_map<pid_t, Process> processes_;
   std::unordered_map<uint64_t, RegionRecord> regions_;

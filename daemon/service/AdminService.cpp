@@ -213,8 +213,9 @@ bool AdminService::fillRegion(const registry::RegionRecord& r, pb::RegionEntry& 
   // A process that exec'd a setid program since it registered (until the server's sweep drops
   // it): its regions' placement would describe the new program's address space, and the region
   // is left out. Checked before the read and after it, with stat(2) only: waiting for an exec in
-  // progress (sys::processOwner's afterExec) would stall the loop for as long as the exec takes
-  // to free the old address space (0.66 s at 8 GiB here), and any uid may ask for a listing.
+  // progress (sys::processOwner's afterExec) would hold the listing (and one of the asking uid's
+  // request workers) for as long as the exec takes to free the old address space (0.66 s at
+  // 8 GiB here), and any uid may ask for a listing.
   // An exec's ids land microseconds after its new address space, which then holds its stack only.
   // The check after a read stands before the process's next read in the same listing.
   auto stillRegistered = [&] {

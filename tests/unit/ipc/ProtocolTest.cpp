@@ -295,22 +295,23 @@ TEST_F(ProtocolTest, AProbeOfAPinnedAddressSpaceIsAnsweredOnTheLoop) {
   EXPECT_FALSE(registry.hasProcess(100)) << "the old program's regions stayed";
 }
 
-// The workers' answer comes back after the process was dropped meanwhile (an exit, exec or id
-// change seen by the sweep): the region is not added to nothing, and the reply says why.
-TEST_F(ProtocolTest, ARegistrationWhoseProcessWasDroppedWhileItsProbeRanIsRefused) {
+// The process exits while its registration waits for a worker, and its pid goes to a new process
+// that registers too: the old request's region does not land in the new process's entry.
+TEST_F(ProtocolTest, ARegistrationWhosePidWasReusedBeforeItsWorkRanIsRefused) {
   ASSERT_TRUE(hello({1}).has_hello_reply());
   pb::ClientMessage m = registration(0x10000000, 4 * kPage, 5);
   pb::DaemonMessage reply;
   auto begun = handler.begin(session, m, reply);
   ASSERT_TRUE(std::holds_alternative<tt::ipc::OffLoop>(begun));
-  (void)registry.removeProcess(100);
-  session.attached = false;  // as the server's processExited does
+  (void)registry.removeProcess(100);  // its pidfd said it exited
+  session.attached = false;           // as the server's processExited does
+  ASSERT_TRUE(registry.attachProcess({100, 1000, 1000}, "the next process of pid 100", false));
   auto& off = std::get<tt::ipc::OffLoop>(begun);
   off.work();
   ASSERT_TRUE(off.finish(session, reply));
   ASSERT_TRUE(reply.has_error()) << reply.DebugString();
   EXPECT_NE(reply.error().message().find("dropped since"), std::string::npos) << reply.error().message();
-  EXPECT_EQ(registry.totals().regions, 0u);
+  EXPECT_EQ(registry.totals().regions, 0u) << "the old process's region went into the new one's entry";
 }
 
 // A request over more pages than the per-request budget is read at every Nth page and says so;

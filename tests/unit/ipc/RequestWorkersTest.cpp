@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -49,11 +50,13 @@ TEST(RequestWorkers, RunsOneUidsWorkInTheOrderItWasQueued) {
   std::vector<int> order;
   std::atomic<int> done{0};
   for (int i = 0; i < 50; ++i)
-    ASSERT_TRUE(workers.submit(1000, [&, i] {
-      std::lock_guard lock(m);
-      order.push_back(i);
-      ++done;
-    }));
+    ASSERT_NE(workers.submit(1000,
+                             [&, i] {
+                               std::lock_guard lock(m);
+                               order.push_back(i);
+                               ++done;
+                             }),
+              0u);
   ASSERT_TRUE(eventually([&] { return done == 50; }));
   std::lock_guard lock(m);
   for (int i = 0; i < 50; ++i) EXPECT_EQ(order[i], i);
@@ -111,6 +114,47 @@ TEST(RequestWorkers, UidsTakeTurns) {
   EXPECT_EQ(order.front(), 2000u);
 }
 
+// A connection that closes cancels its queued work: it is dropped (with what it owns) and never
+// runs; work that has started cannot be cancelled.
+TEST(RequestWorkers, CancelDropsQueuedWorkOnly) {
+  RequestWorkers workers(1, 1);
+  Gate gate;
+  std::atomic<int> started{0}, done{0};
+  const uint64_t running = workers.submit(1000, gate.work(started, done));
+  ASSERT_NE(running, 0u);
+  ASSERT_TRUE(eventually([&] { return started == 1; }));
+  auto owned = std::make_shared<int>(7);
+  std::atomic<bool> ran{false};
+  const uint64_t queued = workers.submit(1000, [owned, &ran] { ran = true; });
+  std::atomic<bool> otherRan{false};
+  ASSERT_NE(workers.submit(1000, [&] { otherRan = true; }), 0u);
+  EXPECT_EQ(owned.use_count(), 2);
+  EXPECT_TRUE(workers.cancel(1000, queued));
+  EXPECT_EQ(owned.use_count(), 1) << "the cancelled work still holds what it owns";
+  EXPECT_FALSE(workers.cancel(1000, queued)) << "cancelled twice";
+  EXPECT_FALSE(workers.cancel(1000, running)) << "running work was cancelled";
+  EXPECT_EQ(workers.queued(), 1u);
+  gate.open();
+  EXPECT_TRUE(eventually([&] { return otherRan.load(); }));
+  EXPECT_FALSE(ran);
+  EXPECT_TRUE(eventually([&] { return workers.running() == 0 && workers.queued() == 0; }));
+}
+
+// The uid's only queued work is cancelled while the uid waits its turn: the turn is given up.
+TEST(RequestWorkers, CancellingAUidsLastQueuedWorkGivesUpItsTurn) {
+  RequestWorkers workers(1, 1);
+  Gate gate;
+  std::atomic<int> started{0}, done{0};
+  ASSERT_NE(workers.submit(1000, gate.work(started, done)), 0u);
+  ASSERT_TRUE(eventually([&] { return started == 1; }));
+  const uint64_t waiting = workers.submit(2000, [] {});  // uid 2000 is in line for the thread
+  ASSERT_TRUE(workers.cancel(2000, waiting));
+  std::atomic<bool> ran{false};
+  ASSERT_NE(workers.submit(3000, [&] { ran = true; }), 0u);
+  gate.open();
+  EXPECT_TRUE(eventually([&] { return ran.load(); })) << "the thread took a turn for a uid with nothing queued";
+}
+
 TEST(RequestWorkers, StopDropsWhatHasNotStartedAndWaitsForWhatHas) {
   RequestWorkers workers(1, 1);
   Gate gate;
@@ -131,7 +175,8 @@ TEST(RequestWorkers, StopDropsWhatHasNotStartedAndWaitsForWhatHas) {
   stopper.join();
   EXPECT_EQ(done, 1);
   EXPECT_TRUE(dropped) << "work queued behind the running one ran after stop()";
-  EXPECT_FALSE(workers.submit(1000, [] {})) << "work accepted after stop()";
+  EXPECT_EQ(workers.submit(1000, [] {}), 0u) << "work accepted after stop()";
+  workers.stop();  // again: nothing left to join
 }
 
 }  // namespace

@@ -107,6 +107,24 @@ TEST(ProcessMaps, InspectorCachesCoveredRangesAndRereadsOtherwise) {
   EXPECT_TRUE(*inspector.rangeMapped(7, 0, 0x10000, 0x11000));
 }
 
+// Asked not to open (the event loop asks so): before the first probe the maps file would have to
+// be opened, which waits out an exec; and where the kernel has no PROCMAP_QUERY (a fixture file
+// answers ENOTTY) every probe may read the whole file. Both are EWOULDBLOCK, for a worker to ask.
+TEST(ProcessMaps, InspectorAskedNotToOpenLeavesOpensAndFileReadsToTheCaller) {
+  FixtureProcess tree("10000-20000 rw-p 00000000 00:00 0\n");
+  ASSERT_TRUE(tree.ok());
+  tt::registry::ProcMapsInspector inspector(tree.root);
+  auto first = inspector.rangeMapped(7, 0, 0x10000, 0x11000, /*mayOpen=*/false);
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.error().code, EWOULDBLOCK);
+  EXPECT_FALSE(inspector.pinsAddressSpace(7)) << "it opened the maps file";
+  EXPECT_TRUE(*inspector.rangeMapped(7, 0, 0x10000, 0x11000));  // pins; learns there is no ioctl
+  EXPECT_TRUE(inspector.pinsAddressSpace(7));
+  auto read = inspector.rangeMapped(7, 0, 0x10000, 0x11000, /*mayOpen=*/false);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.error().code, EWOULDBLOCK) << "the whole maps file was read for a caller that may not wait";
+}
+
 // The maps file stays open from the first probe; an open maps file of an address space gone (an
 // exec) reads empty, as the emptied fixture does here. A range the cache covers is not answered
 // from the cache then: the answer is ESTALE (the process is there: an exec), and the next probe
