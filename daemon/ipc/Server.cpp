@@ -256,6 +256,9 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
       } catch (const std::exception& e) {
         TT_LOG(Error) << "request work threw: " << e.what();
         threw = true;
+      } catch (...) {
+        TT_LOG(Error) << "request work threw";
+        threw = true;
       }
       asio::post(loop, [self, shared, threw] { self->handedBack(*shared, threw); });
     });
