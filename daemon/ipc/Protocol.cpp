@@ -166,32 +166,36 @@ bool ProtocolHandler::stillRunsAsPeer(Session& s, pb::DaemonMessage& reply, bool
   return false;
 }
 
-void ProtocolHandler::refuse(Session& s, pb::DaemonMessage& reply, const Error& error) {
+void ProtocolHandler::dropProcess(Session& s) {
+  if (lifetime_)
+    lifetime_->forget(s.peer.pid);
+  else
+    (void)registry_.removeProcess(s.peer.pid);
+  s.attached = false;
+}
+
+void ProtocolHandler::refuse(Session& s, pb::DaemonMessage& reply, const Error& error, std::optional<uint64_t> entry) {
   const uint64_t seq = reply.seq();
   reply.Clear();  // a placement read already filled in describes what the process runs now
   reply.set_seq(seq);
   setError(reply, errorCodeFor(error), error.message());
+  const bool sameEntry = !entry || registry_.incarnationOf(s.peer.pid) == *entry;
   if (error.code == ESTALE) {
     // The process ran exec: its regions, whoever registered them, describe the program before.
     // The session stays (ESTALE comes only once the exec's ids are known to be the peer's) and
     // attaches afresh on its next request.
-    if (lifetime_)
-      lifetime_->forget(s.peer.pid);
+    if (sameEntry)
+      dropProcess(s);
     else
-      (void)registry_.removeProcess(s.peer.pid);
-    s.attached = false;
+      s.attached = false;
     return;
   }
   if (error.code != EKEYREVOKED) return;
   s.revoked = true;
   // Regions registered under the peer's ids were the old program's: they go as on an exit.
   // (Regions a process registered under other ids, root's, are not this connection's to end.)
-  if (registry_.registeredUnder(s.peer.pid, s.peer.uid)) {
-    if (lifetime_)
-      lifetime_->forget(s.peer.pid);
-    else
-      (void)registry_.removeProcess(s.peer.pid);
-    s.attached = false;
+  if (sameEntry && registry_.registeredUnder(s.peer.pid, s.peer.uid)) {
+    dropProcess(s);
   } else {
     sessionClosed(s);  // its attachment goes now, not when the connection has closed
   }
@@ -253,7 +257,11 @@ std::optional<OffLoop> ProtocolHandler::registerRegion(Session& s, const pb::Reg
   auto info = std::make_shared<std::optional<Result<RegionInfo>>>();
   OffLoop off;
   if (now.error().code == ESTALE) {
-    // An exec, found at once: whether it changed the ids is known once it has committed them.
+    // An exec, found at once: the old program's regions go now (the probe has forgotten the
+    // pinned address space, so nothing else would see the exec if this request never came back:
+    // its connection may close while it waits). Whether the exec changed the ids is known once
+    // it has committed them: that wait is the work.
+    dropProcess(s);
     off.work = [this, peer = s.peer, stale = now.error(), info] {
       auto ids = registry_.checkRunsAs(peer, true);
       info->emplace(ids ? Result<RegionInfo>(stale) : Result<RegionInfo>(ids.error()));
@@ -263,19 +271,20 @@ std::optional<OffLoop> ProtocolHandler::registerRegion(Session& s, const pb::Reg
       info->emplace(registry_.registerRegion(peer, r, /*mayWait=*/true, incarnation));
     };
   }
-  off.finish = [this, info, seq = reply.seq(), tag = m.client_tag()](Session& session, pb::DaemonMessage& out) {
+  off.finish = [this, info, seq = reply.seq(), tag = m.client_tag(), incarnation](Session& session,
+                                                                                  pb::DaemonMessage& out) {
     out.Clear();
     out.set_seq(seq);
-    registered(session, out, **info, tag);
+    registered(session, out, **info, tag, incarnation);
     return true;
   };
   return off;
 }
 
 void ProtocolHandler::registered(Session& s, pb::DaemonMessage& reply, const Result<RegionInfo>& info,
-                                 uint64_t clientTag) {
+                                 uint64_t clientTag, std::optional<uint64_t> entry) {
   if (!info) {
-    refuse(s, reply, info.error());
+    refuse(s, reply, info.error(), entry);
     return;
   }
   auto* body = reply.mutable_register_region_reply();
@@ -313,6 +322,7 @@ std::optional<OffLoop> ProtocolHandler::queryPlacement(Session& s, const pb::Que
                                       // them describe the new program
   };
   auto reads = std::make_shared<Reads>();
+  const uint64_t incarnation = registry_.incarnationOf(s.peer.pid);
   reads->regions = std::move(*regions);
   reads->stride = *budgeted;
   OffLoop off;
@@ -327,11 +337,11 @@ std::optional<OffLoop> ProtocolHandler::queryPlacement(Session& s, const pb::Que
     }
     if (auto still = registry_.checkRunsAs(peer, true); !still) reads->idsChanged = still.error();
   };
-  off.finish = [this, reads, seq = reply.seq()](Session& session, pb::DaemonMessage& out) {
+  off.finish = [this, reads, seq = reply.seq(), incarnation](Session& session, pb::DaemonMessage& out) {
     out.Clear();
     out.set_seq(seq);
     if (reads->idsChanged) {
-      refuse(session, out, *reads->idsChanged);  // what was read may be the new program's
+      refuse(session, out, *reads->idsChanged, incarnation);  // what was read may be the new program's
       return true;
     }
     if (reads->failed) {

@@ -119,11 +119,17 @@ class ProtocolHandler {
   [[nodiscard]] bool stillRunsAsPeer(Session& s, pb::DaemonMessage& reply, bool afterExec = false);
   // `reply` becomes `error`; an EKEYREVOKED one (the process runs with other ids) also revokes
   // the session and drops what it registered under them.
-  void refuse(Session& s, pb::DaemonMessage& reply, const Error& error);
+  // `entry`: the request began with this entry of the process (Registry::incarnationOf), and ran
+  // off the loop since; the process is dropped only if that entry is still the one registered (a
+  // newer one, of the new program or of a process given the pid since, is not this request's).
+  void refuse(Session& s, pb::DaemonMessage& reply, const Error& error, std::optional<uint64_t> entry = std::nullopt);
+  // Drops the session's process (its pidfd watch, entry and regions) as on an exit.
+  void dropProcess(Session& s);
   // nullopt when the request was answered on the loop (refused before any probe).
   [[nodiscard]] std::optional<OffLoop> registerRegion(Session& s, const pb::RegisterRegion& m, pb::DaemonMessage& reply);
   // The reply to a registration, `info` being what the registry said.
-  void registered(Session& s, pb::DaemonMessage& reply, const Result<RegionInfo>& info, uint64_t clientTag);
+  void registered(Session& s, pb::DaemonMessage& reply, const Result<RegionInfo>& info, uint64_t clientTag,
+                  std::optional<uint64_t> entry = std::nullopt);
   [[nodiscard]] std::optional<OffLoop> queryPlacement(Session& s, const pb::QueryPlacement& m, pb::DaemonMessage& reply);
 
   registry::Registry& registry_;

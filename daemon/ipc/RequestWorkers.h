@@ -44,7 +44,7 @@ class RequestWorkers {
   [[nodiscard]] uint64_t submit(uid_t uid, std::function<void()> work);
   // Drops `ticket`'s work if it has not started (what it owns goes now). Whether it was dropped.
   bool cancel(uid_t uid, uint64_t ticket);
-  // Drops what has not started and waits for what has. Idempotent; not from a worker.
+  // Drops what has not started and waits for what has. Idempotent; from one thread, not a worker.
   void stop();
 
   // For tests and metrics: work queued, not started; work running now.

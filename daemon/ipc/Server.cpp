@@ -249,7 +249,10 @@ class Server::Connection : public std::enable_shared_from_this<Connection> {
     auto loop = socket_.get_executor();
     auto abandoned = abandoned_;
     ticket_ = server_.workers_.submit(session.peer.uid, [self = shared_from_this(), shared, loop, abandoned] {
-      if (abandoned->load()) return;  // closed after this was taken off the queue: nobody to answer
+      if (abandoned->load()) {  // closed after this was taken off the queue: nobody to answer
+        asio::post(loop, [self] {});  // the connection goes on the loop, not here
+        return;
+      }
       bool threw = false;
       try {
         shared->work();

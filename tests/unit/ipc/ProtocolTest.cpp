@@ -285,6 +285,9 @@ TEST_F(ProtocolTest, AProbeOfAPinnedAddressSpaceIsAnsweredOnTheLoop) {
   auto stale = handler.begin(session, m, reply);
   ASSERT_TRUE(std::holds_alternative<tt::ipc::OffLoop>(stale)) << "the wait for the exec's ids ran on the loop";
   EXPECT_EQ(space.settledIdChecks, settled);
+  // Dropped at once: the connection may close before the answer, and nothing else would see this
+  // exec (the probe forgot the pinned address space).
+  EXPECT_FALSE(registry.hasProcess(100)) << "the old program's regions wait for the ids";
   auto& off = std::get<tt::ipc::OffLoop>(stale);
   off.work();
   EXPECT_EQ(space.settledIdChecks, settled + 1);
@@ -293,6 +296,31 @@ TEST_F(ProtocolTest, AProbeOfAPinnedAddressSpaceIsAnsweredOnTheLoop) {
   EXPECT_EQ(reply.error().code(), pb::REGION_NOT_MAPPED);
   EXPECT_NE(reply.error().message().find("ran exec"), std::string::npos) << reply.error().message();
   EXPECT_FALSE(registry.hasProcess(100)) << "the old program's regions stayed";
+}
+
+// A registration finds an exec on a worker; by the time its answer is back on the loop the server
+// has dropped the old entry and the new program has registered afresh: the answer ends this
+// session's attachment, not the new program's entry.
+TEST_F(ProtocolTest, AnExecFoundOffTheLoopDoesNotDropTheNewProgramsEntry) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  pb::DaemonMessage reply;
+  auto begun = handler.begin(session, registration(0x10000000, 4 * kPage, 5), reply);
+  ASSERT_TRUE(std::holds_alternative<tt::ipc::OffLoop>(begun));
+  auto& off = std::get<tt::ipc::OffLoop>(begun);
+  space.execKeepingIds(100);
+  off.work();  // ESTALE, the ids unchanged
+  (void)registry.removeProcess(100);  // the server's sweep saw the exec
+  session.attached = false;
+  ASSERT_TRUE(registry.attachProcess({100, 1000, 1000}, "the new program", false));
+  tt::registry::RegisterRequest fresh;
+  fresh.address = 0x10200000;
+  fresh.length = kPage;
+  ASSERT_TRUE(registry.registerRegion({100, 1000, 1000}, fresh).ok());
+  ASSERT_TRUE(off.finish(session, reply));
+  ASSERT_TRUE(reply.has_error()) << reply.DebugString();
+  EXPECT_EQ(reply.error().code(), pb::REGION_NOT_MAPPED);
+  EXPECT_TRUE(registry.hasProcess(100)) << "the new program's entry was dropped";
+  EXPECT_EQ(registry.totals().regions, 1u);
 }
 
 // The process exits while its registration waits for a worker, and its pid goes to a new process
