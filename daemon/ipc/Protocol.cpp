@@ -211,12 +211,8 @@ bool ProtocolHandler::attach(Session& s, pb::DaemonMessage& reply) {
   // the old program's, and the new one, which runs as this peer, does not join it.
   // Likewise after an exec that kept the ids: the entry's regions are the old program's.
   if (auto runs = registry_.runsAsRegistered(s.peer.pid);
-      registry_.hasProcess(s.peer.pid) && ((runs && !*runs) || registry_.execedSinceProbed(s.peer.pid))) {
-    if (lifetime_)
-      lifetime_->forget(s.peer.pid);
-    else
-      (void)registry_.removeProcess(s.peer.pid);
-  }
+      registry_.hasProcess(s.peer.pid) && ((runs && !*runs) || registry_.execedSinceProbed(s.peer.pid)))
+    dropProcess(s);
   const bool isNew = registry_.attachProcess(s.peer, s.clientName, s.acceptsMbind);
   if (isNew && lifetime_ && !lifetime_->watch(s.peer.pid)) {
     registry_.removeProcess(s.peer.pid);
