@@ -94,6 +94,7 @@ void RequestWorkers::serve() {
 }
 
 void RequestWorkers::stop() {
+  std::lock_guard stopping(stopMutex_);
   std::vector<std::function<void()>> dropped;  // destroyed outside the lock: they own connections
   std::vector<std::thread> threads;
   {
@@ -106,7 +107,7 @@ void RequestWorkers::stop() {
     }
     queued_ = 0;
     ready_.clear();
-    threads.swap(threads_);  // a second stop() finds none to join
+    threads.swap(threads_);  // a later stop() finds none to join
   }
   dropped.clear();
   wake_.notify_all();

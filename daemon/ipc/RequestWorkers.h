@@ -44,7 +44,8 @@ class RequestWorkers {
   [[nodiscard]] uint64_t submit(uid_t uid, std::function<void()> work);
   // Drops `ticket`'s work if it has not started (what it owns goes now). Whether it was dropped.
   bool cancel(uid_t uid, uint64_t ticket);
-  // Drops what has not started and waits for what has. Idempotent; from one thread, not a worker.
+  // Drops what has not started and waits for what has. Idempotent; a call made while another
+  // runs returns only once the threads are joined. Not from a worker.
   void stop();
 
   // For tests and metrics: work queued, not started; work running now.
@@ -66,6 +67,7 @@ class RequestWorkers {
   void listIfReady(uid_t uid, UidQueue& q);
 
   const unsigned perUid_;
+  std::mutex stopMutex_;  // held through stop(): a second caller waits for the first's joins
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::unordered_map<uid_t, UidQueue> queues_;

@@ -179,4 +179,32 @@ TEST(RequestWorkers, StopDropsWhatHasNotStartedAndWaitsForWhatHas) {
   workers.stop();  // again: nothing left to join
 }
 
+// The daemon's shutdown and the destructor may both stop the workers; whichever comes second must
+// not return (and let what the work uses be destroyed) while the first is still joining.
+TEST(RequestWorkers, AStopWhileAnotherIsJoiningWaitsForTheJoins) {
+  RequestWorkers workers(1, 1);
+  Gate gate;
+  std::atomic<int> started{0}, done{0};
+  ASSERT_TRUE(workers.submit(1000, gate.work(started, done)));
+  ASSERT_TRUE(eventually([&] { return started == 1; }));
+  std::atomic<bool> firstStopped{false}, secondStopped{false};
+  std::thread first([&] {
+    workers.stop();
+    firstStopped = true;
+  });
+  // The first stop has swapped the threads out once submit() is refused.
+  ASSERT_TRUE(eventually([&] { return workers.submit(1000, [] {}) == 0; }));
+  std::thread second([&] {
+    workers.stop();
+    secondStopped = true;
+  });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(secondStopped) << "a second stop() returned while the work was still running";
+  EXPECT_FALSE(firstStopped);
+  gate.open();
+  first.join();
+  second.join();
+  EXPECT_EQ(done, 1);
+}
+
 }  // namespace
