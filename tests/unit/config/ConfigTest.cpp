@@ -92,6 +92,27 @@ TEST(Config, CrossFieldRulesAreEnforced) {
   EXPECT_FALSE(validateConfig(*relative));
 }
 
+// A per-uid share above the thread count means every thread (RequestWorkers clamps it), so one
+// request thread alone is a valid config with the default share of two; a per-uid connection limit
+// above the total is refused, since it could never apply.
+TEST(Config, ServiceLimitsBetweenEachOther) {
+  auto oneThread = parseConfig("service { request_threads: 1 }", "x");
+  ASSERT_TRUE(oneThread) << oneThread.error().message();
+  EXPECT_EQ(oneThread->service().request_threads_per_uid(), 2u);
+  EXPECT_TRUE(validateConfig(*oneThread)) << "request_threads: 1 alone must validate";
+  auto noThreads = parseConfig("service { request_threads: 0 }", "x");
+  ASSERT_TRUE(noThreads);
+  auto zero = validateConfig(*noThreads);
+  ASSERT_FALSE(zero);
+  EXPECT_NE(zero.error().message().find("service.request_threads"), std::string::npos) << zero.error().message();
+  auto connections = parseConfig("service { max_connections: 4 max_connections_per_uid: 5 }", "x");
+  ASSERT_TRUE(connections);
+  auto over = validateConfig(*connections);
+  ASSERT_FALSE(over);
+  EXPECT_NE(over.error().message().find("max_connections_per_uid: must not exceed max_connections"), std::string::npos)
+      << over.error().message();
+}
+
 TEST(Config, ExplicitUnspecifiedEnumIsRejected) {
   auto config = parseConfig("log { level: LOG_LEVEL_UNSPECIFIED }", "x");
   ASSERT_TRUE(config);
