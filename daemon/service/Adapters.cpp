@@ -241,7 +241,8 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
   // next plan, and on while the engine runs them), whose ranges are asked again.
   placement_.endPlan(plan);
   TT_LOG(Debug) << "policy: residency of " << placement_.pagesQueried() << " pages asked for this plan; each block "
-                << "refreshed every " << placement_.refreshPlans() << " plans";
+                << "refreshed every " << placement_.refreshPlans() << " plans; look-ahead "
+                << heat.horizonNs / 1'000'000 << " ms";
   return plan;
 }
 

@@ -136,6 +136,13 @@ void EpochLoop::applyEvents(uint64_t nowNs) {
         rangesChanged.insert(ev.tgid);
         break;
       case T::Mark:
+        // Marks arrive in batches at the epoch; their own times are what the schedule learns
+        // from, and what a late promotion is judged against when reading a log.
+        TT_LOG(Debug) << "mark: process " << ev.mark.tgid << " step " << ev.mark.step << " "
+                      << (ev.mark.type == MarkType::StepBegin ? "begins"
+                          : ev.mark.type == MarkType::StepEnd ? "ends"
+                                                              : "phase " + ev.mark.phase)
+                      << ", " << (nowNs - std::min(nowNs, ev.mark.timestampNs)) / 1'000'000 << " ms before this epoch";
         if (stages_.policy) stages_.policy->onMark(ev.mark);
         if (stages_.trace) stages_.trace->onMark(ev.mark);
         break;
@@ -320,6 +327,12 @@ void EpochLoop::runOnce(uint64_t nowNs) {
       if (auto r = stages_.executor->submit(std::move(plan)); !r) {
         TT_LOG(Warn) << "engine refused plan " << generation_ << ": " << r.error().message();
       } else {
+        if (log::enabled(log::Level::Debug)) {
+          uint64_t bytes = 0;
+          for (const auto& m : submitted) bytes += m.length;
+          TT_LOG(Debug) << "epoch: plan " << generation_ << " submitted: " << moves << " moves, " << bytes / 4096
+                        << " pages, planned at " << bandwidth / 1e6 << " MB/s";
+        }
         lastPolicyGeneration_ = generation_;
         inFlightMoves_ = std::move(submitted);
         manualMovesUnseen_.insert(manualMovesUnseen_.end(), retried.begin(), retried.end());
