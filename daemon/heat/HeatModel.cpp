@@ -1140,15 +1140,38 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
           }
         if (first < buckets_) {
           double burst = 0;
-          uint32_t gap = 0;
+          uint32_t gap = 0, last = first;
           for (uint32_t j = first; j < buckets_ && gap < 2; ++j) {
             double v = schedule[(b0 + j) % buckets_];
             if (j == 0) v *= 1.0 - intoBucketNs / bucketNs;
             if (schedule[(b0 + j) % buckets_] > threshold) {
               burst += v;
               gap = 0;
+              last = j;
             } else {
               ++gap;  // one quiet bucket (sampling noise) does not end a burst
+            }
+          }
+          // A burst in progress that ends within the step is worth keeping fast only until its
+          // successor must start moving in: the unit's own demotion and a successor's promotion
+          // of its size at the measured bandwidth, after the next plan. Its accesses after that
+          // are served fast only if the successor arrives late, so they do not count; counted,
+          // they hold the swap back until its copy cannot finish before the successor's burst
+          // begins (a loaded host's slower copies made phase swaps land late). A burst that runs
+          // on past the step's end (a unit busy throughout) has no such end.
+          if (first == 0 && gap >= 2) {
+            const double leadNs = 2.0 * static_cast<double>(u.length) / bandwidthBytesPerNs_ +
+                                  static_cast<double>(planIntervalNs_);
+            const double cutoffNs = (last + 1) * bucketNs - intoBucketNs - leadNs;
+            burst = 0;
+            for (uint32_t j = 0; j <= last; ++j) {
+              if (schedule[(b0 + j) % buckets_] <= threshold) continue;
+              const double fromNs = j == 0 ? 0 : j * bucketNs - intoBucketNs;
+              const double toNs = (j + 1) * bucketNs - intoBucketNs;
+              const double before = std::clamp((cutoffNs - fromNs) / (toNs - fromNs), 0.0, 1.0);
+              double v = schedule[(b0 + j) % buckets_];
+              if (j == 0) v *= 1.0 - intoBucketNs / bucketNs;
+              burst += v * before;
             }
           }
           const double w = first <= horizonBuckets ? 1.0 : std::exp2(-static_cast<double>(first - horizonBuckets) / tailBuckets);

@@ -27,7 +27,11 @@
 // burst of use (the accesses of its next run of busy buckets; the remainder of a burst in
 // progress), in full when the burst starts within the horizon and halving per bucket beyond it,
 // so the planner promotes what is needed next just in time and evicts what is needed last
-// (Belady-like); without a schedule, score x the highest reuse value (the learned blend).
+// (Belady-like); without a schedule, score x the highest reuse value (the learned blend). A burst
+// in progress that ends within the step counts only until a successor of the unit's size must
+// start moving in (the unit's demotion and the successor's promotion at the measured bandwidth,
+// after the next plan): its accesses after that are fast only if the successor arrives late.
+// Counted, they held a phase's swap back until its copy could no longer finish in time.
 //
 // A process's phase marks ("forward", "backward", "optimizer") give a prior by region kind
 // (weights in every phase; activations in forward and backward; gradients in backward and

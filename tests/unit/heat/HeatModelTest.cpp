@@ -744,6 +744,40 @@ TEST(HeatModel, LookaheadReachesPastTheNextPlan) {
   EXPECT_GT(inTime->expectedAccessesPerPage, 2 * soon->expectedAccessesPerPage);
 }
 
+// A in the first half of 800 ms steps, B in the second, ten accesses per page per step each, and
+// 100 ms into a step: A is in use for 300 ms more. Its remainder counts only until a successor of
+// its size must start moving in: A's demotion and the successor's promotion (256 KiB each) plus
+// the next plan. At 5.24288 MB/s and 100 ms plans that is 200 ms before A's half ends, so 100 ms of
+// its 300 ms count (2.5 of the 7.5 accesses per page left); with moves and plans that take no time,
+// all of it.
+TEST(HeatModel, ABurstInProgressCountsUntilItsSuccessorMustMoveIn) {
+  auto remainder = [](double bytesPerSecond, uint64_t planIntervalNs) {
+    HeatModel model(baseConfig());
+    EXPECT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
+    EXPECT_TRUE(model.addRegion(region(2, kRegionB, kPagesPerRegion)).ok());
+    model.setMigrationBandwidth(bytesPerSecond);
+    model.setPlanInterval(planIntervalNs);
+    const uint64_t t0 = 1000 * kMs, period = 800 * kMs;
+    for (uint64_t s = 0; s < 30; ++s) {
+      const uint64_t begin = t0 + s * period;
+      model.onMark(mark(MarkType::StepBegin, s, begin));
+      model.ingest(regionBatch(kRegionA, 10), begin, begin + period / 2, 1.0);
+      model.ingest(regionBatch(kRegionB, 10), begin + period / 2, begin + period, 1.0);
+      model.advanceEpoch(begin + period);
+    }
+    model.onMark(mark(MarkType::StepBegin, 30, t0 + 30 * period));
+    model.advanceEpoch(t0 + 30 * period + 100 * kMs);
+    const UnitHeat* a = unitAt(model.snapshot(), kRegionA);
+    EXPECT_TRUE(a);
+    if (!a) return -1.0;
+    EXPECT_EQ(a->nextUseInNs, 0U);
+    return a->expectedAccessesPerPage;
+  };
+  EXPECT_NEAR(remainder(1e15, 0), 7.5, 0.5) << "with instant moves the whole remainder counts";
+  EXPECT_NEAR(remainder(2.0 * kPagesPerRegion * kPage / 0.1, 100 * kMs), 2.5, 0.5)
+      << "the part after the successor must start moving in still counted";
+}
+
 // The look-ahead covers every phase whose tensors take longer to fetch than the time left until
 // it: a 1 GiB tensor needed from 400 ms into an 800 ms step takes 1.07 s at the default 1 GB/s,
 // so 1 ms into the step it already counts in full. A horizon that ended at the first bucket with
