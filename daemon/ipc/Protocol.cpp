@@ -20,6 +20,9 @@ pb::ErrorCode errorCodeFor(const Error& error) {
     case EACCES:
     case EKEYREVOKED: return pb::PERMISSION_DENIED;
     case ESTALE: return pb::REGION_NOT_MAPPED;  // the process ran exec: nothing of what it had is mapped
+    // The process's entry is gone (no Hello, or dropped meanwhile: an exit, an exec or an id
+    // change while the request waited): the client's next request attaches afresh.
+    case ESRCH: return pb::NOT_REGISTERED;
     default: return pb::INTERNAL;
   }
 }

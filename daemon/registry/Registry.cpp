@@ -188,8 +188,8 @@ Result<RegionInfo> Registry::registerRegion(const Peer& peer, const RegisterRequ
     std::lock_guard lock(mutex_);
     auto p = processes_.find(peer.pid);
     if (p == processes_.end() || (incarnation != 0 && p->second.incarnation != incarnation))
-      return systemError(EINVAL, "process " + std::to_string(peer.pid) +
-                                     " is not registered (no Hello, or it was dropped since: an exit, exec or id change)");
+      return systemError(ESRCH, "process " + std::to_string(peer.pid) +
+                                    " is not registered (no Hello, or it was dropped since: an exit, exec or id change)");
     // Regions are charged to the uid the process was registered under, the one their removal
     // refunds, also when a later connection of it has another uid (after a seteuid).
     const uid_t owner = p->second.uid;
@@ -228,10 +228,10 @@ Result<RegionInfo> Registry::registerRegion(const Peer& peer, const RegisterRequ
   auto p = processes_.find(peer.pid);
   if (p == processes_.end()) {
     inspector_.forget(peer.pid);  // pinned by the probe for a process no longer registered
-    return systemError(EINVAL, "process " + std::to_string(peer.pid) + " went away");
+    return systemError(ESRCH, "process " + std::to_string(peer.pid) + " went away");
   }
   if (incarnation != 0 && p->second.incarnation != incarnation)  // what the probe pinned is the new one's
-    return systemError(EINVAL, "process " + std::to_string(peer.pid) + " went away (its pid is another process's now)");
+    return systemError(ESRCH, "process " + std::to_string(peer.pid) + " went away (its pid is another process's now)");
   Process& proc = p->second;
   auto next = proc.byStart.lower_bound(start);
   if (next != proc.byStart.end() && next->first < end)

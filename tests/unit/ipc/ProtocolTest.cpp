@@ -339,6 +339,7 @@ TEST_F(ProtocolTest, ARegistrationWhosePidWasReusedBeforeItsWorkRanIsRefused) {
   ASSERT_TRUE(off.finish(session, reply));
   ASSERT_TRUE(reply.has_error()) << reply.DebugString();
   EXPECT_NE(reply.error().message().find("dropped since"), std::string::npos) << reply.error().message();
+  EXPECT_EQ(reply.error().code(), pb::NOT_REGISTERED) << "reads as a client bug, not as \"register again\"";
   EXPECT_EQ(registry.totals().regions, 0u) << "the old process's region went into the new one's entry";
 }
 
@@ -582,7 +583,7 @@ TEST_F(ProtocolTest, EveryRegistrationChecksTheIdsBeforeAndAfterItsProbe) {
   space.fail(100);  // the process cannot be looked at (gone): an error, not a revocation
   auto r = registerRegion(0x10200000, 4 * kPage, 4);
   ASSERT_TRUE(r.has_error());
-  EXPECT_EQ(r.error().code(), pb::INTERNAL) << r.DebugString();
+  EXPECT_EQ(r.error().code(), pb::NOT_REGISTERED) << r.DebugString();
   EXPECT_FALSE(session.revoked);
 }
 

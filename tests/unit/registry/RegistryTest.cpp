@@ -71,7 +71,7 @@ TEST_F(RegistryTest, UnreadableAddressSpaceIsAnErrorNotASuccess) {
 TEST_F(RegistryTest, WithoutHelloThereIsNoProcessToRegisterFor) {
   auto r = registry.registerRegion(alice, req(kBase, kPage));
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error().code, EINVAL);
+  EXPECT_EQ(r.error().code, ESRCH);
 }
 
 TEST_F(RegistryTest, BadLengthsAreRejected) {
