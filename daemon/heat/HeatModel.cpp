@@ -1157,12 +1157,17 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
           // of its size at the measured bandwidth, after the next plan. Its accesses after that
           // are served fast only if the successor arrives late, so they do not count; counted,
           // they hold the swap back until its copy cannot finish before the successor's burst
-          // begins (a loaded host's slower copies made phase swaps land late). A burst that runs
-          // on past the step's end (a unit busy throughout) has no such end.
-          if (first == 0 && gap >= 2) {
-            const double leadNs = 2.0 * static_cast<double>(u.length) / bandwidthBytesPerNs_ +
-                                  static_cast<double>(planIntervalNs_);
-            const double cutoffNs = (last + 1) * bucketNs - intoBucketNs - leadNs;
+          // begins (a loaded host's slower copies made phase swaps land late). Once less is
+          // left than the lead, no successor can arrive in time any more, and what is left is
+          // what a demotion now would cost: it counts whole. (Cut there too, a unit too large to
+          // swap within its burst would be worth nothing from its burst's start, and be demoted
+          // as its use begins, for a successor that arrives late anyway.) A burst that runs on
+          // past the step's end (a unit busy throughout) has no such end.
+          const double leadNs = 2.0 * static_cast<double>(u.length) / bandwidthBytesPerNs_ +
+                                static_cast<double>(planIntervalNs_);
+          const double endNs = (last + 1) * bucketNs - intoBucketNs;
+          if (first == 0 && gap >= 2 && endNs > leadNs) {
+            const double cutoffNs = endNs - leadNs;
             burst = 0;
             for (uint32_t j = 0; j <= last; ++j) {
               if (schedule[(b0 + j) % buckets_] <= threshold) continue;

@@ -330,7 +330,7 @@ void EpochLoop::runOnce(uint64_t nowNs) {
         if (log::enabled(log::Level::Debug)) {
           uint64_t bytes = 0;
           for (const auto& m : submitted) bytes += m.length;
-          TT_LOG(Debug) << "epoch: plan " << generation_ << " submitted: " << moves << " moves, " << bytes / 4096
+          TT_LOG(Debug) << "epoch: plan " << generation_ << " submitted: " << moves << " moves, " << bytes / kBasePageSize
                         << " pages, planned at " << bandwidth / 1e6 << " MB/s";
         }
         lastPolicyGeneration_ = generation_;

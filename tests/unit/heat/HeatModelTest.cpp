@@ -747,14 +747,20 @@ TEST(HeatModel, LookaheadReachesPastTheNextPlan) {
 // A in the first half of 800 ms steps, B in the second, ten accesses per page per step each, and
 // 100 ms into a step: A is in use for 300 ms more. Its remainder counts only until a successor of
 // its size must start moving in: A's demotion and the successor's promotion (256 KiB each) plus
-// the next plan. At 5.24288 MB/s and 100 ms plans that is 200 ms before A's half ends, so 100 ms of
-// its 300 ms count (2.5 of the 7.5 accesses per page left); with moves and plans that take no time,
-// all of it.
+// the next plan. At 5.24288 MB/s (100 ms for both moves) and 100 ms plans that is 200 ms before A's
+// half ends, so 100 ms of its 300 ms count (2.5 of the 7.5 accesses per page left); with moves and
+// plans that take no time, all of it. 150 ms into the step, 50 of the 250 ms left count (1.25).
+// With a lead longer than what is left (400 ms plans: 500 ms), no successor could arrive in time:
+// all 300 ms count (7.5), not nothing. C, used all step, has no end to cut.
 TEST(HeatModel, ABurstInProgressCountsUntilItsSuccessorMustMoveIn) {
-  auto remainder = [](double bytesPerSecond, uint64_t planIntervalNs) {
+  constexpr uint64_t kRegionC = 0x30000000;
+  const double bothMovesIn100Ms = 2.0 * kPagesPerRegion * kPage / 0.1;
+  auto remainder = [](double bytesPerSecond, uint64_t planIntervalNs, uint64_t intoStepNs = 100 * kMs,
+                      uint64_t unitStart = kRegionA) {
     HeatModel model(baseConfig());
     EXPECT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
     EXPECT_TRUE(model.addRegion(region(2, kRegionB, kPagesPerRegion)).ok());
+    EXPECT_TRUE(model.addRegion(region(3, kRegionC, kPagesPerRegion)).ok());
     model.setMigrationBandwidth(bytesPerSecond);
     model.setPlanInterval(planIntervalNs);
     const uint64_t t0 = 1000 * kMs, period = 800 * kMs;
@@ -763,19 +769,26 @@ TEST(HeatModel, ABurstInProgressCountsUntilItsSuccessorMustMoveIn) {
       model.onMark(mark(MarkType::StepBegin, s, begin));
       model.ingest(regionBatch(kRegionA, 10), begin, begin + period / 2, 1.0);
       model.ingest(regionBatch(kRegionB, 10), begin + period / 2, begin + period, 1.0);
+      model.ingest(regionBatch(kRegionC, 20), begin, begin + period, 1.0);
       model.advanceEpoch(begin + period);
     }
     model.onMark(mark(MarkType::StepBegin, 30, t0 + 30 * period));
-    model.advanceEpoch(t0 + 30 * period + 100 * kMs);
-    const UnitHeat* a = unitAt(model.snapshot(), kRegionA);
-    EXPECT_TRUE(a);
-    if (!a) return -1.0;
-    EXPECT_EQ(a->nextUseInNs, 0U);
-    return a->expectedAccessesPerPage;
+    model.advanceEpoch(t0 + 30 * period + intoStepNs);
+    const UnitHeat* u = unitAt(model.snapshot(), unitStart);
+    EXPECT_TRUE(u);
+    if (!u) return -1.0;
+    EXPECT_EQ(u->nextUseInNs, 0U);
+    return u->expectedAccessesPerPage;
   };
-  EXPECT_NEAR(remainder(1e15, 0), 7.5, 0.5) << "with instant moves the whole remainder counts";
-  EXPECT_NEAR(remainder(2.0 * kPagesPerRegion * kPage / 0.1, 100 * kMs), 2.5, 0.5)
+  EXPECT_NEAR(remainder(1e15, 0), 7.5, 0.3) << "with instant moves the whole remainder counts";
+  EXPECT_NEAR(remainder(bothMovesIn100Ms, 100 * kMs), 2.5, 0.3)
       << "the part after the successor must start moving in still counted";
+  EXPECT_NEAR(remainder(bothMovesIn100Ms, 100 * kMs, 150 * kMs), 1.25, 0.3) << "a cut within a bucket";
+  EXPECT_NEAR(remainder(bothMovesIn100Ms, 400 * kMs), 7.5, 0.3) << "a lead longer than the remainder";
+  const double wholeStep = remainder(1e15, 0, 100 * kMs, kRegionC);
+  EXPECT_GT(wholeStep, 15.0) << "a unit used all step";
+  EXPECT_NEAR(remainder(bothMovesIn100Ms, 400 * kMs, 100 * kMs, kRegionC), wholeStep, 1e-9)
+      << "a unit used all step has no end to cut";
 }
 
 // The look-ahead covers every phase whose tensors take longer to fetch than the time left until
