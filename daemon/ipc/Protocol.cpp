@@ -193,6 +193,13 @@ void ProtocolHandler::refuse(Session& s, pb::DaemonMessage& reply, const Error& 
       s.attached = false;
     return;
   }
+  if (error.code == ESRCH) {
+    // The entry the request began with is gone, or the pid's entry is another's now (dropped
+    // while the request waited): this session's attachment went with it, and its next request
+    // attaches afresh, as NOT_REGISTERED tells the client.
+    if (!sameEntry || !registry_.hasProcess(s.peer.pid)) s.attached = false;
+    return;
+  }
   if (error.code != EKEYREVOKED) return;
   s.revoked = true;
   // Regions registered under the peer's ids were the old program's: they go as on an exit.
@@ -219,7 +226,7 @@ bool ProtocolHandler::attach(Session& s, pb::DaemonMessage& reply) {
   const bool isNew = registry_.attachProcess(s.peer, s.clientName, s.acceptsMbind);
   if (isNew && lifetime_ && !lifetime_->watch(s.peer.pid)) {
     registry_.removeProcess(s.peer.pid);
-    setError(reply, pb::INTERNAL, "process " + std::to_string(s.peer.pid) + " has exited");
+    setError(reply, pb::NOT_REGISTERED, "process " + std::to_string(s.peer.pid) + " has exited");
     return false;
   }
   s.attached = true;

@@ -343,6 +343,27 @@ TEST_F(ProtocolTest, ARegistrationWhosePidWasReusedBeforeItsWorkRanIsRefused) {
   EXPECT_EQ(registry.totals().regions, 0u) << "the old process's region went into the new one's entry";
 }
 
+// Another connection of the same process dropped its entry (an exec it saw) while this one's
+// registration waited for a worker: the answer is NOT_REGISTERED, and this session attaches afresh
+// on its next request instead of answering NOT_REGISTERED to every request from then on.
+TEST_F(ProtocolTest, ARegistrationWhoseEntryWasDroppedMeanwhileLetsTheSessionAttachAgain) {
+  ASSERT_TRUE(hello({1}).has_hello_reply());
+  pb::ClientMessage m = registration(0x10000000, 4 * kPage, 5);
+  pb::DaemonMessage reply;
+  auto begun = handler.begin(session, m, reply);
+  ASSERT_TRUE(std::holds_alternative<tt::ipc::OffLoop>(begun));
+  (void)registry.removeProcess(100);  // dropped by another session; this one still thinks it is attached
+  auto& off = std::get<tt::ipc::OffLoop>(begun);
+  off.work();
+  ASSERT_TRUE(off.finish(session, reply));
+  ASSERT_TRUE(reply.has_error()) << reply.DebugString();
+  EXPECT_EQ(reply.error().code(), pb::NOT_REGISTERED) << reply.DebugString();
+  EXPECT_FALSE(session.attached);
+  auto again = registerRegion(0x10000000, 4 * kPage, 6);
+  EXPECT_TRUE(again.has_register_region_reply()) << again.DebugString();
+  EXPECT_TRUE(registry.hasProcess(100));
+}
+
 // A request over more pages than the per-request budget is read at every Nth page and says so;
 // an id asked for many times is answered once.
 TEST_F(ProtocolTest, QueryPlacementStaysWithinItsPageBudgetAndAnswersEachRegionOnce) {
