@@ -1157,17 +1157,29 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
           // of its size at the measured bandwidth, after the next plan. Its accesses after that
           // are served fast only if the successor arrives late, so they do not count; counted,
           // they hold the swap back until its copy cannot finish before the successor's burst
-          // begins (a loaded host's slower copies made phase swaps land late). Once less is
-          // left than the lead, no successor can arrive in time any more, and what is left is
-          // what a demotion now would cost: it counts whole. (Cut there too, a unit too large to
-          // swap within its burst would be worth nothing from its burst's start, and be demoted
-          // as its use begins, for a successor that arrives late anyway.) A burst that runs on
-          // past the step's end (a unit busy throughout) has no such end.
-          const double leadNs = 2.0 * static_cast<double>(u.length) / bandwidthBytesPerNs_ +
-                                static_cast<double>(planIntervalNs_);
-          const double endNs = (last + 1) * bucketNs - intoBucketNs;
-          if (first == 0 && gap >= 2 && endNs > leadNs) {
-            const double cutoffNs = endNs - leadNs;
+          // begins (a loaded host's slower copies made phase swaps land late). The cut is at
+          // most hysteresis_margin / (1 + hysteresis_margin) of the whole burst: at its start the
+          // unit, with its margin, is then worth at least what a successor with the same burst
+          // is, so a unit too large to swap within its burst is not demoted as its use begins.
+          // The value falls steadily to nothing at the cut: a cut that stopped part-way through
+          // would raise it again after a swap, and could swap it back. A burst that runs on past
+          // the step's end (a unit busy throughout) has no such end.
+          if (first == 0 && gap >= 2) {
+            uint32_t back = 0, quiet = 0;  // buckets the burst has run before this one
+            for (uint32_t k = 1; k < buckets_ - last && quiet < 2; ++k) {
+              if (schedule[(b0 + buckets_ - k) % buckets_] > threshold) {
+                back = k;
+                quiet = 0;
+              } else {
+                ++quiet;
+              }
+            }
+            const double endNs = (last + 1) * bucketNs - intoBucketNs;
+            const double lengthNs = endNs + intoBucketNs + back * bucketNs;
+            const double margin = config_.hysteresis_margin();
+            const double leadNs = 2.0 * static_cast<double>(u.length) / bandwidthBytesPerNs_ +
+                                  static_cast<double>(planIntervalNs_);
+            const double cutoffNs = endNs - std::min(leadNs, lengthNs * margin / (1.0 + margin));
             burst = 0;
             for (uint32_t j = 0; j <= last; ++j) {
               if (schedule[(b0 + j) % buckets_] <= threshold) continue;

@@ -31,9 +31,10 @@
 // in progress that ends within the step counts only until a successor of the unit's size must
 // start moving in (the unit's demotion and the successor's promotion at the measured bandwidth,
 // after the next plan): its accesses after that are fast only if the successor arrives late.
-// Counted, they held a phase's swap back until its copy could no longer finish in time. With less
-// left than that lead, no successor can arrive in time, and the remainder counts whole (a unit
-// too large to swap within its burst is not worth nothing as its use begins).
+// Counted, they held a phase's swap back until its copy could no longer finish in time. The cut is
+// at most hysteresis_margin / (1 + hysteresis_margin) of the burst, so that at its start a unit
+// is worth, with its margin, at least a successor with the same burst (a unit too large to swap
+// within its burst is not demoted as its use begins); within a burst the value only falls.
 //
 // A process's phase marks ("forward", "backward", "optimizer") give a prior by region kind
 // (weights in every phase; activations in forward and backward; gradients in backward and

@@ -749,15 +749,18 @@ TEST(HeatModel, LookaheadReachesPastTheNextPlan) {
 // its size must start moving in: A's demotion and the successor's promotion (256 KiB each) plus
 // the next plan. At 5.24288 MB/s (100 ms for both moves) and 100 ms plans that is 200 ms before A's
 // half ends, so 100 ms of its 300 ms count (2.5 of the 7.5 accesses per page left); with moves and
-// plans that take no time, all of it. 150 ms into the step, 50 of the 250 ms left count (1.25).
-// With a lead longer than what is left (400 ms plans: 500 ms), no successor could arrive in time:
-// all 300 ms count (7.5), not nothing. C, used all step, has no end to cut.
+// plans that take no time, all of it. The cut is at most margin / (1 + margin) of A's 400 ms
+// burst: with the default margin 0.25, 80 ms, however long the lead (so 220 of the 300 ms count,
+// 5.5), and the value falls steadily through the burst to nothing 80 ms before its end. C, used
+// all step, has no end to cut.
 TEST(HeatModel, ABurstInProgressCountsUntilItsSuccessorMustMoveIn) {
   constexpr uint64_t kRegionC = 0x30000000;
   const double bothMovesIn100Ms = 2.0 * kPagesPerRegion * kPage / 0.1;
-  auto remainder = [](double bytesPerSecond, uint64_t planIntervalNs, uint64_t intoStepNs = 100 * kMs,
+  auto remainder = [](double margin, double bytesPerSecond, uint64_t planIntervalNs, uint64_t intoStepNs = 100 * kMs,
                       uint64_t unitStart = kRegionA) {
-    HeatModel model(baseConfig());
+    auto config = baseConfig();
+    config.set_hysteresis_margin(margin);
+    HeatModel model(config);
     EXPECT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
     EXPECT_TRUE(model.addRegion(region(2, kRegionB, kPagesPerRegion)).ok());
     EXPECT_TRUE(model.addRegion(region(3, kRegionC, kPagesPerRegion)).ok());
@@ -780,14 +783,26 @@ TEST(HeatModel, ABurstInProgressCountsUntilItsSuccessorMustMoveIn) {
     EXPECT_EQ(u->nextUseInNs, 0U);
     return u->expectedAccessesPerPage;
   };
-  EXPECT_NEAR(remainder(1e15, 0), 7.5, 0.3) << "with instant moves the whole remainder counts";
-  EXPECT_NEAR(remainder(bothMovesIn100Ms, 100 * kMs), 2.5, 0.3)
+  // A margin large enough (10: up to 91% of the burst) that the lead alone sets the cut.
+  EXPECT_NEAR(remainder(10, 1e15, 0), 7.5, 0.3) << "with instant moves the whole remainder counts";
+  EXPECT_NEAR(remainder(10, bothMovesIn100Ms, 100 * kMs), 2.5, 0.3)
       << "the part after the successor must start moving in still counted";
-  EXPECT_NEAR(remainder(bothMovesIn100Ms, 100 * kMs, 150 * kMs), 1.25, 0.3) << "a cut within a bucket";
-  EXPECT_NEAR(remainder(bothMovesIn100Ms, 400 * kMs), 7.5, 0.3) << "a lead longer than the remainder";
-  const double wholeStep = remainder(1e15, 0, 100 * kMs, kRegionC);
+  EXPECT_NEAR(remainder(10, bothMovesIn100Ms, 150 * kMs), 1.25, 0.3) << "a cut within a bucket (250 ms lead)";
+  EXPECT_NEAR(remainder(10, bothMovesIn100Ms, 100 * kMs, 150 * kMs), 1.25, 0.3) << "from part-way into a bucket";
+  // The default margin: a fifth of the burst at most.
+  EXPECT_NEAR(remainder(0.25, bothMovesIn100Ms, 100 * kMs), 5.5, 0.3) << "more cut than a fifth of the burst";
+  EXPECT_NEAR(remainder(0.25, bothMovesIn100Ms, 400 * kMs), 5.5, 0.3) << "a lead longer than the remainder";
+  EXPECT_NEAR(remainder(0, bothMovesIn100Ms, 100 * kMs), 7.5, 0.3) << "no margin, no cut";
+  double previous = 1e9;
+  for (uint64_t into : {0, 50, 100, 200, 300, 350}) {
+    const double v = remainder(0.25, bothMovesIn100Ms, 100 * kMs, into * kMs);
+    EXPECT_LE(v, previous) << into << " ms into the step: the value rose within the burst";
+    previous = v;
+  }
+  EXPECT_NEAR(previous, 0.0, 1e-9) << "the last 80 ms of the burst still counted";
+  const double wholeStep = remainder(0.25, 1e15, 0, 100 * kMs, kRegionC);
   EXPECT_GT(wholeStep, 15.0) << "a unit used all step";
-  EXPECT_NEAR(remainder(bothMovesIn100Ms, 400 * kMs, 100 * kMs, kRegionC), wholeStep, 1e-9)
+  EXPECT_NEAR(remainder(10, bothMovesIn100Ms, 400 * kMs, 100 * kMs, kRegionC), wholeStep, 1e-9)
       << "a unit used all step has no end to cut";
 }
 
