@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <limits>
 #include <numbers>
 #include <string_view>
 
@@ -1139,19 +1140,16 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
             break;
           }
         if (first < buckets_) {
-          double burst = 0;
-          uint32_t gap = 0, last = first;
+          uint32_t gap = 0, last = first;  // the burst's last busy bucket
           for (uint32_t j = first; j < buckets_ && gap < 2; ++j) {
-            double v = schedule[(b0 + j) % buckets_];
-            if (j == 0) v *= 1.0 - intoBucketNs / bucketNs;
             if (schedule[(b0 + j) % buckets_] > threshold) {
-              burst += v;
               gap = 0;
               last = j;
             } else {
               ++gap;  // one quiet bucket (sampling noise) does not end a burst
             }
           }
+          double cutoffNs = std::numeric_limits<double>::infinity();  // counted up to here, from now
           // A burst in progress that ends within the step is worth keeping fast only until its
           // successor must start moving in: the unit's own demotion and a successor's promotion
           // of its size at the measured bandwidth, after the next plan. Its accesses after that
@@ -1179,17 +1177,17 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
             const double margin = config_.hysteresis_margin();
             const double leadNs = 2.0 * static_cast<double>(u.length) / bandwidthBytesPerNs_ +
                                   static_cast<double>(planIntervalNs_);
-            const double cutoffNs = endNs - std::min(leadNs, lengthNs * margin / (1.0 + margin));
-            burst = 0;
-            for (uint32_t j = 0; j <= last; ++j) {
-              if (schedule[(b0 + j) % buckets_] <= threshold) continue;
-              const double fromNs = j == 0 ? 0 : j * bucketNs - intoBucketNs;
-              const double toNs = (j + 1) * bucketNs - intoBucketNs;
-              const double before = std::clamp((cutoffNs - fromNs) / (toNs - fromNs), 0.0, 1.0);
-              double v = schedule[(b0 + j) % buckets_];
-              if (j == 0) v *= 1.0 - intoBucketNs / bucketNs;
-              burst += v * before;
-            }
+            cutoffNs = endNs - std::min(leadNs, lengthNs * margin / (1.0 + margin));
+          }
+          double burst = 0;
+          for (uint32_t j = first; j <= last; ++j) {
+            if (schedule[(b0 + j) % buckets_] <= threshold) continue;
+            const double fromNs = j == 0 ? 0 : j * bucketNs - intoBucketNs;
+            const double toNs = (j + 1) * bucketNs - intoBucketNs;
+            const double before = std::clamp((cutoffNs - fromNs) / (toNs - fromNs), 0.0, 1.0);
+            double v = schedule[(b0 + j) % buckets_];
+            if (j == 0) v *= 1.0 - intoBucketNs / bucketNs;
+            burst += v * before;
           }
           const double w = first <= horizonBuckets ? 1.0 : std::exp2(-static_cast<double>(first - horizonBuckets) / tailBuckets);
           raw.burst = burst * w;
