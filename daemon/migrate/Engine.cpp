@@ -345,6 +345,11 @@ void Engine::setReportCallback(std::function<void(const PlanReport&)> callback) 
   reportCallback_ = std::move(callback);
 }
 
+void Engine::setIdleCallback(std::function<void()> callback) {
+  std::lock_guard lock(idleCallbackMutex_);
+  idleCallback_ = std::move(callback);
+}
+
 void Engine::waitIdle() {
   std::unique_lock lock(planMutex_);
   planCv_.wait(lock, [this] { return stopping_ || (!queued_ && !coordinatorBusy_); });
@@ -393,10 +398,18 @@ void Engine::coordinatorLoop() {
       callback = reportCallback_;
     }
     if (callback) callback(report);
-    std::lock_guard lock(planMutex_);
-    keepReport(std::move(report));
-    coordinatorBusy_ = false;
-    planCv_.notify_all();
+    bool idleNow = false;
+    {
+      std::lock_guard lock(planMutex_);
+      keepReport(std::move(report));
+      coordinatorBusy_ = false;
+      idleNow = !queued_ && !stopping_;
+      planCv_.notify_all();
+    }
+    if (idleNow) {
+      std::lock_guard lock(idleCallbackMutex_);
+      if (idleCallback_) idleCallback_();
+    }
   }
 }
 

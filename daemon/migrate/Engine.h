@@ -173,6 +173,11 @@ class Engine {
   static constexpr size_t kKeptReports = 8;  // at least the epoch loop's kPinPlansRead
   // Called on the coordinator thread after every plan (the service logs and exports it).
   void setReportCallback(std::function<void(const PlanReport&)> callback);
+  // Called on the coordinator thread each time a plan has finished and no other is queued, once
+  // idle() holds: a caller that held a plan back while the engine ran waits for this instead of
+  // its next period. Once this returns, the previous callback is no longer running and never
+  // runs again, so its owner may go away.
+  void setIdleCallback(std::function<void()> callback);
 
   // Blocks until no plan is queued or running.
   void waitIdle();
@@ -253,6 +258,9 @@ class Engine {
   std::deque<PlanReport> reports_;  // the last kKeptReports finished, oldest first
   void keepReport(PlanReport report);
   std::function<void(const PlanReport&)> reportCallback_;
+  // Held while the idle callback runs, so that replacing it waits for a call in progress.
+  std::mutex idleCallbackMutex_;
+  std::function<void()> idleCallback_;
   std::mutex executeMutex_;  // one plan at a time, submitted or executed
 
   // Batches: preallocated page/node/status arrays, moved between the free list and the work queue.

@@ -183,6 +183,7 @@ class EngineExecutor final : public PlanExecutor {
   Result<void> submit(MigrationPlan plan) override { return engine_.submit(std::move(plan)); }
   void cancelProcess(pid_t tgid) override { engine_.cancelProcess(tgid); }
   ExecutorCounters counters() const override;
+  void setIdleCallback(std::function<void()> callback) override { engine_.setIdleCallback(std::move(callback)); }
   std::optional<std::vector<FinishedRun>> runsOf(uint64_t generation) const override;
   Result<void> applyConfig(const tensortier::v1::MigrationConfig& config) override {
     auto r = engine_.applyConfig(config);

@@ -29,16 +29,34 @@ EpochLoop::EpochLoop(registry::Registry& registry, EpochStages stages, metrics::
       demotedPages_(metrics.counter("tensortier_demoted_pages_total", "4 KiB pages moved to a slow node")),
       promotedBytes_(metrics.counter("tensortier_promoted_bytes_total", "Bytes moved to a fast node")),
       demotedBytes_(metrics.counter("tensortier_demoted_bytes_total", "Bytes moved to a slow node")),
-      planMoves_(metrics.counter("tensortier_plan_moves_total", "Move requests in submitted plans")) {
+      planMoves_(metrics.counter("tensortier_plan_moves_total", "Move requests in submitted plans")),
+      plansDeferred_(metrics.counter("tensortier_plans_deferred_total",
+                                     "Plans not submitted because the engine still ran the previous one")),
+      earlyEpochs_(metrics.counter("tensortier_early_epochs_total",
+                                   "Epochs run before their period was over, when the engine finished a plan that "
+                                   "had held one back")) {
   // Shown from the first status request on, before any epoch (the first may be minutes away at a
   // long epoch_ms): the start notes, fixed once the sources are open, and each source's status.
   if (stages_.source) {
     stats_.sourceNotes = stages_.source->notes();
     stats_.sources = stages_.source->status();
   }
+  if (stages_.executor) stages_.executor->setIdleCallback([this] { onExecutorIdle(); });
 }
 
-EpochLoop::~EpochLoop() { stop(); }
+EpochLoop::~EpochLoop() {
+  stop();
+  // The executor may outlive the loop: once this returns, its callback into the loop is gone.
+  if (stages_.executor) stages_.executor->setIdleCallback({});
+}
+
+void EpochLoop::onExecutorIdle() {
+  std::lock_guard lock(waitMutex_);
+  if (!replanWhenIdle_) return;
+  replanWhenIdle_ = false;
+  wakeEarly_ = true;
+  waitCv_.notify_all();
+}
 
 void EpochLoop::setPeriod(std::chrono::milliseconds period) {
   periodMs_.store(std::max<int64_t>(1, period.count()));
@@ -66,12 +84,13 @@ void EpochLoop::stop() {
 void EpochLoop::threadMain() {
   auto next = std::chrono::steady_clock::now();
   for (;;) {
+    bool early = false;
     {
       std::unique_lock lock(waitMutex_);
       next += std::chrono::milliseconds(periodMs_.load());
       const auto now = std::chrono::steady_clock::now();
       if (next < now) next = now;  // an overlong epoch: do not try to catch up
-      while (!stopRequested_) {
+      while (!stopRequested_ && !wakeEarly_) {
         auto until = next;
         const bool slice = keepAlive_ && keepAliveInterval_.count() > 0 &&
                            std::chrono::steady_clock::now() + keepAliveInterval_ < next;
@@ -84,6 +103,19 @@ void EpochLoop::threadMain() {
         }
       }
       if (stopRequested_) return;
+      early = wakeEarly_;
+      if (early) {
+        // The engine finished the plan that held the last epoch's back: plan now, not up to a
+        // period later, and count the next period from here (plans are sized to one period).
+        wakeEarly_ = false;
+        next = std::chrono::steady_clock::now();
+      }
+    }
+    if (early) {
+      TT_LOG(Debug) << "epoch: the engine is idle again: the held-back plan is made now";
+      std::lock_guard stats(statsMutex_);
+      ++stats_.earlyEpochs;
+      earlyEpochs_.inc();
     }
     runOnce(monotonicNowNs());
   }
@@ -226,7 +258,15 @@ void EpochLoop::runOnce(uint64_t nowNs) {
   }
 
   ExecutorCounters counters;
-  if (stages_.executor) counters = stages_.executor->counters();
+  if (stages_.executor) {
+    {
+      // This epoch plans from what the engine says now: an early epoch asked for before is this one.
+      std::lock_guard lock(waitMutex_);
+      replanWhenIdle_ = false;
+      wakeEarly_ = false;
+    }
+    counters = stages_.executor->counters();
+  }
   const double bandwidth = updateBandwidth(counters);
   // An idle engine has finished every manual plan submitted before this epoch (submitManual waits
   // for the run lock): none of their moves is left to carry into a later one.
@@ -311,15 +351,27 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     moves = plan.moves.size();
     // While the engine still runs the previous plan, the residency this plan was made from misses
     // the batch in flight (up to batch_pages): superseding it could promote that batch's worth
-    // over the budget. The plan is dropped; the next epoch plans from settled placement. Plans are
-    // sized to one interval of the measured bandwidth, so this costs an epoch now and then.
+    // over the budget. The plan is dropped, and the loop runs its next epoch as soon as the engine
+    // is idle, planning from settled placement. Plans are sized to one period of the measured
+    // bandwidth, so an engine a little slower than measured overruns now and then; waiting for
+    // the next period instead would leave it idle for most of one, and a swap that needs two
+    // plans would land that much later.
     if (!plan.moves.empty() && stages_.executor && counters.planInFlight) {
       TT_LOG(Debug) << "epoch: engine still busy with plan " << generation_ << "; this epoch's plan (" << moves
-                    << " moves) is dropped";
-      std::lock_guard lock(statsMutex_);
-      ++stats_.plansDeferred;
+                    << " moves) is dropped, to be made again when the engine is idle";
+      {
+        std::lock_guard lock(statsMutex_);
+        ++stats_.plansDeferred;
+      }
+      plansDeferred_.inc();
       moves = 0;
       plan.moves.clear();
+      {
+        std::lock_guard lock(waitMutex_);
+        replanWhenIdle_ = true;
+      }
+      // The engine may have gone idle since its counters were read, before the flag was set.
+      if (!stages_.executor->counters().planInFlight) onExecutorIdle();
     }
     if (!plan.moves.empty() && stages_.executor) {
       plan.generation = ++generation_;

@@ -40,6 +40,7 @@ struct EpochStats {
   double lastEpochMs = 0;
   uint64_t plansSubmitted = 0;
   uint64_t plansDeferred = 0;  // not submitted: the engine was still running the previous one
+  uint64_t earlyEpochs = 0;    // run when the engine finished a plan that had held one back
   uint64_t lastPlanMoves = 0;
   double promoteBytesPerSec = 0;  // over the last epoch
   double demoteBytesPerSec = 0;
@@ -150,6 +151,11 @@ class EpochLoop {
   std::mutex waitMutex_;
   std::condition_variable waitCv_;
   bool stopRequested_ = false;
+  // An epoch held its plan back while the engine ran: when the engine goes idle, the loop runs the
+  // next epoch at once instead of at the end of its period (replanWhenIdle_ -> wakeEarly_).
+  bool replanWhenIdle_ = false;
+  bool wakeEarly_ = false;
+  void onExecutorIdle();
   std::atomic<int64_t> periodMs_{1000};
   std::atomic<double> initialBandwidth_;  // bytes/s
   std::thread thread_;
@@ -205,6 +211,8 @@ class EpochLoop {
   metrics::Counter& promotedBytes_;
   metrics::Counter& demotedBytes_;
   metrics::Counter& planMoves_;
+  metrics::Counter& plansDeferred_;
+  metrics::Counter& earlyEpochs_;
 };
 
 }  // namespace tt::service

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -185,6 +186,10 @@ class PlanExecutor {
   [[nodiscard]] virtual Result<void> submit(MigrationPlan plan) = 0;
   virtual void cancelProcess(pid_t tgid) = 0;
   [[nodiscard]] virtual ExecutorCounters counters() const = 0;
+  // `callback` runs (on the executor's thread) each time a plan has finished and none is queued,
+  // when counters().planInFlight has become false. Once this returns, the previous callback is
+  // not running and never runs again. An empty function removes it.
+  virtual void setIdleCallback(std::function<void()> callback) = 0;
   // The runs of plan `generation` once it has finished, while the executor still holds its report
   // (a few plans back); nullopt before or after.
   [[nodiscard]] virtual std::optional<std::vector<FinishedRun>> runsOf(uint64_t /*generation*/) const {

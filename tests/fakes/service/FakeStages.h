@@ -2,6 +2,7 @@
 // return scripted evidence and plans.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -127,7 +128,23 @@ class FakeExecutor final : public service::PlanExecutor {
   }
   service::ExecutorCounters counters() const override {
     std::lock_guard lock(mutex);
-    return current;
+    service::ExecutorCounters c = current;
+    if (inFlightReadsLeft > 0 && --inFlightReadsLeft == 0) current.planInFlight = false;
+    return c;
+  }
+  void setIdleCallback(std::function<void()> callback) override {
+    std::lock_guard lock(mutex);
+    idleCallback = std::move(callback);
+  }
+  // What the engine does when its plan finishes: idle, and the callback told.
+  void finishPlan() {
+    std::function<void()> callback;
+    {
+      std::lock_guard lock(mutex);
+      current.planInFlight = false;
+      callback = idleCallback;
+    }
+    if (callback) callback();
   }
   std::optional<std::vector<service::FinishedRun>> runsOf(uint64_t generation) const override {
     std::lock_guard lock(mutex);
@@ -144,7 +161,11 @@ class FakeExecutor final : public service::PlanExecutor {
   std::vector<service::FinishedRun> runs;  // the finished plans' runs (each carries its plan's generation)
   std::vector<MigrationPlan> submitted;
   std::vector<pid_t> cancelled;
-  service::ExecutorCounters current;
+  mutable service::ExecutorCounters current;
+  // > 0: the plan in flight finishes after this many more counters() reads, its idle callback
+  // having found nothing to do (a plan that ends while the loop decides what to do with its own).
+  mutable int inFlightReadsLeft = 0;
+  std::function<void()> idleCallback;
 };
 
 // Records the calls a trace sink gets, as "kind:detail" lines in call order.

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "fakes/migrate/FakeMigrationDeps.h"
@@ -549,6 +551,43 @@ TEST_F(MigrateEngine, NewerPlanSupersedesTheInFlightOne) {
   EXPECT_LE(reports[0].total().moved, 2 * 4096u);  // at most the batches already handed out
   EXPECT_EQ(reports[1].generation, 2u);
   EXPECT_EQ(reports[1].total().moved, 1024u);
+  EXPECT_EQ(engine->counters().plansSuperseded, 1u);
+}
+
+// The idle callback comes once a plan has finished and none waits (idle() holds then): not
+// between a superseded plan and the plan queued behind it. Once removed it is not called.
+TEST_F(MigrateEngine, TellsItsIdleCallbackWhenNoPlanRunsOrWaits) {
+  mover_.map(100, kBase, 65536 * kPage, kSlow);
+  mover_.map(200, kBase, 1024 * kPage, kSlow);
+  auto engine = make(unlimited());
+  std::mutex m;
+  std::condition_variable cv;
+  int calls = 0;
+  bool idleInEveryCall = true;
+  engine->setIdleCallback([&] {
+    const bool idle = engine->idle();
+    std::lock_guard l(m);
+    ++calls;
+    idleInEveryCall = idleInEveryCall && idle;
+    cv.notify_all();
+  });
+  mover_.onMove([&](size_t call) {
+    if (call == 0) {
+      EXPECT_TRUE(engine->submit(plan(2, {{200, kBase, 1024 * kPage, kFast, 0, 0}})));
+    }
+  });
+  ASSERT_TRUE(engine->submit(plan(1, {{100, kBase, 65536 * kPage, kFast, 0, 0}})));
+  {
+    std::unique_lock l(m);
+    ASSERT_TRUE(cv.wait_for(l, 10s, [&] { return calls > 0; })) << "no idle callback after the plans";
+  }
+  engine->setIdleCallback({});
+  ASSERT_TRUE(engine->submit(plan(3, {{200, kBase, 1024 * kPage, kSlow, 0, 0}})));
+  engine->waitIdle();
+  engine->shutdown();  // joins the coordinator: a callback it would still make has been made
+  std::lock_guard l(m);
+  EXPECT_EQ(calls, 1);  // after plan 2 only: plan 1 ended with plan 2 queued, plan 3 after the removal
+  EXPECT_TRUE(idleInEveryCall);
   EXPECT_EQ(engine->counters().plansSuperseded, 1u);
 }
 

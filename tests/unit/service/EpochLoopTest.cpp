@@ -255,6 +255,66 @@ TEST_F(EpochLoopTest, NoPlanIsSubmittedWhileTheEngineStillRunsThePreviousOne) {
   EXPECT_EQ(loop.stats().plansSubmitted, 1u);
 }
 
+// Waits up to 10 s (the tests' periods are minutes) for the executor to have `n` plans.
+bool waitForSubmitted(tt::test::FakeExecutor& executor, size_t n) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < until) {
+    {
+      std::lock_guard lock(executor.mutex);
+      if (executor.submitted.size() >= n) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+// A plan held back while the engine ran is made again as soon as the engine is idle: the loop
+// runs its next epoch then, not a period later. An engine going idle when no plan was held back
+// wakes nothing.
+TEST_F(EpochLoopTest, AnEngineGoingIdleAfterAPlanWasHeldBackStartsTheNextEpochAtOnce) {
+  loop.setPeriod(std::chrono::minutes(10));
+  loop.start();
+  executor.finishPlan();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(loop.stats().epochs, 0u);
+  // An epoch (on this thread) whose plan the busy engine holds back.
+  policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});
+  {
+    std::lock_guard lock(executor.mutex);
+    executor.current.planInFlight = true;
+  }
+  loop.runOnce(1 * kSecond);
+  EXPECT_EQ(loop.stats().plansDeferred, 1u);
+  policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});  // what the policy plans next
+  executor.finishPlan();
+  EXPECT_TRUE(waitForSubmitted(executor, 1)) << "no epoch ran when the engine went idle";
+  loop.stop();
+  EXPECT_EQ(loop.stats().epochs, 2u);
+  EXPECT_EQ(loop.stats().earlyEpochs, 1u);
+  EXPECT_EQ(loop.stats().plansSubmitted, 1u);
+  EXPECT_EQ(metrics.counter("tensortier_plans_deferred_total", "").value(), 1.0);
+  EXPECT_EQ(metrics.counter("tensortier_early_epochs_total", "").value(), 1.0);
+}
+
+// The engine finishes between the epoch's look at it and the plan being held back: its idle
+// callback came too early to ask for the early epoch, which the loop then asks for itself.
+TEST_F(EpochLoopTest, AnEngineThatGoesIdleWhileAPlanIsHeldBackStillGetsTheEarlyEpoch) {
+  policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});
+  {
+    std::lock_guard lock(executor.mutex);
+    executor.current.planInFlight = true;
+    executor.inFlightReadsLeft = 1;  // the epoch's read sees the plan; the next finds it done
+  }
+  loop.runOnce(1 * kSecond);
+  EXPECT_EQ(loop.stats().plansDeferred, 1u);
+  policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});
+  loop.setPeriod(std::chrono::minutes(10));
+  loop.start();
+  EXPECT_TRUE(waitForSubmitted(executor, 1)) << "the held-back plan waited for the period";
+  loop.stop();
+  EXPECT_EQ(loop.stats().earlyEpochs, 1u);
+}
+
 // While the engine runs a submitted plan, each plan is told its moves, so that the policy keeps
 // asking where those pages are; once the engine is idle, nothing.
 TEST_F(EpochLoopTest, ThePolicyIsToldWhichMovesTheEngineStillMakes) {
