@@ -1108,6 +1108,7 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
     info.step = proc.step;
     info.phase = proc.phase;
     info.phaseFraction = clock.phaseAt(nowNs);
+    if (scheduled) info.horizonNs = static_cast<uint64_t>(horizonBuckets * bucketNs);
     snap.processes.push_back(info);
 
     // Beyond the horizon a future burst halves in value every bucket: enough to rank evictions by

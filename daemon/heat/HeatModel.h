@@ -129,6 +129,7 @@ struct ProcessClockInfo {
   uint64_t step = 0;
   std::string phase;
   double phaseFraction = 0;  // position in the current step, [0, 1)
+  uint64_t horizonNs = 0;    // how far its reuse feature looks ahead; 0 = no step schedule yet
 };
 
 struct HeatSnapshot {

@@ -240,9 +240,15 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
   // comes in `stillMoving` (the epoch loop hands manual moves, and pinned moves it retries, to the
   // next plan, and on while the engine runs them), whose ranges are asked again.
   placement_.endPlan(plan);
-  TT_LOG(Debug) << "policy: residency of " << placement_.pagesQueried() << " pages asked for this plan; each block "
-                << "refreshed every " << placement_.refreshPlans() << " plans; look-ahead "
-                << heat.horizonNs / 1'000'000 << " ms";
+  if (log::enabled(log::Level::Debug)) {
+    std::string lookAhead;
+    for (const auto& p : heat.processes)
+      lookAhead += " " + std::to_string(p.tgid) + ":" +
+                   (p.horizonNs > 0 ? std::to_string(p.horizonNs / 1'000'000) + " ms" : std::string("no schedule"));
+    TT_LOG(Debug) << "policy: residency of " << placement_.pagesQueried() << " pages asked for this plan; each block "
+                  << "refreshed every " << placement_.refreshPlans() << " plans; look-ahead by process"
+                  << (lookAhead.empty() ? std::string(" (none)") : lookAhead);
+  }
   return plan;
 }
 

@@ -742,6 +742,23 @@ TEST(HeatModel, LookaheadReachesPastTheNextPlan) {
   EXPECT_GE(epochal.snapshot().horizonNs, 40 * kMs);
   EXPECT_LT(often.snapshot().horizonNs, 40 * kMs);
   EXPECT_GT(inTime->expectedAccessesPerPage, 2 * soon->expectedAccessesPerPage);
+
+  // Each process has its own look-ahead; one without a step schedule has none (0), and the
+  // snapshot's mean is over the scheduled ones.
+  RegionInfo unscheduled = region(3, kRegionA, kPagesPerRegion);
+  unscheduled.tgid = kTgid + 1;
+  ASSERT_TRUE(epochal.addRegion(unscheduled).ok());
+  epochal.advanceEpoch(step + 20 * kMs);
+  const HeatSnapshot& snap = epochal.snapshot();
+  ASSERT_EQ(snap.processes.size(), 2u);
+  for (const auto& p : snap.processes) {
+    if (p.tgid == kTgid) {
+      EXPECT_GE(p.horizonNs, 40 * kMs);
+      EXPECT_EQ(p.horizonNs, snap.horizonNs);
+    } else {
+      EXPECT_EQ(p.horizonNs, 0u) << "a process without a schedule";
+    }
+  }
 }
 
 // A in the first half of 800 ms steps, B in the second, ten accesses per page per step each, and
