@@ -173,10 +173,12 @@ class Engine {
   static constexpr size_t kKeptReports = 8;  // at least the epoch loop's kPinPlansRead
   // Called on the coordinator thread after every plan (the service logs and exports it).
   void setReportCallback(std::function<void(const PlanReport&)> callback);
-  // Called on the coordinator thread each time a plan has finished and no other is queued, once
-  // idle() holds: a caller that held a plan back while the engine ran waits for this instead of
-  // its next period. Once this returns, the previous callback is no longer running and never
-  // runs again, so its owner may go away.
+  // Called on the coordinator thread each time a submitted plan has finished and no other is
+  // queued, after idle() became true (a submit or execute() on another thread may have made it
+  // false again by the time the callback runs; execute()'s own plans call nothing): a caller that
+  // held a plan back while the engine ran waits for this instead of its next period. One callback
+  // at a time; once this returns, the previous one is not running and never runs again, so its
+  // owner may go away. The callback must not call setIdleCallback (it runs under that lock).
   void setIdleCallback(std::function<void()> callback);
 
   // Blocks until no plan is queued or running.

@@ -68,6 +68,9 @@ void EpochLoop::start() {
   {
     std::lock_guard lock(waitMutex_);
     stopRequested_ = false;
+    // A plan that finished while the loop was stopped wakes nothing: the first epoch plans anyway.
+    replanWhenIdle_ = false;
+    wakeEarly_ = false;
   }
   thread_ = std::thread([this] { threadMain(); });
 }
@@ -90,25 +93,38 @@ void EpochLoop::threadMain() {
       next += std::chrono::milliseconds(periodMs_.load());
       const auto now = std::chrono::steady_clock::now();
       if (next < now) next = now;  // an overlong epoch: do not try to catch up
-      while (!stopRequested_ && !wakeEarly_) {
-        auto until = next;
-        const bool slice = keepAlive_ && keepAliveInterval_.count() > 0 &&
-                           std::chrono::steady_clock::now() + keepAliveInterval_ < next;
-        if (slice) until = std::chrono::steady_clock::now() + keepAliveInterval_;
-        if (waitCv_.wait_until(lock, until) == std::cv_status::timeout) {
-          if (!slice) break;
-          lock.unlock();
-          keepAlive_();
-          lock.lock();
+      for (;;) {
+        while (!stopRequested_ && !wakeEarly_) {
+          auto until = next;
+          const bool slice = keepAlive_ && keepAliveInterval_.count() > 0 &&
+                             std::chrono::steady_clock::now() + keepAliveInterval_ < next;
+          if (slice) until = std::chrono::steady_clock::now() + keepAliveInterval_;
+          if (waitCv_.wait_until(lock, until) == std::cv_status::timeout) {
+            if (!slice) break;
+            lock.unlock();
+            keepAlive_();
+            lock.lock();
+          }
         }
-      }
-      if (stopRequested_) return;
-      early = wakeEarly_;
-      if (early) {
-        // The engine finished the plan that held the last epoch's back: plan now, not up to a
-        // period later, and count the next period from here (plans are sized to one period).
+        if (stopRequested_) return;
+        if (!wakeEarly_) break;  // the period is over
         wakeEarly_ = false;
-        next = std::chrono::steady_clock::now();
+        const auto woke = std::chrono::steady_clock::now();
+        if (woke >= next) break;  // due anyway: not an early epoch
+        // The engine finished the plan that held the last epoch's back. A callback that came late
+        // (its thread stalled) may find the engine running a newer plan: the loop then waits for
+        // that one, asking for the wake-up again before it looks, so an end in between is not lost.
+        replanWhenIdle_ = true;
+        lock.unlock();
+        const bool busy = stages_.executor != nullptr && stages_.executor->counters().planInFlight;
+        lock.lock();
+        if (!busy) {
+          // Plan now, not up to a period later, and count the next period from here (plans are
+          // sized to one period).
+          early = true;
+          next = woke;
+          break;
+        }
       }
     }
     if (early) {

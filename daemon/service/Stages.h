@@ -187,8 +187,10 @@ class PlanExecutor {
   virtual void cancelProcess(pid_t tgid) = 0;
   [[nodiscard]] virtual ExecutorCounters counters() const = 0;
   // `callback` runs (on the executor's thread) each time a plan has finished and none is queued,
-  // when counters().planInFlight has become false. Once this returns, the previous callback is
-  // not running and never runs again. An empty function removes it.
+  // after counters().planInFlight became false (another plan may have started since). One
+  // callback at a time, its owner's (the epoch loop's): a second call replaces the first. Once
+  // this returns, the previous callback is not running and never runs again. An empty function
+  // removes it; the callback must not call this.
   virtual void setIdleCallback(std::function<void()> callback) = 0;
   // The runs of plan `generation` once it has finished, while the executor still holds its report
   // (a few plans back); nullopt before or after.

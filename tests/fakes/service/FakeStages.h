@@ -2,6 +2,7 @@
 // return scripted evidence and plans.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -81,6 +82,10 @@ class FakePolicy final : public service::PlacementPolicy {
     ++plans;
     MigrationPlan p = nextPlan;
     nextPlan = {};
+    if (!laterPlans.empty()) {
+      nextPlan = laterPlans.front();
+      laterPlans.pop_front();
+    }
     return p;
   }
   std::vector<registry::RegionHeat> regionHeat() const override {
@@ -102,6 +107,7 @@ class FakePolicy final : public service::PlacementPolicy {
   std::vector<pid_t> removedProcesses;
   std::vector<IterationMark> marks;
   MigrationPlan nextPlan;
+  std::deque<MigrationPlan> laterPlans;  // nextPlan after each plan(), in turn
   std::vector<service::ManualPin> lastPins;  // as handed to the last plan()
   std::vector<MoveRequest> lastStillMoving;  // as handed to the last plan()
   std::vector<StuckRange> lastStuck;         // as handed to the last plan()
@@ -132,19 +138,23 @@ class FakeExecutor final : public service::PlanExecutor {
     if (inFlightReadsLeft > 0 && --inFlightReadsLeft == 0) current.planInFlight = false;
     return c;
   }
+  // As the engine: a callback being called finishes before a new one replaces it.
   void setIdleCallback(std::function<void()> callback) override {
-    std::lock_guard lock(mutex);
+    std::lock_guard lock(callbackMutex);
     idleCallback = std::move(callback);
   }
-  // What the engine does when its plan finishes: idle, and the callback told.
+  // What the engine does when its plan finishes: idle, then the callback told.
   void finishPlan() {
-    std::function<void()> callback;
     {
       std::lock_guard lock(mutex);
       current.planInFlight = false;
-      callback = idleCallback;
     }
-    if (callback) callback();
+    callIdle();
+  }
+  // The callback alone (a late one, after the engine took another plan).
+  void callIdle() {
+    std::lock_guard lock(callbackMutex);
+    if (idleCallback) idleCallback();
   }
   std::optional<std::vector<service::FinishedRun>> runsOf(uint64_t generation) const override {
     std::lock_guard lock(mutex);
@@ -165,6 +175,7 @@ class FakeExecutor final : public service::PlanExecutor {
   // > 0: the plan in flight finishes after this many more counters() reads, its idle callback
   // having found nothing to do (a plan that ends while the loop decides what to do with its own).
   mutable int inFlightReadsLeft = 0;
+  std::mutex callbackMutex;
   std::function<void()> idleCallback;
 };
 

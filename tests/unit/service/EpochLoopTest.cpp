@@ -299,19 +299,43 @@ TEST_F(EpochLoopTest, AnEngineGoingIdleAfterAPlanWasHeldBackStartsTheNextEpochAt
 // The engine finishes between the epoch's look at it and the plan being held back: its idle
 // callback came too early to ask for the early epoch, which the loop then asks for itself.
 TEST_F(EpochLoopTest, AnEngineThatGoesIdleWhileAPlanIsHeldBackStillGetsTheEarlyEpoch) {
+  loop.setPeriod(std::chrono::minutes(10));
+  loop.start();
   policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});
   {
     std::lock_guard lock(executor.mutex);
     executor.current.planInFlight = true;
     executor.inFlightReadsLeft = 1;  // the epoch's read sees the plan; the next finds it done
   }
-  loop.runOnce(1 * kSecond);
+  policy.laterPlans.emplace_back();
+  policy.laterPlans.back().moves.push_back({10, kBase, kPage, 0, 0, 1});  // the plan made again
+  loop.runOnce(1 * kSecond);  // on this thread, while the loop's thread waits
   EXPECT_EQ(loop.stats().plansDeferred, 1u);
-  policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});
-  loop.setPeriod(std::chrono::minutes(10));
-  loop.start();
   EXPECT_TRUE(waitForSubmitted(executor, 1)) << "the held-back plan waited for the period";
   loop.stop();
+  EXPECT_EQ(loop.stats().earlyEpochs, 1u);
+}
+
+// A callback that comes late, when the engine has taken another plan meanwhile, wakes the loop
+// only to find it busy: the loop waits for that plan's end instead of holding another plan back.
+TEST_F(EpochLoopTest, ALateIdleCallbackWaitsForThePlanTheEngineRunsNow) {
+  loop.setPeriod(std::chrono::minutes(10));
+  loop.start();
+  policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});
+  {
+    std::lock_guard lock(executor.mutex);
+    executor.current.planInFlight = true;
+  }
+  loop.runOnce(1 * kSecond);
+  ASSERT_EQ(loop.stats().plansDeferred, 1u);
+  executor.callIdle();  // late: the engine still (again) runs a plan
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(loop.stats().epochs, 1u) << "an epoch ran while the engine was busy";
+  policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});
+  executor.finishPlan();
+  EXPECT_TRUE(waitForSubmitted(executor, 1)) << "no epoch when the engine went idle after the late callback";
+  loop.stop();
+  EXPECT_EQ(loop.stats().plansDeferred, 1u);
   EXPECT_EQ(loop.stats().earlyEpochs, 1u);
 }
 
