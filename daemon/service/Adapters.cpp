@@ -245,9 +245,15 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
     for (const auto& p : heat.processes)
       lookAhead += " " + std::to_string(p.tgid) + ":" +
                    (p.horizonNs > 0 ? std::to_string(p.horizonNs / 1'000'000) + " ms" : std::string("no schedule"));
+    // What the plan decided, so that a move that did not happen can be told from one not wanted.
+    const policy::PlanStats& s = planner_->lastStats();
+    constexpr uint64_t kKiB = 1024;
     TT_LOG(Debug) << "policy: residency of " << placement_.pagesQueried() << " pages asked for this plan; each block "
                   << "refreshed every " << placement_.refreshPlans() << " plans; look-ahead by process"
-                  << (lookAhead.empty() ? std::string(" (none)") : lookAhead);
+                  << (lookAhead.empty() ? std::string(" (none)") : lookAhead) << "; KiB selected "
+                  << s.selectedBytes / kKiB << " of budget " << s.budgetBytes / kKiB << ", fast now "
+                  << s.fastUsedBytes / kKiB << ", promote " << s.promoteBytes / kKiB << ", demote " << s.demoteBytes / kKiB
+                  << ", promotions deferred " << s.deferredPromoteBytes / kKiB;
   }
   return plan;
 }
