@@ -48,6 +48,20 @@ class EpochLoopTest : public ::testing::Test {
     registry.attachProcess(peer, "t", false);
     return {addRegion(0, 4 * kPage), addRegion(16 * kPage, 4 * kPage), addRegion(32 * kPage, 4 * kPage)};
   }
+  // With the loop's thread waiting out a 10-minute period: an epoch on this thread whose plan the
+  // busy engine holds back (the engine's plan ends by itself after `inFlightReadsLeft` more looks
+  // at it; 0 = when the test says), and the plan the policy makes next queued behind it.
+  void holdBackAPlan(int inFlightReadsLeft = 0) {
+    policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});
+    policy.laterPlans.emplace_back();
+    policy.laterPlans.back().moves.push_back({10, kBase, kPage, 0, 0, 1});
+    {
+      std::lock_guard lock(executor.mutex);
+      executor.current.planInFlight = true;
+      executor.inFlightReadsLeft = inFlightReadsLeft;
+    }
+    loop.runOnce(1 * kSecond);
+  }
   tt::test::FakeAddressSpace space;
   tt::registry::Registry registry;
   tt::metrics::Registry metrics;
@@ -277,15 +291,8 @@ TEST_F(EpochLoopTest, AnEngineGoingIdleAfterAPlanWasHeldBackStartsTheNextEpochAt
   executor.finishPlan();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(loop.stats().epochs, 0u);
-  // An epoch (on this thread) whose plan the busy engine holds back.
-  policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});
-  {
-    std::lock_guard lock(executor.mutex);
-    executor.current.planInFlight = true;
-  }
-  loop.runOnce(1 * kSecond);
+  holdBackAPlan();
   EXPECT_EQ(loop.stats().plansDeferred, 1u);
-  policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});  // what the policy plans next
   executor.finishPlan();
   EXPECT_TRUE(waitForSubmitted(executor, 1)) << "no epoch ran when the engine went idle";
   loop.stop();
@@ -301,15 +308,7 @@ TEST_F(EpochLoopTest, AnEngineGoingIdleAfterAPlanWasHeldBackStartsTheNextEpochAt
 TEST_F(EpochLoopTest, AnEngineThatGoesIdleWhileAPlanIsHeldBackStillGetsTheEarlyEpoch) {
   loop.setPeriod(std::chrono::minutes(10));
   loop.start();
-  policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});
-  {
-    std::lock_guard lock(executor.mutex);
-    executor.current.planInFlight = true;
-    executor.inFlightReadsLeft = 1;  // the epoch's read sees the plan; the next finds it done
-  }
-  policy.laterPlans.emplace_back();
-  policy.laterPlans.back().moves.push_back({10, kBase, kPage, 0, 0, 1});  // the plan made again
-  loop.runOnce(1 * kSecond);  // on this thread, while the loop's thread waits
+  holdBackAPlan(1);  // the epoch's look sees the plan; the next finds it done
   EXPECT_EQ(loop.stats().plansDeferred, 1u);
   EXPECT_TRUE(waitForSubmitted(executor, 1)) << "the held-back plan waited for the period";
   loop.stop();
@@ -321,17 +320,11 @@ TEST_F(EpochLoopTest, AnEngineThatGoesIdleWhileAPlanIsHeldBackStillGetsTheEarlyE
 TEST_F(EpochLoopTest, ALateIdleCallbackWaitsForThePlanTheEngineRunsNow) {
   loop.setPeriod(std::chrono::minutes(10));
   loop.start();
-  policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});
-  {
-    std::lock_guard lock(executor.mutex);
-    executor.current.planInFlight = true;
-  }
-  loop.runOnce(1 * kSecond);
+  holdBackAPlan();
   ASSERT_EQ(loop.stats().plansDeferred, 1u);
   executor.callIdle();  // late: the engine still (again) runs a plan
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(loop.stats().epochs, 1u) << "an epoch ran while the engine was busy";
-  policy.nextPlan.moves.push_back({10, kBase, kPage, 0, 0, 1});
   executor.finishPlan();
   EXPECT_TRUE(waitForSubmitted(executor, 1)) << "no epoch when the engine went idle after the late callback";
   loop.stop();
