@@ -2,6 +2,7 @@
 // errors mapped to codes, marks, placement queries, admin dispatch, pid reuse.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
 #include <set>
 #include <variant>
@@ -91,6 +92,17 @@ class ProtocolTest : public ::testing::Test {
   }
   pb::DaemonMessage registerRegion(uint64_t address, uint64_t length, uint64_t seq = 2) {
     return send(registration(address, length, seq));
+  }
+  // After a hello, a registration of 4 pages at 0x10000000 begun on the loop: its off-loop part,
+  // not run yet (nullopt, with a failure, when the loop answered it itself).
+  std::optional<tt::ipc::OffLoop> beginRegistrationOffLoop(pb::DaemonMessage& reply) {
+    EXPECT_TRUE(hello({1}).has_hello_reply());
+    auto begun = handler.begin(session, registration(0x10000000, 4 * kPage, 5), reply);
+    if (!std::holds_alternative<tt::ipc::OffLoop>(begun)) {
+      ADD_FAILURE() << "the registration was answered on the loop: " << reply.DebugString();
+      return std::nullopt;
+    }
+    return std::get<tt::ipc::OffLoop>(std::move(begun));
   }
 
   tt::test::FakeAddressSpace space;
@@ -225,18 +237,15 @@ TEST_F(ProtocolTest, QueryPlacementReportsBytesPerNode) {
 // the answer comes from `finish` on the loop. Requests that do not touch the address space are
 // answered at once.
 TEST_F(ProtocolTest, ProbesAndPlacementReadsAreLeftForTheWorkers) {
-  ASSERT_TRUE(hello({1}).has_hello_reply());
-  pb::ClientMessage m = registration(0x10000000, 4 * kPage, 5);
   pb::DaemonMessage reply;
-  auto begun = handler.begin(session, m, reply);
-  ASSERT_TRUE(std::holds_alternative<tt::ipc::OffLoop>(begun)) << reply.DebugString();
+  auto off = beginRegistrationOffLoop(reply);
+  ASSERT_TRUE(off);
   EXPECT_EQ(space.calls, 0) << "the probe ran on the loop";
   EXPECT_TRUE(session.attached) << "attaching is the loop's part";
-  auto& off = std::get<tt::ipc::OffLoop>(begun);
-  off.work();
+  off->work();
   EXPECT_EQ(space.calls, 1);
   EXPECT_FALSE(reply.has_register_region_reply() || reply.has_error()) << "the work wrote the reply: " << reply.DebugString();
-  ASSERT_TRUE(off.finish(session, reply));
+  ASSERT_TRUE(off->finish(session, reply));
   EXPECT_EQ(reply.seq(), 5u);
   ASSERT_TRUE(reply.has_register_region_reply()) << reply.DebugString();
   EXPECT_EQ(reply.register_region_reply().client_tag(), 77u);
@@ -326,17 +335,14 @@ TEST_F(ProtocolTest, AnExecFoundOffTheLoopDoesNotDropTheNewProgramsEntry) {
 // The process exits while its registration waits for a worker, and its pid goes to a new process
 // that registers too: the old request's region does not land in the new process's entry.
 TEST_F(ProtocolTest, ARegistrationWhosePidWasReusedBeforeItsWorkRanIsRefused) {
-  ASSERT_TRUE(hello({1}).has_hello_reply());
-  pb::ClientMessage m = registration(0x10000000, 4 * kPage, 5);
   pb::DaemonMessage reply;
-  auto begun = handler.begin(session, m, reply);
-  ASSERT_TRUE(std::holds_alternative<tt::ipc::OffLoop>(begun));
+  auto off = beginRegistrationOffLoop(reply);
+  ASSERT_TRUE(off);
   (void)registry.removeProcess(100);  // its pidfd said it exited
   session.attached = false;           // as the server's processExited does
   ASSERT_TRUE(registry.attachProcess({100, 1000, 1000}, "the next process of pid 100", false));
-  auto& off = std::get<tt::ipc::OffLoop>(begun);
-  off.work();
-  ASSERT_TRUE(off.finish(session, reply));
+  off->work();
+  ASSERT_TRUE(off->finish(session, reply));
   ASSERT_TRUE(reply.has_error()) << reply.DebugString();
   EXPECT_NE(reply.error().message().find("dropped since"), std::string::npos) << reply.error().message();
   EXPECT_EQ(reply.error().code(), pb::NOT_REGISTERED) << "reads as a client bug, not as \"register again\"";
@@ -347,15 +353,12 @@ TEST_F(ProtocolTest, ARegistrationWhosePidWasReusedBeforeItsWorkRanIsRefused) {
 // registration waited for a worker: the answer is NOT_REGISTERED, and this session attaches afresh
 // on its next request instead of answering NOT_REGISTERED to every request from then on.
 TEST_F(ProtocolTest, ARegistrationWhoseEntryWasDroppedMeanwhileLetsTheSessionAttachAgain) {
-  ASSERT_TRUE(hello({1}).has_hello_reply());
-  pb::ClientMessage m = registration(0x10000000, 4 * kPage, 5);
   pb::DaemonMessage reply;
-  auto begun = handler.begin(session, m, reply);
-  ASSERT_TRUE(std::holds_alternative<tt::ipc::OffLoop>(begun));
+  auto off = beginRegistrationOffLoop(reply);
+  ASSERT_TRUE(off);
   (void)registry.removeProcess(100);  // dropped by another session; this one still thinks it is attached
-  auto& off = std::get<tt::ipc::OffLoop>(begun);
-  off.work();
-  ASSERT_TRUE(off.finish(session, reply));
+  off->work();
+  ASSERT_TRUE(off->finish(session, reply));
   ASSERT_TRUE(reply.has_error()) << reply.DebugString();
   EXPECT_EQ(reply.error().code(), pb::NOT_REGISTERED) << reply.DebugString();
   EXPECT_FALSE(session.attached);
