@@ -467,10 +467,14 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
   for (NodeState& n : nodes)
     for (size_t k = 0; k < demote.size() && n.used + n.assigned > n.budget + n.freed; ++k)
       if (!demoted[k] && fastPagesOn(inst.blocks[demote[k].block], n.node) > 0) take(k);
+  // What this plan's promotions and the quotas need is freed; the rest is headroom for the next
+  // plans, which this plan's promotions must not wait for (see the priorities below).
+  const size_t neededDemotions = demoteNow.size();
   const uint64_t headroom = std::min(intervalBytes, budget);
   for (size_t k = 0; k < demote.size() && need + headroom > budget + freed; ++k)
     if (!demoted[k]) take(k);
   stats_.demoteBytes = freed;
+  for (size_t r = neededDemotions; r < demoteNow.size(); ++r) stats_.headroomDemoteBytes += demoteNow[r].bytes;
   for (const NodeState& n : nodes) stats_.nodes.push_back({n.node, n.budget, n.used, n.assigned});
 
   // Moves, merged into maximal contiguous runs per (process, target node).
@@ -488,9 +492,16 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     const size_t span = 999;
     return base + static_cast<int>(span - (count > 1 ? rank * span / (count - 1) : 0));
   };
+  // Priorities: the demotions that free room for this plan's promotions first (1000-1999), then
+  // the promotions (0-999), then the headroom demotions (-1000 to -1). Headroom ahead of the
+  // promotions made a phase swap copy up to twice the promotions' bytes out before the first
+  // page of the next phase came in.
   for (size_t r = 0; r < demoteNow.size(); ++r) {
     const PlanBlock& b = inst.blocks[demoteNow[r].block];
-    moves.push_back({b.tgid, b.slowNode, b.start, b.length, rankPriority(r, demoteNow.size(), 1000), b.regionId, true});
+    const bool needed = r < neededDemotions;
+    const int priority = needed ? rankPriority(r, neededDemotions, 1000)
+                                : rankPriority(r - neededDemotions, demoteNow.size() - neededDemotions, -1000);
+    moves.push_back({b.tgid, b.slowNode, b.start, b.length, priority, b.regionId, true});
   }
   for (size_t r = 0; r < promoteNow.size(); ++r) {
     const Placed& p = promoteNow[r];
@@ -507,7 +518,7 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
   // a promotion held slow ones. A move the other way may cover them (pages already on its tier
   // are left alone by the engine, and a run that covers a range whose pages have moved meanwhile
   // settles its hold). A retry's demotion goes out where the selection did not keep its block
-  // fast (the lowest demotion priority: it frees no room this plan counts on).
+  // fast (the lowest priority, after the promotions: it frees no room this plan counts on).
   if (!context.stuck.empty()) {
     const StuckIndex stuck(context.stuck);
     std::vector<Move> outside;
@@ -520,7 +531,7 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
           });
     for (const RetryDemotion& r : inst.retries)
       if (r.block == SIZE_MAX || !sel.chosen[r.block])
-        outside.push_back({r.tgid, r.slowNode, r.start, r.length, 1000, r.regionId, true});
+        outside.push_back({r.tgid, r.slowNode, r.start, r.length, -1000, r.regionId, true});
     std::sort(outside.begin(), outside.end(), [](const Move& a, const Move& b) {
       if (a.tgid != b.tgid) return a.tgid < b.tgid;
       if (a.node != b.node) return a.node < b.node;

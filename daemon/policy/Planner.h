@@ -41,7 +41,9 @@
 // first, plus one interval's worth of headroom taken from blocks the selection dropped (what stays
 // idle until a later phase leaves early, so the next phase's promotions need not wait). Adjacent
 // blocks going the same way are merged into maximal contiguous runs (DeepTM), each one MoveRequest.
-// Demotions carry higher priority than promotions, so the engine frees room first.
+// The demotions that free room for this plan's promotions carry the highest priority, so the
+// engine frees room first; the headroom demotions the lowest, after the promotions, so the pages
+// the next phase needs do not wait behind pages nobody needs gone yet.
 //
 // Target nodes: a process's fast node is the fast node nearest its home node (the node it runs
 // on; the first fast node when unknown), its slow node the slow node nearest its home node. The
@@ -209,6 +211,7 @@ struct PlanStats {
   uint64_t selectedBytes = 0;      // bytes the selection wants fast
   uint64_t promoteBytes = 0;       // in this plan
   uint64_t demoteBytes = 0;
+  uint64_t headroomDemoteBytes = 0;  // of which headroom for later plans (moved after the promotions)
   uint64_t deferredPromoteBytes = 0;  // wanted but over this interval's bandwidth, or no fast node had room
   std::vector<NodeUse> nodes;         // per fast node
   size_t blocks = 0;

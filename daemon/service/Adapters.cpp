@@ -253,6 +253,7 @@ MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, doubl
                   << (lookAhead.empty() ? std::string(" (none)") : lookAhead) << "; KiB selected "
                   << s.selectedBytes / kKiB << " of budget " << s.budgetBytes / kKiB << ", fast now "
                   << s.fastUsedBytes / kKiB << ", promote " << s.promoteBytes / kKiB << ", demote " << s.demoteBytes / kKiB
+                  << " (headroom after the promotions " << s.headroomDemoteBytes / kKiB << ")"
                   << ", promotions deferred " << s.deferredPromoteBytes / kKiB;
   }
   return plan;

@@ -115,6 +115,51 @@ TEST(Planner, DemotionsMakeRoomAndComeFirst) {
   EXPECT_TRUE(isFastUnit(placement, kTgid, 0x9000000));
 }
 
+// A phase swap: the fast tier is full of blocks the next phase does not use, and the plan can
+// promote only part of the next phase's. It frees room for those promotions first, then promotes,
+// and only then frees headroom for the next plans: the next phase's pages must not wait behind
+// pages nobody needs gone yet.
+TEST(Planner, HeadroomDemotionsComeAfterThePromotions) {
+  auto config = plannerConfig();
+  config.set_plan_interval_ms(10);
+  config.set_plan_bandwidth_factor(1.0);
+  Planner planner(config);
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  HeatSnapshot snap;
+  for (uint64_t i = 0; i < 6; ++i) {  // the last phase's blocks, idle now, filling the fast tier
+    snap.units.push_back(unit(kTgid, 0x1000000 + i * 4 * kChunk, kChunk, 0.0));
+    placement.map(kTgid, 0x1000000 + i * 4 * kChunk, kChunk, 0);
+  }
+  for (uint64_t i = 0; i < 4; ++i) {  // the next phase's, hot, on the slow tier
+    snap.units.push_back(unit(kTgid, 0x9000000 + i * 4 * kChunk, kChunk, 100000.0));
+    placement.map(kTgid, 0x9000000 + i * 4 * kChunk, kChunk, 1);
+  }
+  PlanContext ctx;
+  ctx.fastCapacityBytes = 6 * kChunk;
+  ctx.migrationBytesPerSec = 2.0 * kChunk / 0.010;  // two chunks per 10 ms interval
+  const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
+  const auto& st = planner.lastStats();
+  ASSERT_EQ(st.promoteBytes, 2 * kChunk);
+  ASSERT_GT(st.headroomDemoteBytes, 0u);
+  ASSERT_LT(st.headroomDemoteBytes, st.demoteBytes);
+  // The moves in order: demotions worth the promotions' room, the promotions, the headroom.
+  size_t k = 0;
+  uint64_t freedFirst = 0, promoted = 0, freedLast = 0;
+  for (; k < plan.moves.size() && plan.moves[k].targetNode == 1; ++k) freedFirst += plan.moves[k].length;
+  for (; k < plan.moves.size() && plan.moves[k].targetNode == 0; ++k) promoted += plan.moves[k].length;
+  for (; k < plan.moves.size() && plan.moves[k].targetNode == 1; ++k) freedLast += plan.moves[k].length;
+  EXPECT_EQ(k, plan.moves.size()) << "demotions, promotions, demotions: nothing else, in that order";
+  EXPECT_EQ(freedFirst, st.demoteBytes - st.headroomDemoteBytes);
+  EXPECT_GE(freedFirst, promoted - (ctx.fastCapacityBytes - placement.fastBytes()));
+  EXPECT_EQ(promoted, st.promoteBytes);
+  EXPECT_EQ(freedLast, st.headroomDemoteBytes);
+  for (size_t i = 1; i < plan.moves.size(); ++i) EXPECT_GT(plan.moves[i - 1].priority, plan.moves[i].priority) << i;
+  placement.apply(plan);
+  EXPECT_LE(placement.fastBytes(), 6 * kChunk);
+  for (uint64_t i = 0; i < 2; ++i) EXPECT_TRUE(isFastUnit(placement, kTgid, 0x9000000 + i * 4 * kChunk)) << i;
+}
+
 TEST(Planner, HysteresisPreventsPingPongOnNoise) {
   // Two equally hot tensors, room for one; their measured heat alternates +-5% every epoch.
   auto run = [](double margin, double costWeight) {
