@@ -31,6 +31,14 @@ tensortier::v1::PolicyConfig plannerConfig() {
   return c;
 }
 
+// Plans every 10 ms, each sized to exactly what the engine moves in that interval.
+tensortier::v1::PolicyConfig tenMsPlansAtEngineRate() {
+  auto c = plannerConfig();
+  c.set_plan_interval_ms(10);
+  c.set_plan_bandwidth_factor(1.0);
+  return c;
+}
+
 UnitHeat unit(pid_t tgid, uint64_t start, uint64_t length, double accessesPerPage, uint64_t regionId = 0) {
   UnitHeat u;
   u.tgid = tgid;
@@ -120,10 +128,7 @@ TEST(Planner, DemotionsMakeRoomAndComeFirst) {
 // and only then frees headroom for the next plans: the next phase's pages must not wait behind
 // pages nobody needs gone yet.
 TEST(Planner, HeadroomDemotionsComeAfterThePromotions) {
-  auto config = plannerConfig();
-  config.set_plan_interval_ms(10);
-  config.set_plan_bandwidth_factor(1.0);
-  Planner planner(config);
+  Planner planner(tenMsPlansAtEngineRate());
   FakePlacement placement;
   const auto topo = tt::fakes::twoNodeTopology();
   HeatSnapshot snap;
@@ -235,10 +240,7 @@ TEST(Planner, EmitsMaximalContiguousRunsPerRegion) {
 }
 
 TEST(Planner, PromotionsPerPlanAreCappedByMigrationBandwidth) {
-  auto config = plannerConfig();
-  config.set_plan_interval_ms(10);
-  config.set_plan_bandwidth_factor(1.0);
-  Planner planner(config);
+  Planner planner(tenMsPlansAtEngineRate());
   FakePlacement placement;
   const auto topo = tt::fakes::twoNodeTopology();
   // Hot enough that even at this bandwidth every promotion pays for its copy.
