@@ -545,8 +545,11 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
       // Not across a region boundary: a run that names its region can be moved by the client's
       // own mbind (the engine's in-process path), which binds one region's range; tensors are often
       // allocated back to back, and a merged run named no region and always went by move_pages.
+      // Nor between a demotion that frees room and one after the promotions (priority < 0): an
+      // idle tensor's blocks lie side by side, and the merged run would take the higher priority.
       if (last.tgid == m.tgid && last.targetNode == m.node && last.regionId == m.regionId &&
-          last.start + last.length == m.start && last.length + m.length <= maxRun) {
+          (last.priority < 0) == (m.priority < 0) && last.start + last.length == m.start &&
+          last.length + m.length <= maxRun) {
         last.length += m.length;
         last.priority = std::max(last.priority, m.priority);
         continue;

@@ -123,7 +123,7 @@ TEST(Planner, DemotionsMakeRoomAndComeFirst) {
   EXPECT_TRUE(isFastUnit(placement, kTgid, 0x9000000));
 }
 
-// A phase swap: the fast tier is full of blocks the next phase does not use, and the plan can
+// A phase swap: the fast tier is full of a tensor the next phase does not use, and the plan can
 // promote only part of the next phase's. It frees room for those promotions first, then promotes,
 // and only then frees headroom for the next plans: the next phase's pages must not wait behind
 // pages nobody needs gone yet.
@@ -132,10 +132,10 @@ TEST(Planner, HeadroomDemotionsComeAfterThePromotions) {
   FakePlacement placement;
   const auto topo = tt::fakes::twoNodeTopology();
   HeatSnapshot snap;
-  for (uint64_t i = 0; i < 6; ++i) {  // the last phase's blocks, idle now, filling the fast tier
-    snap.units.push_back(unit(kTgid, 0x1000000 + i * 4 * kChunk, kChunk, 0.0));
-    placement.map(kTgid, 0x1000000 + i * 4 * kChunk, kChunk, 0);
-  }
+  // The last phase's tensor, idle now, filling the fast tier: blocks side by side, which a run
+  // must not merge across the promotions.
+  for (uint64_t i = 0; i < 6; ++i) snap.units.push_back(unit(kTgid, 0x1000000 + i * kChunk, kChunk, 0.0));
+  placement.map(kTgid, 0x1000000, 6 * kChunk, 0);
   for (uint64_t i = 0; i < 4; ++i) {  // the next phase's, hot, on the slow tier
     snap.units.push_back(unit(kTgid, 0x9000000 + i * 4 * kChunk, kChunk, 100000.0));
     placement.map(kTgid, 0x9000000 + i * 4 * kChunk, kChunk, 1);

@@ -146,7 +146,8 @@ class TensortierPolicy : public Policy {
         TT_LOG(Debug) << "  unit " << u.regionId << " soon=" << u.expectedAccessesPerPage << " perStep=" << u.accessesPerPagePerStep
                       << " next=" << u.nextUseInNs << " reuse=" << u.features[3];
     }
-    // The plan lists demotions first (higher priority): the simulator applies moves in order.
+    // The plan lists its moves by priority (the demotions that make room, the promotions, the
+    // headroom demotions): the simulator applies them in that order.
     const auto& tierOf = *context.tierOf;
     const auto& present = *context.present;
     for (const MoveRequest& m : migration.moves) {
