@@ -110,9 +110,16 @@ test_guest_crash() {
 test_stray_int3() {
     local kernel=$1 rc=0
     echo "# kernel $kernel: the command flips a static key in the page-fault path 300 times"
+    if [[ $kernel == 6.1 ]]; then
+        # Seen: the vCPU runs the stray int3 again and again in exc_int3 (an RCU stall, then soft
+        # lockups) until the timeout, which ttvm cannot tell from a hung command.
+        echo "skip - kernel 6.1 hangs on a stray int3 instead of crashing: nothing for ttvm to run again"
+        return
+    fi
     # shellcheck disable=SC2016 # expanded by sh in the guest
-    "$TTVM" run --kernel "$kernel" --topology plain -- sh -c '
+    "$TTVM" run --kernel "$kernel" --topology plain --timeout 300 -- sh -c '
         e=/sys/kernel/tracing/events/exceptions/page_fault_user/enable
+        [ -w $e ] || { echo "cannot write $e" >&2; exit 3; }
         i=0
         while [ $i -lt 300 ]; do echo 1 >$e; /bin/true; echo 0 >$e; /bin/true; i=$((i + 1)); done &
         j=0
@@ -128,6 +135,9 @@ test_stray_int3() {
     check "... at most twice" test "$retries" -le 2
     check "... saying why" has "$WORK/int3.err" 'crashed on a stray int3 while the command ran'
     check "... ending with the command's status or 125 (got $rc)" test "$rc" -eq 0 -o "$rc" -eq 125
+    if ((rc == 0)); then
+        check "... and the summary says which attempt passed" has "$WORK/int3.err" "on attempt $((retries + 1)) of 3"
+    fi
 }
 
 test_timeout() {
