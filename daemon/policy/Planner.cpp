@@ -22,6 +22,14 @@ uint64_t fastPagesOn(const PlanBlock& b, int node) {
   return 0;
 }
 
+// A plan's priority bands, highest first, each 1000 wide (ranked within by need or value): the
+// demotions that free room for the plan's promotions, the promotions, then the demotions nothing in
+// this plan waits for (headroom, retries of stuck pages). The engine moves higher bands first.
+constexpr int kRoomDemotionBand = 1000;
+constexpr int kPromotionBand = 0;
+constexpr int kLateDemotionBand = -1000;
+constexpr bool afterThePromotions(int priority) { return priority < kPromotionBand; }
+
 template <class F>
 void forEachFastNode(const PlanBlock& b, F&& f) {
   if (b.residency.fastByNode.empty()) {
@@ -492,21 +500,19 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     const size_t span = 999;
     return base + static_cast<int>(span - (count > 1 ? rank * span / (count - 1) : 0));
   };
-  // Priorities: the demotions that free room for this plan's promotions first (1000-1999), then
-  // the promotions (0-999), then the headroom demotions (-1000 to -1). Headroom ahead of the
-  // promotions made a phase swap copy up to twice the promotions' bytes out before the first
-  // page of the next phase came in.
+  // Headroom ahead of the promotions (see the bands) made a phase swap copy up to twice the
+  // promotions' bytes out before the first page of the next phase came in.
   for (size_t r = 0; r < demoteNow.size(); ++r) {
     const PlanBlock& b = inst.blocks[demoteNow[r].block];
     const bool needed = r < neededDemotions;
-    const int priority = needed ? rankPriority(r, neededDemotions, 1000)
-                                : rankPriority(r - neededDemotions, demoteNow.size() - neededDemotions, -1000);
+    const int priority = needed ? rankPriority(r, neededDemotions, kRoomDemotionBand)
+                                : rankPriority(r - neededDemotions, demoteNow.size() - neededDemotions, kLateDemotionBand);
     moves.push_back({b.tgid, b.slowNode, b.start, b.length, priority, b.regionId, true});
   }
   for (size_t r = 0; r < promoteNow.size(); ++r) {
     const Placed& p = promoteNow[r];
     const PlanBlock& b = inst.blocks[p.block];
-    moves.push_back({b.tgid, p.node, p.start, p.length, rankPriority(r, promoteNow.size(), 0), b.regionId, false});
+    moves.push_back({b.tgid, p.node, p.start, p.length, rankPriority(r, promoteNow.size(), kPromotionBand), b.regionId, false});
   }
   std::sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) {
     if (a.tgid != b.tgid) return a.tgid < b.tgid;
@@ -531,7 +537,7 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
           });
     for (const RetryDemotion& r : inst.retries)
       if (r.block == SIZE_MAX || !sel.chosen[r.block])
-        outside.push_back({r.tgid, r.slowNode, r.start, r.length, -1000, r.regionId, true});
+        outside.push_back({r.tgid, r.slowNode, r.start, r.length, kLateDemotionBand, r.regionId, true});
     std::sort(outside.begin(), outside.end(), [](const Move& a, const Move& b) {
       if (a.tgid != b.tgid) return a.tgid < b.tgid;
       if (a.node != b.node) return a.node < b.node;
@@ -545,10 +551,10 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
       // Not across a region boundary: a run that names its region can be moved by the client's
       // own mbind (the engine's in-process path), which binds one region's range; tensors are often
       // allocated back to back, and a merged run named no region and always went by move_pages.
-      // Nor between a demotion that frees room and one after the promotions (priority < 0): an
-      // idle tensor's blocks lie side by side, and the merged run would take the higher priority.
+      // Nor between a demotion that frees room and one after the promotions: an idle tensor's
+      // blocks lie side by side, and the merged run would take the higher priority.
       if (last.tgid == m.tgid && last.targetNode == m.node && last.regionId == m.regionId &&
-          (last.priority < 0) == (m.priority < 0) && last.start + last.length == m.start &&
+          afterThePromotions(last.priority) == afterThePromotions(m.priority) && last.start + last.length == m.start &&
           last.length + m.length <= maxRun) {
         last.length += m.length;
         last.priority = std::max(last.priority, m.priority);
