@@ -643,6 +643,34 @@ TEST(Planner, ARetriedDemotionFreesNoRoomUntilItHasSucceeded) {
   EXPECT_EQ(placement.fastBytes(), 5 * kChunk);
 }
 
+// A retried demotion of stuck pages frees no room this plan counts on (see above), so it goes after
+// the plan's promotions: the hot unit's pages must not wait behind pages that may not move at all.
+TEST(Planner, ARetriedDemotionComesAfterThePromotions) {
+  Planner planner(plannerConfig());
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  HeatSnapshot snap = spreadUnits(placement, kTgid, 20, 0x1000000);
+  snap.units[0].expectedAccessesPerPage = 0;  // idle: not worth any room
+  const uint64_t coldest = snap.units[0].start;
+  placement.map(kTgid, coldest + 3 * kPage, 2 * kPage, 0);  // what the failed demotion left
+  for (size_t i = 16; i < 20; ++i) placement.map(kTgid, snap.units[i].start, kChunk, 0);
+  PlanContext ctx;
+  ctx.fastCapacityBytes = 6 * kChunk;  // room for unit 15 beside the stuck pages
+  ctx.stuck.push_back({kTgid, coldest + 3 * kPage, 2 * kPage, true, true});
+  const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
+  const auto find = [&](int node, uint64_t start, uint64_t end) {
+    return std::find_if(plan.moves.begin(), plan.moves.end(), [&](const tt::MoveRequest& m) {
+      return m.targetNode == node && m.start <= start && end <= m.start + m.length;
+    });
+  };
+  const auto promotion = find(0, snap.units[15].start, snap.units[15].start + kChunk);
+  const auto retry = find(1, coldest + 3 * kPage, coldest + 5 * kPage);
+  ASSERT_NE(promotion, plan.moves.end()) << "unit 15 was not promoted: the case this test is about did not arise";
+  ASSERT_NE(retry, plan.moves.end()) << "the stuck pages' demotion was not retried";
+  EXPECT_LT(promotion, retry) << "the retry comes before the promotion";
+  EXPECT_GT(promotion->priority, retry->priority);
+}
+
 // A page a promotion could not move stays on the slow node: the promotion of the rest of its
 // block goes around it.
 TEST(Planner, PromotionsGoAroundHeldSlowPages) {
