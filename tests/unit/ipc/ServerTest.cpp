@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <cerrno>
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,10 +40,12 @@ class OrderRecordingAdmin final : public tt::ipc::AdminHandler {
 };
 
 // The fake address space, except that a probe of a range starting at kWaitingProbe waits until the
-// test opens the gate: a process whose exec (or mmap lock) keeps the kernel from answering.
+// test opens the gate: a process whose exec (or mmap lock) keeps the kernel from answering; and
+// that one of a range starting at kThrowingProbe throws (a bug, or std::bad_alloc).
 class WaitingAddressSpace final : public tt::registry::AddressSpaceInspector {
  public:
   static constexpr uint64_t kWaitingProbe = 0x30000000;
+  static constexpr uint64_t kThrowingProbe = 0x40000000;
   explicit WaitingAddressSpace(tt::test::FakeAddressSpace& inner) : inner_(inner) {}
   ~WaitingAddressSpace() override { open(); }
 
@@ -58,9 +62,14 @@ class WaitingAddressSpace final : public tt::registry::AddressSpaceInspector {
       gateOpen_.wait();
       return true;
     }
+    if (start == kThrowingProbe) {
+      ++thrown;
+      throw std::runtime_error("the probe failed in a way nobody expected");
+    }
     return inner_.rangeMapped(pid, uid, start, end, mayOpen);
   }
   bool pinsAddressSpace(pid_t pid) override { return inner_.pinsAddressSpace(pid); }
+  std::atomic<int> thrown{0};
   tt::Result<bool> replacedAddressSpace(pid_t pid) override { return inner_.replacedAddressSpace(pid); }
   tt::Result<bool> runsAs(pid_t pid, uid_t uid, gid_t gid, bool afterExec) override {
     return inner_.runsAs(pid, uid, gid, afterExec);
@@ -122,6 +131,14 @@ class RawClient {
       decoder_.append(buffer, static_cast<size_t>(n));
     }
     return true;
+  }
+  // Whether the server closed the connection within `within`: true at end of file, false when a
+  // frame came first or nothing came.
+  bool closedWithin(std::chrono::milliseconds within) {
+    char buffer[4096];
+    pollfd ready{fd_, POLLIN, 0};
+    if (::poll(&ready, 1, static_cast<int>(within.count())) != 1) return false;
+    return ::read(fd_, buffer, sizeof buffer) == 0;
   }
 
  private:
@@ -279,6 +296,29 @@ TEST_F(ServerTest, ARegistrationWaitingOnItsProcessHoldsUpOnlyItsOwnConnection) 
   EXPECT_TRUE(held[0].has_register_region_reply()) << held[0].DebugString();
   EXPECT_EQ(held[1].seq(), 3u);
   EXPECT_TRUE(held[1].has_ack()) << held[1].DebugString();
+}
+
+// Work that throws on a request worker takes neither the daemon down nor the other connections:
+// the connection it answered is closed (nothing can answer it: the work's state is unknown), and
+// the others are served as before.
+TEST_F(ServerTest, RequestWorkThatThrowsClosesOnlyItsOwnConnection) {
+  space.map(::getpid(), 0x10000000, 0x20000000);
+  RawClient thrower((dir / "sock").string()), other((dir / "sock").string());
+  for (RawClient* c : {&thrower, &other}) {
+    ASSERT_TRUE(c->sendAll(frames(helloMessage(), 1)));
+    ASSERT_TRUE(c->receive(1)) << "no Hello reply";
+  }
+  ASSERT_TRUE(thrower.sendAll(frames(registerMessage(2, WaitingAddressSpace::kThrowingProbe), 1)));
+  EXPECT_TRUE(thrower.closedWithin(std::chrono::seconds(30))) << "the connection whose work threw stayed open";
+  EXPECT_EQ(waiting.thrown.load(), 1) << "the work did not run the probe that throws";
+
+  std::vector<pb::DaemonMessage> replies;
+  ASSERT_TRUE(other.sendAll(frames(registerMessage(3, 0x10000000), 1)));
+  ASSERT_TRUE(other.receive(1, &replies, std::chrono::seconds(10))) << "the other connection was not served";
+  EXPECT_TRUE(replies.back().has_register_region_reply()) << replies.back().DebugString();
+  RawClient later((dir / "sock").string());
+  ASSERT_TRUE(later.sendAll(frames(helloMessage(), 1)));
+  EXPECT_TRUE(later.receive(1, nullptr, std::chrono::seconds(10))) << "a new connection was not served";
 }
 
 }  // namespace
