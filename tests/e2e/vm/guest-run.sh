@@ -8,8 +8,7 @@
 #   stdout stderr the command's output streams
 #   status        the command's exit status, written last
 #   setup-error   instead of all that, when the topology could not be set up
-#   int3-handler  first: where the kernel's int3 handler lies, "START END NAME" lines (hex, END
-#                 exclusive), for ttvm to tell a vCPU stuck in it (see watch_for_int3_hang there)
+# (guest-init also writes int3-handler into the share, before this starts: see there.)
 # The kernel console is for humans (ttvm --verbose); ttvm reads only crash reports from it.
 # "A && B || setup_failed" is meant: fail when either step fails.
 # shellcheck disable=SC2015
@@ -111,20 +110,9 @@ log_memory_layout() {
         "demotion_enabled=$(cat /sys/kernel/mm/numa/demotion_enabled 2>/dev/null)"
 }
 
-# Writes $SHARE/int3-handler (see the top). The kernel places itself at random, so its addresses
-# come from /proc/kallsyms, whose kernel text symbols are in address order: a function ends where
-# the next symbol begins. About 0.3-0.5 s under TCG.
-write_int3_handler_ranges() {
-    awk 'BEGIN { wanted["asm_exc_int3"]; wanted["exc_int3"]; wanted["poke_int3_handler"]; wanted["do_int3"] }
-        name != "" { print start, $1, name; name = "" }
-        $3 in wanted { start = $1; name = $3 }
-        $3 == "_etext" { exit }' /proc/kallsyms >"$SHARE/int3-handler"
-}
-
 main() {
     # shellcheck source=/dev/null
     source "$SHARE/config"
-    write_int3_handler_ranges
 
     case $TT_TOPOLOGY in
     pmem)
