@@ -608,20 +608,29 @@ TEST(Planner, HeldStuckPagesStayWhereTheyAreAndCountAgainstTheBudget) {
   EXPECT_EQ(planner.lastStats().fastUsedBytes, 5 * kChunk);
 }
 
+// Twenty units on the slow node but the four hottest; of the coldest, idle now, two pages that a
+// demotion left on the fast node, stuck and due a retry (in ctx.stuck).
+class PlannerAfterAFailedDemotion : public ::testing::Test {
+ protected:
+  PlannerAfterAFailedDemotion() {
+    snap.units[0].expectedAccessesPerPage = 0;  // idle: not worth any room
+    placement.map(kTgid, coldest + 3 * kPage, 2 * kPage, 0);
+    for (size_t i = 16; i < 20; ++i) placement.map(kTgid, snap.units[i].start, kChunk, 0);
+    ctx.stuck.push_back({kTgid, coldest + 3 * kPage, 2 * kPage, true, true});
+  }
+
+  Planner planner{plannerConfig()};
+  FakePlacement placement;
+  const tt::topology::Topology topo = tt::fakes::twoNodeTopology();
+  PlanContext ctx;
+  HeatSnapshot snap = spreadUnits(placement, kTgid, 20, 0x1000000);
+  const uint64_t coldest = snap.units[0].start;
+};
+
 // Due a retry, the stuck pages are demoted again, but the plan sizes no promotion into their room:
 // only once the demotion has succeeded does the next plan use it.
-TEST(Planner, ARetriedDemotionFreesNoRoomUntilItHasSucceeded) {
-  Planner planner(plannerConfig());
-  FakePlacement placement;
-  const auto topo = tt::fakes::twoNodeTopology();
-  HeatSnapshot snap = spreadUnits(placement, kTgid, 20, 0x1000000);
-  snap.units[0].expectedAccessesPerPage = 0;  // idle: not worth any room
-  const uint64_t coldest = snap.units[0].start;
-  placement.map(kTgid, coldest + 3 * kPage, 2 * kPage, 0);  // what the failed demotion left
-  for (size_t i = 16; i < 20; ++i) placement.map(kTgid, snap.units[i].start, kChunk, 0);
-  PlanContext ctx;
+TEST_F(PlannerAfterAFailedDemotion, TheRetryFreesNoRoomUntilItHasSucceeded) {
   ctx.fastCapacityBytes = 5 * kChunk;
-  ctx.stuck.push_back({kTgid, coldest + 3 * kPage, 2 * kPage, true, true});
   placement.pin(kTgid, coldest + 3 * kPage);  // still pinned: the retry fails
   placement.pin(kTgid, coldest + 4 * kPage);
   MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
@@ -645,18 +654,8 @@ TEST(Planner, ARetriedDemotionFreesNoRoomUntilItHasSucceeded) {
 
 // A retried demotion of stuck pages frees no room this plan counts on (see above), so it goes after
 // the plan's promotions: the hot unit's pages must not wait behind pages that may not move at all.
-TEST(Planner, ARetriedDemotionComesAfterThePromotions) {
-  Planner planner(plannerConfig());
-  FakePlacement placement;
-  const auto topo = tt::fakes::twoNodeTopology();
-  HeatSnapshot snap = spreadUnits(placement, kTgid, 20, 0x1000000);
-  snap.units[0].expectedAccessesPerPage = 0;  // idle: not worth any room
-  const uint64_t coldest = snap.units[0].start;
-  placement.map(kTgid, coldest + 3 * kPage, 2 * kPage, 0);  // what the failed demotion left
-  for (size_t i = 16; i < 20; ++i) placement.map(kTgid, snap.units[i].start, kChunk, 0);
-  PlanContext ctx;
+TEST_F(PlannerAfterAFailedDemotion, TheRetryComesAfterThePromotions) {
   ctx.fastCapacityBytes = 6 * kChunk;  // room for unit 15 beside the stuck pages
-  ctx.stuck.push_back({kTgid, coldest + 3 * kPage, 2 * kPage, true, true});
   const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
   const auto find = [&](int node, uint64_t start, uint64_t end) {
     return std::find_if(plan.moves.begin(), plan.moves.end(), [&](const tt::MoveRequest& m) {
