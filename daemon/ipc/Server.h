@@ -79,6 +79,12 @@ class Server final : public ProcessLifetime {
   [[nodiscard]] bool acceptsMbind(pid_t pid) const;
 
   [[nodiscard]] size_t connectionCount() const { return connections_.size(); }
+  // Client requests' work on the request workers: waiting for a thread, and running. Any thread.
+  struct RequestLoad {
+    size_t queued = 0;
+    size_t running = 0;
+  };
+  [[nodiscard]] RequestLoad requestLoad() const { return {workers_.queued(), workers_.running()}; }
 
   // Frames of one connection handled in one turn of the loop before the others get theirs.
   static constexpr size_t kFramesPerTurn = 64;

@@ -113,7 +113,18 @@ void Registry::removeSeries(const std::string& name, const Labels& labels) {
   if (f != families_.end()) f->second.series.erase(formatLabels(labels));
 }
 
+void Registry::addCollector(std::function<void()> collect) {
+  std::lock_guard lock(mutex_);
+  collectors_.push_back(std::move(collect));
+}
+
 std::string Registry::render() const {
+  std::vector<std::function<void()>> collectors;
+  {
+    std::lock_guard lock(mutex_);
+    collectors = collectors_;
+  }
+  for (const auto& collect : collectors) collect();
   std::lock_guard lock(mutex_);
   std::ostringstream out;
   for (const auto& [name, family] : families_) {

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -66,7 +67,14 @@ class Registry {
   // Drops one series (e.g. a per-process gauge when the process exits).
   void removeSeries(const std::string& name, const Labels& labels);
 
-  // The Prometheus text exposition of every family, sorted by name, series sorted by labels.
+  // Runs `collect` at the start of every render(), outside the registry's lock, so that it may
+  // set series itself: for values another role keeps behind its own lock, read when scraped
+  // rather than copied in on a timer (the request workers' queue). What it captures must outlive
+  // the renders; collectors are not removed.
+  void addCollector(std::function<void()> collect);
+
+  // The Prometheus text exposition of every family, sorted by name, series sorted by labels,
+  // after the collectors ran.
   [[nodiscard]] std::string render() const;
 
  private:
@@ -86,6 +94,7 @@ class Registry {
 
   mutable std::mutex mutex_;
   std::map<std::string, Family> families_;
+  std::vector<std::function<void()>> collectors_;  // under mutex_; run without it
 };
 
 // "a=\"x\",b=\"y\"" with the exposition format's escaping (backslash, quote, newline).

@@ -222,6 +222,17 @@ int Daemon::run() {
   placement_ = std::make_unique<ipc::PlacementReader>(mover_);
   handler_ = std::make_unique<ipc::ProtocolHandler>(*registry_, *placement_, nullptr, nullptr, options_.version);
   server_ = std::make_unique<ipc::Server>(io_, *registry_, *handler_, serverOptionsOf(s));
+  // Read when scraped (the workers keep them behind their own lock), not copied in each epoch.
+  metrics_.addCollector([this] {
+    const ipc::Server::RequestLoad load = server_->requestLoad();
+    metrics_
+        .gauge("tensortier_request_work_queued",
+               "Client requests whose work waits for a request thread (behind other requests that wait on "
+               "their processes: an exec, an mmap lock)")
+        .set(static_cast<double>(load.queued));
+    metrics_.gauge("tensortier_request_work_running", "Client requests whose work runs on a request thread now")
+        .set(static_cast<double>(load.running));
+  });
   if (auto r = bindSocket(); !r) {
     TT_LOG(Error) << "socket: " << r.error().message();
     return 1;

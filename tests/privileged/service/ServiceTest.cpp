@@ -967,6 +967,9 @@ TEST_F(ServiceTest, MetricsAreServedOnLoopback) {
   EXPECT_NE(out.find("# TYPE tensortier_epoch_duration_seconds histogram"), std::string::npos) << out;
   EXPECT_NE(out.find("tensortier_epochs_total "), std::string::npos);
   EXPECT_NE(out.find("tensortier_promoted_bytes_total "), std::string::npos);
+  // Set by a collector when scraped; nothing is waiting on a process here.
+  EXPECT_NE(out.find("\ntensortier_request_work_queued 0\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("\ntensortier_request_work_running 0\n"), std::string::npos) << out;
 }
 
 }  // namespace

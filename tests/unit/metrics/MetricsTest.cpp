@@ -64,6 +64,17 @@ TEST(Metrics, RemovedSeriesDisappear) {
   EXPECT_NE(text.find("g{pid=\"2\"} 2\n"), std::string::npos);
 }
 
+// A collector runs at each render, before the text is made, and may set series itself (it runs
+// outside the registry's lock: creating a series there would deadlock otherwise).
+TEST(Metrics, CollectorsSetTheirSeriesAtEachRender) {
+  Registry r;
+  int queued = 3;
+  r.addCollector([&] { r.gauge("tt_queued", "Queued").set(queued); });
+  EXPECT_NE(r.render().find("tt_queued 3\n"), std::string::npos) << r.render();
+  queued = 0;
+  EXPECT_NE(r.render().find("tt_queued 0\n"), std::string::npos) << "read at the render, not when added";
+}
+
 TEST(Metrics, ConcurrentUpdatesAreNotLost) {
   Registry r;
   auto& c = r.counter("n", "h");
