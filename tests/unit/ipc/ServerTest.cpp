@@ -3,7 +3,9 @@
 #include "ipc/Server.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <poll.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -185,12 +187,12 @@ pb::ClientMessage statusMessage() {
 
 class ServerTest : public ::testing::Test {
  protected:
-  ServerTest()
+  explicit ServerTest(tt::ipc::ServerOptions options = {})
       : waiting(space),
         registry(waiting, {}),
         reader(mover),
         handler(registry, reader, nullptr, &admin, "9.9"),
-        server(io, registry, handler, {}),
+        server(io, registry, handler, options),
         work(boost::asio::make_work_guard(io)) {}
 
   void SetUp() override {
@@ -219,6 +221,28 @@ class ServerTest : public ::testing::Test {
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> work;
   std::filesystem::path dir;
   std::thread loop;
+};
+
+tt::ipc::ServerOptions oneRequestThread() {
+  tt::ipc::ServerOptions o;
+  o.requestThreads = 1;
+  o.requestThreadsPerUid = 1;
+  return o;
+}
+
+class OneRequestThreadServerTest : public ServerTest {
+ protected:
+  OneRequestThreadServerTest() : ServerTest(oneRequestThread()) {}
+
+  // Waits up to 30 s for the request work queued to become `count`.
+  bool queuedBecomes(size_t count) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (server.requestLoad().queued != count) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+  }
 };
 
 // One connection's burst (1000 small requests in one read) does not hold the loop until it is all
@@ -319,6 +343,54 @@ TEST_F(ServerTest, RequestWorkThatThrowsClosesOnlyItsOwnConnection) {
   RawClient later((dir / "sock").string());
   ASSERT_TRUE(later.sendAll(frames(helloMessage(), 1)));
   EXPECT_TRUE(later.receive(1, nullptr, std::chrono::seconds(10))) << "a new connection was not served";
+}
+
+// Work still queued when its connection closes (here: its process exits) is dropped at once: it
+// does not wait behind its uid's slow work, holding the connection, for a thread to skip it.
+TEST_F(OneRequestThreadServerTest, QueuedWorkOfAConnectionThatClosesIsDropped) {
+  space.map(::getpid(), 0x10000000, 0x20000000);
+  const std::string path = (dir / "sock").string();
+  RawClient waiter(path);
+  ASSERT_TRUE(waiter.sendAll(frames(helloMessage(), 1)));
+  ASSERT_TRUE(waiter.receive(1)) << "no Hello reply";
+  auto reached = waiting.reached();
+  ASSERT_TRUE(waiter.sendAll(frames(registerMessage(2, WaitingAddressSpace::kWaitingProbe), 1)));
+  ASSERT_EQ(reached.wait_for(std::chrono::seconds(30)), std::future_status::ready) << "the probe never ran";
+
+  // A child process of the same uid says Hello and registers: its work queues behind the probe
+  // that holds the only request thread. It exits when the test closes `go`.
+  const std::string request = frames(helloMessage(), 1) + frames(registerMessage(2, 0x10000000), 1);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  int go[2];
+  ASSERT_EQ(::pipe2(go, O_CLOEXEC), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Only async-signal-safe calls: the parent has threads.
+    ::close(go[1]);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) ::_exit(2);
+    if (::write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) ::_exit(3);
+    char byte;
+    (void)::read(go[0], &byte, 1);
+    ::_exit(0);
+  }
+  ::close(go[0]);
+  const bool queued = queuedBecomes(1);
+  ::close(go[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child could not send its request: " << status;
+  ASSERT_TRUE(queued) << "the child's registration was never queued: the case this test is about did not arise";
+
+  EXPECT_TRUE(queuedBecomes(0)) << "the exited process's work stayed queued behind the waiting probe";
+  EXPECT_EQ(server.requestLoad().running, 1u) << "the probe no longer holds the thread: the test proves nothing";
+  waiting.open();
+  std::vector<pb::DaemonMessage> replies;
+  ASSERT_TRUE(waiter.receive(1, &replies, std::chrono::seconds(30)));
+  EXPECT_TRUE(replies.front().has_register_region_reply()) << replies.front().DebugString();
 }
 
 }  // namespace
