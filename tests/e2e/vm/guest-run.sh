@@ -8,7 +8,7 @@
 #   stdout stderr the command's output streams
 #   status        the command's exit status, written last
 #   setup-error   instead of all that, when the topology could not be set up
-# (guest-init also writes int3-handler into the share, before this starts: see there.)
+# (guest-init also writes int3-handler into the share, in the background while this runs: see there.)
 # The kernel console is for humans (ttvm --verbose); ttvm reads only crash reports from it.
 # "A && B || setup_failed" is meant: fail when either step fails.
 # shellcheck disable=SC2015
