@@ -514,11 +514,6 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     const PlanBlock& b = inst.blocks[p.block];
     moves.push_back({b.tgid, p.node, p.start, p.length, rankPriority(r, promoteNow.size(), kPromotionBand), b.regionId, false});
   }
-  std::sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) {
-    if (a.tgid != b.tgid) return a.tgid < b.tgid;
-    if (a.node != b.node) return a.node < b.node;
-    return a.start < b.start;
-  });
   const uint64_t maxRun = std::max<uint64_t>(kBasePageSize, config_.max_run_bytes() - config_.max_run_bytes() % kBasePageSize);
   // No move the way that failed touches stuck pages (see the header): a demotion skips fast ones,
   // a promotion held slow ones. A move the other way may cover them (pages already on its tier
@@ -538,13 +533,14 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     for (const RetryDemotion& r : inst.retries)
       if (r.block == SIZE_MAX || !sel.chosen[r.block])
         outside.push_back({r.tgid, r.slowNode, r.start, r.length, kLateDemotionBand, r.regionId, true});
-    std::sort(outside.begin(), outside.end(), [](const Move& a, const Move& b) {
-      if (a.tgid != b.tgid) return a.tgid < b.tgid;
-      if (a.node != b.node) return a.node < b.node;
-      return a.start < b.start;
-    });
     moves = std::move(outside);
   }
+  // By (process, target node, address), so that adjacent runs meet below.
+  std::sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) {
+    if (a.tgid != b.tgid) return a.tgid < b.tgid;
+    if (a.node != b.node) return a.node < b.node;
+    return a.start < b.start;
+  });
   for (const Move& m : moves) {
     if (!plan.moves.empty()) {
       MoveRequest& last = plan.moves.back();
