@@ -397,11 +397,24 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
   std::vector<Placed> promoteNow;
   std::map<int, std::vector<int>> fastOrder;  // a block's fast node -> the fast nodes, nearest first
   std::vector<uint64_t> groupPromote(groups, 0);
+  // A plan copies what it promotes and the room those promotions need freed, and one interval's
+  // worth is what the engine moves before the next plan: with the fast tier full, a swap's
+  // promotions get half of it. (Capping the promotions alone let a swap plan copy twice the
+  // interval, and with the headroom three times: the engine was still busy when the next plan
+  // came, which it then dropped, and the look-ahead's lead times assumed copies that had not run.)
+  // The room to free is the largest shortfall the demotions below make up: the global budget's,
+  // the fast nodes' summed, or the quotas' summed; running sums, since a promotion changes only
+  // its own process's quota and the nodes it lands on.
+  const uint64_t budget = inst.problem.budgetBytes;
+  const auto shortOf = [](uint64_t want, uint64_t have) { return want > have ? want - have : 0; };
+  uint64_t nodesShort = 0, quotasShort = 0;
+  for (const NodeState& n : nodes) nodesShort += shortOf(n.used, n.budget);
+  for (size_t g = 0; g < groups; ++g)
+    if (inst.problem.groupQuotaBytes[g] != 0) quotasShort += shortOf(groupUsed[g], inst.problem.groupQuotaBytes[g]);
+  const auto roomToFree = [&] {
+    return std::max({shortOf(inst.fastUsedBytes + stats_.promoteBytes, budget), nodesShort, quotasShort});
+  };
   for (const Candidate& c : promote) {
-    if (stats_.promoteBytes > 0 && stats_.promoteBytes + c.bytes > intervalBytes) {
-      stats_.deferredPromoteBytes += c.bytes;
-      continue;
-    }
     const PlanBlock& b = inst.blocks[c.block];
     auto [order, fresh] = fastOrder.try_emplace(b.fastNode);
     if (fresh) order->second = topology.byDistanceInTier(b.fastNode, topology::Tier::Fast);
@@ -439,12 +452,34 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
       stats_.deferredPromoteBytes += c.bytes;
       continue;
     }
-    stats_.promoteBytes += c.bytes;
-    groupPromote[inst.problem.items[c.block].group] += c.bytes;
-    for (const Piece& p : pieces) {
-      p.node->assigned += p.charge;
-      promoteNow.push_back({c.block, p.node->node, b.start + p.offset, p.length});
+    // Charged for a try: what it promotes and the room it needs freed, undone when the plan's
+    // copying would pass the interval (the first promotion always goes, so a block larger than an
+    // interval still moves).
+    const size_t group = inst.problem.items[c.block].group;
+    const uint64_t quota = inst.problem.groupQuotaBytes[group];
+    const auto recharge = [&](auto&& change) {
+      if (quota != 0) quotasShort -= shortOf(groupUsed[group] + groupPromote[group], quota);
+      for (const Piece& p : pieces) nodesShort -= shortOf(p.node->used + p.node->assigned, p.node->budget);
+      change();
+      if (quota != 0) quotasShort += shortOf(groupUsed[group] + groupPromote[group], quota);
+      for (const Piece& p : pieces) nodesShort += shortOf(p.node->used + p.node->assigned, p.node->budget);
+    };
+    const bool first = stats_.promoteBytes == 0;
+    recharge([&] {
+      stats_.promoteBytes += c.bytes;
+      groupPromote[group] += c.bytes;
+      for (const Piece& p : pieces) p.node->assigned += p.charge;
+    });
+    if (!first && stats_.promoteBytes + roomToFree() > intervalBytes) {
+      recharge([&] {
+        stats_.promoteBytes -= c.bytes;
+        groupPromote[group] -= c.bytes;
+        for (const Piece& p : pieces) p.node->assigned -= p.charge;
+      });
+      stats_.deferredPromoteBytes += c.bytes;
+      continue;
     }
+    for (const Piece& p : pieces) promoteNow.push_back({c.block, p.node->node, b.start + p.offset, p.length});
   }
 
   // Demotions: first what each quota needs, then what the global budget needs, then headroom.
@@ -467,7 +502,6 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     for (size_t k = 0; k < demote.size() && groupUsed[g] + groupPromote[g] > quota + groupFreed[g]; ++k)
       if (!demoted[k] && inst.problem.items[demote[k].block].group == g) take(k);
   }
-  const uint64_t budget = inst.problem.budgetBytes;
   const uint64_t need = inst.fastUsedBytes + stats_.promoteBytes;
   for (size_t k = 0; k < demote.size() && need > budget + freed; ++k)
     if (!demoted[k]) take(k);
@@ -476,11 +510,19 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     for (size_t k = 0; k < demote.size() && n.used + n.assigned > n.budget + n.freed; ++k)
       if (!demoted[k] && fastPagesOn(inst.blocks[demote[k].block], n.node) > 0) take(k);
   // What this plan's promotions and the quotas need is freed; the rest is headroom for the next
-  // plans, which this plan's promotions must not wait for (see the priorities below).
+  // plans, which this plan's promotions must not wait for (see the priorities below): up to one
+  // interval's worth of free room, in what is left of the interval's copying, lowest value first
+  // until the next one does not fit.
   const size_t neededDemotions = demoteNow.size();
   const uint64_t headroom = std::min(intervalBytes, budget);
-  for (size_t k = 0; k < demote.size() && need + headroom > budget + freed; ++k)
-    if (!demoted[k]) take(k);
+  const uint64_t spare = shortOf(intervalBytes, stats_.promoteBytes + freed);
+  uint64_t headroomTaken = 0;
+  for (size_t k = 0; k < demote.size() && need + headroom > budget + freed; ++k) {
+    if (demoted[k]) continue;
+    if (headroomTaken + demote[k].bytes > spare) break;
+    headroomTaken += demote[k].bytes;
+    take(k);
+  }
   stats_.demoteBytes = freed;
   for (size_t r = neededDemotions; r < demoteNow.size(); ++r) stats_.headroomDemoteBytes += demoteNow[r].bytes;
   for (const NodeState& n : nodes) stats_.nodes.push_back({n.node, n.budget, n.used, n.assigned});

@@ -36,10 +36,13 @@
 // its pages is not worth promoting, and a block with reuse still is.
 //
 // From the selection to moves: promotions go in order of need (soonest predicted use, then value
-// density), capped at what the engine can move in one planning interval at the measured
-// bandwidth; demotions free exactly the room those promotions and the quotas need, lowest value
-// first, plus one interval's worth of headroom taken from blocks the selection dropped (what stays
-// idle until a later phase leaves early, so the next phase's promotions need not wait). Adjacent
+// density); demotions free exactly the room those promotions and the quotas need, lowest value
+// first. A plan copies no more than the engine moves in one planning interval at the measured
+// bandwidth (x plan_bandwidth_factor), the promotions and the demotions they need together (a
+// swap into a full fast tier promotes half an interval's worth); promotions past that wait for
+// the next plan. What is left of the interval frees headroom, up to an interval's worth of free
+// room, from blocks the selection dropped (what stays idle until a later phase leaves early, so
+// the next phase's promotions need not wait). Adjacent
 // blocks going the same way are merged into maximal contiguous runs (DeepTM), each one MoveRequest.
 // The demotions that free room for this plan's promotions carry the highest priority, so the
 // engine frees room first; the headroom demotions the lowest, after the promotions, so the pages

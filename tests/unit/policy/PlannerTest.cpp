@@ -142,10 +142,13 @@ TEST(Planner, HeadroomDemotionsComeAfterThePromotions) {
   }
   PlanContext ctx;
   ctx.fastCapacityBytes = 6 * kChunk;
-  ctx.migrationBytesPerSec = 2.0 * kChunk / 0.010;  // two chunks per 10 ms interval
+  // Five chunks per 10 ms interval: two promotions and the two demotions they need, and one
+  // chunk of headroom.
+  ctx.migrationBytesPerSec = 5.0 * kChunk / 0.010;
   const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
   const auto& st = planner.lastStats();
   ASSERT_EQ(st.promoteBytes, 2 * kChunk);
+  ASSERT_EQ(st.headroomDemoteBytes, kChunk);
   ASSERT_GT(st.headroomDemoteBytes, 0u);
   ASSERT_LT(st.headroomDemoteBytes, st.demoteBytes);
   // The moves in order: demotions worth the promotions' room, the promotions, the headroom.
@@ -257,6 +260,39 @@ TEST(Planner, PromotionsPerPlanAreCappedByMigrationBandwidth) {
   EXPECT_EQ(plans, 5);
   // The hottest went first.
   EXPECT_EQ(placement.fastBytes(), 20 * kChunk);
+}
+
+// A swap copies twice: each page promoted into a full fast tier needs a page demoted. A plan
+// copies no more than the engine moves in its interval, promotions and the demotions they need
+// together: into free room first, then half and half.
+TEST(Planner, APlanCopiesNoMoreThanAnIntervalPromotionsAndTheirRoomTogether) {
+  Planner planner(tenMsPlansAtEngineRate());
+  FakePlacement placement;
+  const auto topo = tt::fakes::twoNodeTopology();
+  HeatSnapshot snap = spreadUnits(placement, kTgid, 8, 0x1000000, 1000.0);  // hot, on the slow tier
+  for (uint64_t i = 0; i < 4; ++i) {  // idle, on the fast tier, which has room for two more chunks
+    snap.units.push_back(unit(kTgid, 0x9000000 + i * 4 * kChunk, kChunk, 0.0));
+    placement.map(kTgid, 0x9000000 + i * 4 * kChunk, kChunk, 0);
+  }
+  PlanContext ctx;
+  ctx.fastCapacityBytes = 6 * kChunk;
+  ctx.migrationBytesPerSec = 4.0 * kChunk / 0.010;  // four chunks per 10 ms interval
+  std::vector<uint64_t> promoted;
+  for (int plans = 0; plans < 10; ++plans) {
+    const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
+    const auto& st = planner.lastStats();
+    uint64_t copied = 0;
+    for (const auto& m : plan.moves) copied += m.length;
+    EXPECT_EQ(copied, st.promoteBytes + st.demoteBytes) << "plan " << plans;
+    EXPECT_LE(copied, 4 * kChunk) << "plan " << plans;
+    if (plan.moves.empty()) break;
+    promoted.push_back(st.promoteBytes);
+    placement.apply(plan);
+    EXPECT_LE(placement.fastBytes(), 6 * kChunk);
+  }
+  // Two chunks into the free room and one swap, then two swaps, then the last one.
+  EXPECT_EQ(promoted, (std::vector<uint64_t>{3 * kChunk, 2 * kChunk, kChunk}));
+  for (size_t i = 2; i < 8; ++i) EXPECT_TRUE(isFastUnit(placement, kTgid, snap.units[i].start)) << "hot unit " << i;
 }
 
 TEST(Planner, TargetNodesAreTheNearestOfEachTier) {
