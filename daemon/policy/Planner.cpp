@@ -404,11 +404,15 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
   // came, which it then dropped, and the look-ahead's lead times assumed copies that had not run.)
   // The room to free is the largest shortfall the demotions below make up: the global budget's,
   // the fast nodes' summed, or the quotas' summed; running sums, since a promotion changes only
-  // its own process's quota and the nodes it lands on.
+  // its own process's quota and the nodes it lands on. A node's is what its loop below can free:
+  // the selection does not know the nodes' shares, so what it keeps on a node (and pinned pages)
+  // may stay over the node's share, and no plan frees or copies that excess (it gets no
+  // promotions either).
   const uint64_t budget = inst.problem.budgetBytes;
   const auto shortOf = [](uint64_t want, uint64_t have) { return want > have ? want - have : 0; };
+  const auto nodeShort = [&](const NodeState& n) { return shortOf(n.used + n.assigned, std::max(n.budget, n.keep)); };
   uint64_t nodesShort = 0, quotasShort = 0;
-  for (const NodeState& n : nodes) nodesShort += shortOf(n.used, n.budget);
+  for (const NodeState& n : nodes) nodesShort += nodeShort(n);
   for (size_t g = 0; g < groups; ++g)
     if (inst.problem.groupQuotaBytes[g] != 0) quotasShort += shortOf(groupUsed[g], inst.problem.groupQuotaBytes[g]);
   const auto roomToFree = [&] {
@@ -459,10 +463,10 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
     const uint64_t quota = inst.problem.groupQuotaBytes[group];
     const auto recharge = [&](auto&& change) {
       if (quota != 0) quotasShort -= shortOf(groupUsed[group] + groupPromote[group], quota);
-      for (const Piece& p : pieces) nodesShort -= shortOf(p.node->used + p.node->assigned, p.node->budget);
+      for (const Piece& p : pieces) nodesShort -= nodeShort(*p.node);
       change();
       if (quota != 0) quotasShort += shortOf(groupUsed[group] + groupPromote[group], quota);
-      for (const Piece& p : pieces) nodesShort += shortOf(p.node->used + p.node->assigned, p.node->budget);
+      for (const Piece& p : pieces) nodesShort += nodeShort(*p.node);
     };
     const bool first = stats_.promoteBytes == 0;
     recharge([&] {
