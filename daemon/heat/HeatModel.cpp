@@ -1089,6 +1089,9 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
             break;
           }
       }
+      // Fetching a unit copies it twice: into a full fast tier (the steady state the look-ahead is
+      // for) each byte promoted displaces one demoted, and the planner sizes its plans by both
+      // (the burst cut below counts both moves too).
       double cumBytes = 0;
       uint32_t lastLate = 0;
       const double slackNs = config_.lookahead_step_fraction() * static_cast<double>(clock.periodNs) +
@@ -1096,7 +1099,7 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
       for (uint32_t j = 1; j < buckets_; ++j) {
         cumBytes += firstNeedBytes[j];
         const double until = j * bucketNs - intoBucketNs;
-        if (until < cumBytes / bandwidthBytesPerNs_ + slackNs) lastLate = j;
+        if (until < 2.0 * cumBytes / bandwidthBytesPerNs_ + slackNs) lastLate = j;
       }
       horizonBuckets = std::min(buckets_ - 1, lastLate + 1);
       horizonSum += horizonBuckets * bucketNs;

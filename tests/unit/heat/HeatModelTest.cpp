@@ -1519,14 +1519,15 @@ TEST(HeatModelReconfigure, InitialBandwidthAppliesUntilOneIsMeasured) {
   learnHalves(model, t0, period, 30);
   // 310 ms into the next step, B is needed from 400 ms on: the horizon is the first bucket end by
   // which B's move and the 40 ms of slack (lookahead_step_fraction 0.05) fit: at once at 10 GiB/s,
-  // 600 ms into the step at 512 KiB/s (B's 256 KiB: 500 ms + 40 ms from 310 ms is 850 ms).
+  // 600 ms into the step at 1 MiB/s (B's 256 KiB copied twice, in and something else out: 500 ms
+  // + 40 ms from 310 ms is 850 ms).
   const uint64_t t = t0 + 30 * period + 310 * kMs;
   model.onMark(mark(MarkType::StepBegin, 30, t0 + 30 * period));
   model.advanceEpoch(t);
   const uint64_t fast = model.snapshot().horizonNs;
   EXPECT_EQ(fast, 100 * kMs);
   auto slow = config;
-  slow.set_initial_migration_bandwidth(1 << 19);
+  slow.set_initial_migration_bandwidth(1 << 20);
   model.reconfigure(slow);
   model.advanceEpoch(t + 1);
   EXPECT_EQ(model.snapshot().horizonNs, 600 * kMs);
