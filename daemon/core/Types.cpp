@@ -1,6 +1,7 @@
 #include "core/Types.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace tt {
 
@@ -22,6 +23,11 @@ ServedBy slowerOf(ServedBy a, ServedBy b) {
     return it == kBlockTiers.end() ? -1 : static_cast<int>(it - kBlockTiers.begin());
   };
   return rank(b) > rank(a) ? b : a;
+}
+
+bool MigrationRates::known() const {
+  return promoteBytesPerSec > 0 && demoteBytesPerSec > 0 && std::isfinite(promoteBytesPerSec) &&
+         std::isfinite(demoteBytesPerSec);
 }
 
 uint32_t EvidenceBlock::weight(uint32_t page) const {

@@ -166,6 +166,17 @@ struct MigrationPlan {
   std::vector<MoveRequest> moves;
 };
 
+// Bytes per second the engine copies each way (service -> heat, policy). Promotions (slow to
+// fast) and demotions (fast to slow) differ on real slow tiers (Optane writes at about a third of
+// its read bandwidth) and have rate limits of their own, so what a plan's copying takes is its
+// promoted bytes at one rate plus its demoted bytes at the other. 0 = not known.
+struct MigrationRates {
+  double promoteBytesPerSec = 0;
+  double demoteBytesPerSec = 0;
+  [[nodiscard]] bool known() const;  // both positive and finite
+  friend bool operator==(const MigrationRates&, const MigrationRates&) = default;
+};
+
 // [start, start + length): whole 4 KiB pages.
 struct AddressRange {
   uint64_t start = 0;

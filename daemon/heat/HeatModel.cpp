@@ -141,7 +141,7 @@ std::vector<std::string> heatModelChangeNotes(const tensortier::v1::PolicyConfig
     else if (key == "period_bin_ms" || key == "period_history_bins")
       note += " (the sample-stream period history restarts; learned periods stay until re-estimated)";
     else if (key == "initial_migration_bandwidth")
-      note += " (until the engine has measured the bandwidth; no effect after)";
+      note += " (until the engine has timed its moves; no effect after)";
     notes.push_back(std::move(note));
   }
   return notes;
@@ -153,7 +153,8 @@ HeatModel::HeatModel(const tensortier::v1::PolicyConfig& config)
       halfLifeNs_(halfLifeNsOf(config)),
       chunkBytes_(chunkBytesOf(config)),
       buckets_(bucketsOf(config)),
-      bandwidthBytesPerNs_(static_cast<double>(config.initial_migration_bandwidth()) / 1e9) {
+      promoteBytesPerNs_(static_cast<double>(config.initial_migration_bandwidth()) / 1e9),
+      demoteBytesPerNs_(promoteBytesPerNs_) {
   weights_.fill(1.0 / kFeatureCount);
   snapshot_.weights = weights_;
 }
@@ -181,7 +182,10 @@ void HeatModel::reconfigure(const tensortier::v1::PolicyConfig& config) {
   config_ = config;
   halfLifeNs_ = halfLifeNsOf(config);
   for (auto& [tgid, proc] : processes_) proc.halfLifeNs = halfLifeFor(proc);
-  if (!bandwidthMeasured_) bandwidthBytesPerNs_ = static_cast<double>(config.initial_migration_bandwidth()) / 1e9;
+  if (!ratesMeasured_) {
+    promoteBytesPerNs_ = static_cast<double>(config.initial_migration_bandwidth()) / 1e9;
+    demoteBytesPerNs_ = promoteBytesPerNs_;
+  }
   sampleParams_ = samplePeriodParamsOf(config);
   for (auto& [tgid, proc] : processes_) proc.samples.setParams(sampleParams_);
   if (const uint32_t buckets = bucketsOf(config); buckets != buckets_) resampleSchedules(buckets);
@@ -774,11 +778,11 @@ void HeatModel::onMark(const IterationMark& mark) {
   proc.clock.anchorNs = proc.stepStartNs;
 }
 
-void HeatModel::setMigrationBandwidth(double bytesPerSecond) {
-  if (bytesPerSecond > 0 && std::isfinite(bytesPerSecond)) {
-    bandwidthBytesPerNs_ = bytesPerSecond / 1e9;
-    bandwidthMeasured_ = true;
-  }
+void HeatModel::setMigrationRates(const MigrationRates& rates) {
+  if (!rates.known()) return;
+  promoteBytesPerNs_ = rates.promoteBytesPerSec / 1e9;
+  demoteBytesPerNs_ = rates.demoteBytesPerSec / 1e9;
+  ratesMeasured_ = true;
 }
 
 void HeatModel::foldStep(pid_t tgid) {
@@ -1068,7 +1072,7 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
       intoBucketNs = (phase - b0) * bucketNs;
       // Horizon: everything first needed beyond it can still wait, i.e. the bucket after the
       // last bucket j whose needs (all first needed in buckets 1..j) take longer to fetch at the
-      // measured bandwidth, plus the configured slack and the time until the next plan, than
+      // measured rates (swapNs), plus the configured slack and the time until the next plan, than
       // the time left until j. Not the first bucket that fits: a quiet next bucket would then
       // end the look-ahead before a large tensor needed later, which must start moving now. A
       // unit's first need is its first bucket above 5% of its peak, as for its burst below, in
@@ -1090,8 +1094,8 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
           }
       }
       // Fetching a unit copies it twice: into a full fast tier (the steady state the look-ahead is
-      // for) each byte promoted displaces one demoted, and the planner sizes its plans by both
-      // (the burst cut below counts both moves too).
+      // for) each byte promoted displaces one demoted, each at its direction's rate, and the
+      // planner sizes its plans by both (the burst cut below counts both moves too).
       double cumBytes = 0;
       uint32_t lastLate = 0;
       const double slackNs = config_.lookahead_step_fraction() * static_cast<double>(clock.periodNs) +
@@ -1099,7 +1103,7 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
       for (uint32_t j = 1; j < buckets_; ++j) {
         cumBytes += firstNeedBytes[j];
         const double until = j * bucketNs - intoBucketNs;
-        if (until < 2.0 * cumBytes / bandwidthBytesPerNs_ + slackNs) lastLate = j;
+        if (until < swapNs(cumBytes) + slackNs) lastLate = j;
       }
       horizonBuckets = std::min(buckets_ - 1, lastLate + 1);
       horizonSum += horizonBuckets * bucketNs;
@@ -1156,7 +1160,7 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
           double cutoffNs = std::numeric_limits<double>::infinity();  // counted up to here, from now
           // A burst in progress that ends within the step is worth keeping fast only until its
           // successor must start moving in: the unit's own demotion and a successor's promotion
-          // of its size at the measured bandwidth, after the next plan. Its accesses after that
+          // of its size at the measured rates, after the next plan. Its accesses after that
           // are served fast only if the successor arrives late, so they do not count; counted,
           // they hold the swap back until its copy cannot finish before the successor's burst
           // begins (a loaded host's slower copies made phase swaps land late). The cut is at
@@ -1179,7 +1183,7 @@ void HeatModel::computeSnapshot(uint64_t nowNs) {
             const double endNs = (last + 1) * bucketNs - intoBucketNs;
             const double lengthNs = endNs + intoBucketNs + back * bucketNs;
             const double margin = config_.hysteresis_margin();
-            const double leadNs = 2.0 * static_cast<double>(u.length) / bandwidthBytesPerNs_ +
+            const double leadNs = swapNs(static_cast<double>(u.length)) +
                                   static_cast<double>(planIntervalNs_);
             cutoffNs = endNs - std::min(leadNs, lengthNs * margin / (1.0 + margin));
           }

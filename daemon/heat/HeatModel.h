@@ -19,7 +19,7 @@
 // from StepBegin/StepEnd marks, or a configured hint, or the autocorrelation of the sample stream.
 // Each unit keeps a schedule: accesses per page in each of `schedule_buckets` time-offset buckets
 // of the step, a moving average over steps. The horizon is long enough to migrate what the coming
-// buckets need at the measured migration bandwidth (setMigrationBandwidth) plus
+// buckets need at the measured migration rates (setMigrationRates) plus
 // `lookahead_step_fraction` of the step. Phase marks re-anchor the step on each phase's usual
 // offset, so stalls that vary with placement do not smear the schedule.
 //
@@ -29,7 +29,7 @@
 // so the planner promotes what is needed next just in time and evicts what is needed last
 // (Belady-like); without a schedule, score x the highest reuse value (the learned blend). A burst
 // in progress that ends within the step counts only until a successor of the unit's size must
-// start moving in (the unit's demotion and the successor's promotion at the measured bandwidth,
+// start moving in (the unit's demotion and the successor's promotion, each at its measured rate,
 // after the next plan): its accesses after that are fast only if the successor arrives late.
 // Counted, they held a phase's swap back until its copy could no longer finish in time. The cut is
 // at most hysteresis_margin / (1 + hysteresis_margin) of the burst, so that at its start a unit
@@ -178,7 +178,7 @@ class HeatModel {
   // (the last advanceEpoch); learned periods stay until the next estimate, except one that came
   // from a step hint now cleared. Only the sample-stream period history restarts, and only when
   // its bin width or length changes. initial_migration_bandwidth applies only until
-  // setMigrationBandwidth has given a measured figure. Call it between epochs.
+  // setMigrationRates has given measured rates. Call it between epochs.
   void reconfigure(const tensortier::v1::PolicyConfig& config);
 
   // Regions: page-aligned, non-empty, not overlapping another region of the same process.
@@ -197,8 +197,10 @@ class HeatModel {
   // whole in the step in progress, spread over all its buckets (see spreadSpan).
   void ingest(const EvidenceBatch& batch, uint64_t sinceNs, uint64_t nowNs, double scale);
   void onMark(const IterationMark& mark);
-  // Bytes per second the migration engine achieved recently; sizes the look-ahead horizon.
-  void setMigrationBandwidth(double bytesPerSecond);
+  // What the migration engine copies per second each way, recently; sizes the look-ahead horizon
+  // (a fetch is a promotion and, into a full fast tier, the demotion that makes its room). Rates
+  // not both known (MigrationRates::known) are ignored.
+  void setMigrationRates(const MigrationRates& rates);
   // Time between the planner's runs (the daemon's epoch): a burst that enters the look-ahead just
   // after a plan is seen only at the next one, so the horizon reaches that much further.
   void setPlanInterval(uint64_t intervalNs) { planIntervalNs_ = intervalNs; }
@@ -342,8 +344,12 @@ class HeatModel {
   uint64_t halfLifeNs_;
   uint64_t chunkBytes_;
   uint32_t buckets_;
-  double bandwidthBytesPerNs_;
-  bool bandwidthMeasured_ = false;  // setMigrationBandwidth has given a figure
+  // Bytes per ns each way, the initial bandwidth until setMigrationRates has given measured rates.
+  double promoteBytesPerNs_;
+  double demoteBytesPerNs_;
+  bool ratesMeasured_ = false;
+  // ns to copy `bytes` in and as many out.
+  [[nodiscard]] double swapNs(double bytes) const { return bytes / promoteBytesPerNs_ + bytes / demoteBytesPerNs_; }
   uint64_t planIntervalNs_ = 0;
   FeatureVector weights_;
   std::map<pid_t, UnitMap> units_;

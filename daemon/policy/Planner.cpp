@@ -95,6 +95,19 @@ class StuckIndex {
 
 Planner::Planner(const tensortier::v1::PolicyConfig& config) : config_(config) {}
 
+MigrationRates Planner::ratesOf(const PlanContext& context) const {
+  // As the daemon's loop does: a direction not known copies as fast as the other, and neither
+  // known is the initial bandwidth (bounded above 0 by the config; 1 GB/s if a caller's is not).
+  const auto usable = [](double rate) { return rate > 0 && std::isfinite(rate); };
+  const double initial = static_cast<double>(config_.initial_migration_bandwidth());
+  const double fallback = usable(initial) ? initial : 1e9;
+  const double promote = context.migration.promoteBytesPerSec, demote = context.migration.demoteBytesPerSec;
+  if (usable(promote) && usable(demote)) return context.migration;
+  if (usable(promote)) return {promote, promote};
+  if (usable(demote)) return {demote, demote};
+  return {fallback, fallback};
+}
+
 uint64_t Planner::budgetFor(uint64_t fastCapacityBytes) const {
   uint64_t budget = UINT64_MAX;
   if (fastCapacityBytes > 0)
@@ -140,17 +153,17 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
   };
   std::vector<uint64_t> groupPinnedFast;
 
-  const double bandwidth = context.migrationBytesPerSec > 0
-                               ? context.migrationBytesPerSec
-                               : static_cast<double>(config_.initial_migration_bandwidth());
+  const MigrationRates rates = ratesOf(context);
   const double defaultPenaltyNs = context.slowPenaltyNs > 0 ? context.slowPenaltyNs : config_.slow_access_penalty_ns();
-  const double copyNsPerPage = static_cast<double>(kBasePageSize) / (bandwidth / 1e9);
+  const double promoteCopyNsPerPage = static_cast<double>(kBasePageSize) / (rates.promoteBytesPerSec / 1e9);
+  const double demoteCopyNsPerPage = static_cast<double>(kBasePageSize) / (rates.demoteBytesPerSec / 1e9);
   const double accessesPerPass = context.accessesPerPagePass > 0 ? context.accessesPerPagePass : 1.0;
   // What a slow access and a page move cost for a process whose slow node is `slowNode`: that
   // node's own penalty when the context has one (PlanContext::slowPenaltyByNode), else the default.
   struct Costs {
     double penaltyNs = 0;
-    double moveNsPerPage = 0;
+    double promoteNsPerPage = 0;
+    double demoteNsPerPage = 0;
     double tenureCapPerPage = 0;
   };
   auto costsFor = [&](int slowNode) {
@@ -161,9 +174,10 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
     // A move costs the larger of the copy time the application waits for and the traffic the
     // copy puts on the tiers (see the header): a faster engine shortens the first, never the second.
     const double trafficNsPerPage = config_.move_floor_page_passes() * accessesPerPass * c.penaltyNs;
-    c.moveNsPerPage = std::max(copyNsPerPage * config_.migration_cost_weight(), trafficNsPerPage);
+    c.promoteNsPerPage = std::max(promoteCopyNsPerPage * config_.migration_cost_weight(), trafficNsPerPage);
+    c.demoteNsPerPage = std::max(demoteCopyNsPerPage * config_.migration_cost_weight(), trafficNsPerPage);
     // Never more than a swap costs: a promotion and the demotion that makes room for it.
-    c.tenureCapPerPage = 2 * c.moveNsPerPage;
+    c.tenureCapPerPage = c.promoteNsPerPage + c.demoteNsPerPage;
     return c;
   };
   const double margin = config_.hysteresis_margin();
@@ -207,7 +221,8 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
     const uint32_t group = groupFor(unit.tgid);
     const Nodes nodes = nodesOf[unit.tgid];
     const double penaltyNs = nodes.costs.penaltyNs;
-    const double moveNsPerPage = nodes.costs.moveNsPerPage;
+    const double promoteNsPerPage = nodes.costs.promoteNsPerPage;
+    const double demoteNsPerPage = nodes.costs.demoteNsPerPage;
     const double unitSoonPerPage = unit.expectedAccessesPerPage * penaltyNs;
     const double unitLongRunPerPage = amortization * unit.accessesPerPagePerStep * penaltyNs;
     // Tenure (see the header): the steps the unit has been steady beyond amortization_steps, at
@@ -295,7 +310,7 @@ PlanningInstance Planner::buildInstance(const heat::HeatSnapshot& heat, const Pl
       item.group = group;
       // The margin applies to the short-term value: that is what fluctuates from plan to plan.
       item.value = (soonPerPage * (1.0 + margin * fastShare) + longRunPerPage + tenurePerPage) * static_cast<double>(present) -
-                   slow * (moveNsPerPage + minBenefit) + fast * moveNsPerPage;
+                   slow * (promoteNsPerPage + minBenefit) + fast * demoteNsPerPage;
       inst.fastUsedBytes += b.residency.fastPages * kBasePageSize;
       inst.blocks.push_back(b);
       inst.problem.items.push_back(item);
@@ -330,12 +345,22 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
   stats_.blocks = inst.blocks.size();
   stats_.objective = sel.objective;
 
-  const double bandwidth = context.migrationBytesPerSec > 0
-                               ? context.migrationBytesPerSec
-                               : static_cast<double>(config_.initial_migration_bandwidth());
+  const MigrationRates rates = ratesOf(context);
   const double intervalSec = context.intervalNs > 0 ? static_cast<double>(context.intervalNs) / 1e9
                                                     : config_.plan_interval_ms() / 1e3;
-  const auto intervalBytes = static_cast<uint64_t>(bandwidth * intervalSec * config_.plan_bandwidth_factor());
+  // The copying one plan may ask for: what the engine promotes in one interval, with a demoted byte
+  // counted as the promoted bytes its copy takes the time of (one at equal rates, and then in
+  // exact integers).
+  const auto intervalBytes =
+      static_cast<uint64_t>(rates.promoteBytesPerSec * intervalSec * config_.plan_bandwidth_factor());
+  // Rounded up, so that no plan passes the interval by a fraction of a byte; saturated, so that an
+  // extreme ratio of rates cannot wrap.
+  const double demoteWeight = rates.promoteBytesPerSec / rates.demoteBytesPerSec;
+  const auto asPromoted = [demoteWeight](uint64_t demoteBytes) -> uint64_t {
+    if (demoteWeight == 1.0) return demoteBytes;
+    const double bytes = std::ceil(static_cast<double>(demoteBytes) * demoteWeight);
+    return bytes < 0x1p63 ? static_cast<uint64_t>(bytes) : uint64_t{1} << 63;
+  };
 
   // Each fast node: its share, what it holds, what stays there (chosen blocks' and pinned fast
   // pages), and what this plan sends there and frees there.
@@ -398,9 +423,10 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
   std::map<int, std::vector<int>> fastOrder;  // a block's fast node -> the fast nodes, nearest first
   std::vector<uint64_t> groupPromote(groups, 0);
   // A plan copies what it promotes and the room those promotions need freed, and one interval's
-  // worth is what the engine moves before the next plan: with the fast tier full, a swap's
-  // promotions get half of it. (Capping the promotions alone let a swap plan copy twice the
-  // interval, and with the headroom three times: the engine was still busy when the next plan
+  // worth is what the engine moves before the next plan, each direction at its own rate: with the
+  // fast tier full and equal rates, a swap's promotions get half of it; with demotions at a third
+  // of the promotion rate (Optane's writes against its reads), a quarter. (Capping the promotions
+  // alone let a swap plan copy twice the interval, and with the headroom three times: the engine was still busy when the next plan
   // came, which it then dropped, and the look-ahead's lead times assumed copies that had not run.)
   // The room to free is the largest shortfall the demotions below make up: the global budget's,
   // the fast nodes' summed, or the quotas' summed; running sums, since a promotion changes only
@@ -474,7 +500,7 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
       groupPromote[group] += c.bytes;
       for (const Piece& p : pieces) p.node->assigned += p.charge;
     });
-    if (!first && stats_.promoteBytes + roomToFree() > intervalBytes) {
+    if (!first && stats_.promoteBytes + asPromoted(roomToFree()) > intervalBytes) {
       recharge([&] {
         stats_.promoteBytes -= c.bytes;
         groupPromote[group] -= c.bytes;
@@ -515,15 +541,15 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
       if (!demoted[k] && fastPagesOn(inst.blocks[demote[k].block], n.node) > 0) take(k);
   // What this plan's promotions and the quotas need is freed; the rest is headroom for the next
   // plans, which this plan's promotions must not wait for (see the priorities below): up to one
-  // interval's worth of free room, in what is left of the interval's copying, lowest value first
-  // until the next one does not fit.
+  // interval's worth of promotions' room, in what is left of the interval's copying (demotions at
+  // their rate), lowest value first until the next one does not fit.
   const size_t neededDemotions = demoteNow.size();
   const uint64_t headroom = std::min(intervalBytes, budget);
-  const uint64_t spare = shortOf(intervalBytes, stats_.promoteBytes + freed);
+  const uint64_t spare = shortOf(intervalBytes, stats_.promoteBytes + asPromoted(freed));
   uint64_t headroomTaken = 0;
   for (size_t k = 0; k < demote.size() && need + headroom > budget + freed; ++k) {
     if (demoted[k]) continue;
-    if (headroomTaken + demote[k].bytes > spare) break;
+    if (asPromoted(headroomTaken + demote[k].bytes) > spare) break;
     headroomTaken += demote[k].bytes;
     take(k);
   }

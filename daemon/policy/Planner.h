@@ -23,7 +23,8 @@
 // quotas.
 //
 // What a page move costs: the larger of two things it consumes. Its copy time (page size over the
-// measured migration bandwidth) x `migration_cost_weight`, the share of the copy the application
+// measured rate of its direction: promotions and demotions are timed and rate-limited apart, and
+// on Optane a demotion's writes are the slower) x `migration_cost_weight`, the share of the copy the application
 // waits for; and the memory traffic of the copy, which competes with the application's own accesses
 // even when the copy runs beside it: the copy reads every line of the page on one tier and writes it
 // on the other. That traffic is valued in the currency of the value side, as
@@ -37,11 +38,12 @@
 //
 // From the selection to moves: promotions go in order of need (soonest predicted use, then value
 // density); demotions free exactly the room those promotions and the quotas need, lowest value
-// first. A plan copies no more than the engine moves in one planning interval at the measured
-// bandwidth (x plan_bandwidth_factor), the promotions and the demotions they need together (a
-// swap into a full fast tier promotes half an interval's worth); promotions past that wait for
-// the next plan. What is left of the interval frees headroom, up to an interval's worth of free
-// room, from blocks the selection dropped (what stays idle until a later phase leaves early, so
+// first. A plan copies no more than the engine moves in one planning interval (x
+// plan_bandwidth_factor), the promotions at the promotion rate and the demotions they need at the
+// demotion rate together (at equal rates a swap into a full fast tier promotes half an interval's
+// worth); promotions past that wait for the next plan. What is left of the interval frees
+// headroom, up to an interval's worth of promotions' room, from blocks the selection dropped
+// (what stays idle until a later phase leaves early, so
 // the next phase's promotions need not wait). Adjacent
 // blocks going the same way are merged into maximal contiguous runs (DeepTM), each one MoveRequest.
 // The demotions that free room for this plan's promotions carry the highest priority, so the
@@ -142,7 +144,9 @@ struct PlanContext {
   // The usable fast bytes when the caller knows them exactly (the simulator's tier capacity is
   // already what the process may use); replaces capacity x (1 - reserve). 0 = derive.
   uint64_t fastBudgetBytes = 0;
-  double migrationBytesPerSec = 0;          // measured by the engine; 0 = the config's initial value
+  // What the engine copies per second each way, measured. A direction not known (0) copies as
+  // fast as the other; neither known: the config's initial_migration_bandwidth.
+  MigrationRates migration;
   double slowPenaltyNs = 0;                 // extra cost of a slow access, ns; 0 = the config's
   // Per slow node, where they differ (a CXL node beside an Optane node): a process whose slow node
   // is listed is charged that node's penalty, for its accesses and its moves' traffic alike.
@@ -238,6 +242,9 @@ class Planner {
   [[nodiscard]] uint64_t budgetFor(uint64_t fastCapacityBytes) const;
 
  private:
+  // The context's rates, each one not known replaced by initial_migration_bandwidth.
+  [[nodiscard]] MigrationRates ratesOf(const PlanContext& context) const;
+
   tensortier::v1::PolicyConfig config_;
   uint64_t generation_ = 0;
   PlanStats stats_;

@@ -212,14 +212,14 @@ void HeatPlannerPolicy::observe(const EvidenceBatch& evidence, uint64_t sinceNs,
     if (!placement_.markMovedByKernel(m.tgid, m.start, m.length)) break;  // the rest at their refresh turn
 }
 
-MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,
+MigrationPlan HeatPlannerPolicy::plan(uint64_t nowNs, uint64_t intervalNs, const MigrationRates& rates,
                                      std::span<const ManualPin> pins, std::span<const MoveRequest> stillMoving,
                                      std::span<const StuckRange> stuck) {
-  if (migrationBytesPerSec > 0) heat_.setMigrationBandwidth(migrationBytesPerSec);
+  heat_.setMigrationRates(rates);
   heat_.setPlanInterval(intervalNs);
   heat_.advanceEpoch(nowNs);
   policy::PlanContext context;
-  context.migrationBytesPerSec = migrationBytesPerSec;
+  context.migration = rates;
   context.intervalNs = intervalNs;
   context.accessesPerPagePass = accessesPerPagePass_;
   context.slowPenaltyNs = penalty_.ns;
@@ -356,10 +356,11 @@ ExecutorCounters EngineExecutor::counters() const {
   out.plans = c.plansExecuted;
   out.planInFlight = !engine_.idle();
   // Busy time is summed over the workers, which move in parallel: per worker it approximates the
-  // wall time the engine was moving, so bytes / time is the engine's rate, not one worker's.
-  out.moveBusyNs = (p.busyNs + d.busyNs) / std::max<uint32_t>(1, workers_);
-  out.moveBusyBytes = p.busyBytes + d.busyBytes;
-  out.promoteRateLimitBytesPerSec = static_cast<double>(promoteMbps_.load()) * 1e6;  // MB/s, as configured
+  // wall time the engine was moving, so bytes / time is the engine's rate, not one worker's. Each
+  // direction apart: their copies differ in speed on a real slow tier, and their limits may differ.
+  const uint32_t workers = std::max<uint32_t>(1, workers_);
+  out.promoteTiming = {p.busyNs / workers, p.busyBytes, static_cast<double>(promoteMbps_.load()) * 1e6};  // MB/s
+  out.demoteTiming = {d.busyNs / workers, d.busyBytes, static_cast<double>(demoteMbps_.load()) * 1e6};
   return out;
 }
 

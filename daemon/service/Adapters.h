@@ -155,7 +155,7 @@ class HeatPlannerPolicy final : public PlacementPolicy {
   // Also has the next plan ask again where the kernel moved pages by itself (movedByKernel).
   void observe(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs) override;
   void onMark(const IterationMark& mark) override { heat_.onMark(mark); }
-  MigrationPlan plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,
+  MigrationPlan plan(uint64_t nowNs, uint64_t intervalNs, const MigrationRates& rates,
                      std::span<const ManualPin> pins, std::span<const MoveRequest> stillMoving,
                      std::span<const StuckRange> stuck) override;
   std::vector<registry::RegionHeat> regionHeat() const override;
@@ -179,7 +179,10 @@ class HeatPlannerPolicy final : public PlacementPolicy {
 class EngineExecutor final : public PlanExecutor {
  public:
   EngineExecutor(migrate::Engine& engine, const tensortier::v1::MigrationConfig& config)
-      : engine_(engine), promoteMbps_(config.promote_mbps()), workers_(config.workers()) {}
+      : engine_(engine),
+        promoteMbps_(config.promote_mbps()),
+        demoteMbps_(config.demote_mbps()),
+        workers_(config.workers()) {}
   Result<void> submit(MigrationPlan plan) override { return engine_.submit(std::move(plan)); }
   void cancelProcess(pid_t tgid) override { engine_.cancelProcess(tgid); }
   ExecutorCounters counters() const override;
@@ -187,7 +190,10 @@ class EngineExecutor final : public PlanExecutor {
   std::optional<std::vector<FinishedRun>> runsOf(uint64_t generation) const override;
   Result<void> applyConfig(const tensortier::v1::MigrationConfig& config) override {
     auto r = engine_.applyConfig(config);
-    if (r) promoteMbps_ = config.promote_mbps();  // workers take effect at restart only
+    if (r) {  // workers take effect at restart only
+      promoteMbps_ = config.promote_mbps();
+      demoteMbps_ = config.demote_mbps();
+    }
     return r;
   }
   void shutdown(uint32_t graceMs) override;
@@ -195,6 +201,7 @@ class EngineExecutor final : public PlanExecutor {
  private:
   migrate::Engine& engine_;
   std::atomic<uint32_t> promoteMbps_;
+  std::atomic<uint32_t> demoteMbps_;
   const uint32_t workers_;  // as the engine was started
 };
 

@@ -144,7 +144,8 @@ void AdminService::status(pb::DaemonMessage& reply) {
   }
   s->set_promote_bytes_per_sec(st.promoteBytesPerSec);
   s->set_demote_bytes_per_sec(st.demoteBytesPerSec);
-  s->set_migration_bandwidth_bytes_per_sec(st.migrationBandwidth);
+  s->set_promote_bandwidth_bytes_per_sec(st.migrationRates.promoteBytesPerSec);
+  s->set_demote_bandwidth_bytes_per_sec(st.migrationRates.demoteBytesPerSec);
   s->set_stuck_fast_pages(st.stuck.fastPages);
   s->set_stuck_slow_pages(st.stuck.slowPages);
   const auto totals = ctx_.registry->totals();

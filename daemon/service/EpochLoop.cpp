@@ -209,31 +209,46 @@ void EpochLoop::applyEvents(uint64_t nowNs) {
     }
 }
 
-double EpochLoop::updateBandwidth(const ExecutorCounters& counters) {
+MigrationRates EpochLoop::updateRates(const ExecutorCounters& counters) {
   // Bytes moved per epoch would understate what the engine can do (it idles when plans are
-  // small, and the next plan would shrink with it): the rate is the engine's busy-time
-  // throughput, from epochs that moved enough to time, smoothed, capped by the rate limit.
-  const uint64_t bytes = counters.moveBusyBytes - std::min(counters.moveBusyBytes, lastCounters_.moveBusyBytes);
-  const uint64_t ns = counters.moveBusyNs - std::min(counters.moveBusyNs, lastCounters_.moveBusyNs);
-  if (bytes >= kMinBandwidthSampleBytes && ns > 0) {
+  // small, and the next plan would shrink with it): a direction's rate is the engine's busy-time
+  // throughput that way, from epochs that moved enough to time, smoothed, capped by its limit.
+  // Apart, because the copies differ (on Optane a demotion's writes are the slow side) and so may
+  // the limits: one figure for both sized a plan of equal promotions and demotions by their mean.
+  const auto measure = [](double& measured, const MoveTiming& now, const MoveTiming& before) {
+    const uint64_t bytes = now.busyBytes - std::min(now.busyBytes, before.busyBytes);
+    const uint64_t ns = now.busyNs - std::min(now.busyNs, before.busyNs);
+    if (bytes < kMinBandwidthSampleBytes || ns == 0) return;
     const double sample = static_cast<double>(bytes) * 1e9 / static_cast<double>(ns);
-    measuredBandwidth_ = measuredBandwidth_ == 0 ? sample : 0.5 * measuredBandwidth_ + 0.5 * sample;
+    measured = measured == 0 ? sample : 0.5 * measured + 0.5 * sample;
+  };
+  measure(measuredPromote_, counters.promoteTiming, lastCounters_.promoteTiming);
+  measure(measuredDemote_, counters.demoteTiming, lastCounters_.demoteTiming);
+  const auto capped = [](double rate, double limit) { return limit > 0 ? std::min(rate, limit) : rate; };
+  // A direction not timed yet is taken to copy as fast as the other (the same kernel copy between
+  // the same nodes), which is closer than the initial value once either has been timed.
+  const double promote = measuredPromote_ > 0 ? measuredPromote_ : measuredDemote_;
+  const double demote = measuredDemote_ > 0 ? measuredDemote_ : measuredPromote_;
+  MigrationRates rates;
+  if (promote > 0) {
+    rates = {capped(promote, counters.promoteTiming.rateLimitBytesPerSec),
+             capped(demote, counters.demoteTiming.rateLimitBytesPerSec)};
   }
-  const double limit = counters.promoteRateLimitBytesPerSec;
-  const double measured = limit > 0 && measuredBandwidth_ > 0 ? std::min(measuredBandwidth_, limit) : measuredBandwidth_;
   {
     std::lock_guard lock(statsMutex_);
-    stats_.migrationBandwidth = measured;  // 0 in status until measured
+    // Status says which direction has been timed: 0 for one that has not (planned as the other).
+    stats_.migrationRates = {measuredPromote_ > 0 ? rates.promoteBytesPerSec : 0,
+                             measuredDemote_ > 0 ? rates.demoteBytesPerSec : 0};
   }
-  if (measured > 0) return measured;
+  if (rates.known()) return rates;
   // Not measured yet: the initial bandwidth under a lower limit, which binds from the first plan
-  // (with it low, an epoch may move less than a sample's worth and the bandwidth is never
-  // measured, so plans would stay sized for the initial one). Handed over each plan rather than
-  // left to the policy's own copy of the initial value, so that a limit raised again, or a
-  // reloaded initial value, is followed by the heat model too (it keeps the last it was given).
+  // (with it low, an epoch may move less than a sample's worth and the rate is never measured, so
+  // plans would stay sized for the initial one). Handed over each plan rather than left to the
+  // policy's own copy of the initial value, so that a limit raised again, or a reloaded initial
+  // value, is followed by the heat model too (it keeps the last it was given).
   const double initial = initialBandwidth_.load();
-  if (limit > 0 && initial > 0) return std::min(limit, initial);
-  return initial;
+  return {capped(initial, counters.promoteTiming.rateLimitBytesPerSec),
+          capped(initial, counters.demoteTiming.rateLimitBytesPerSec)};
 }
 
 void EpochLoop::runBeforeNextEpoch(std::function<void()> task) {
@@ -283,7 +298,7 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     }
     counters = stages_.executor->counters();
   }
-  const double bandwidth = updateBandwidth(counters);
+  const MigrationRates rates = updateRates(counters);
   // An idle engine has finished every manual plan submitted before this epoch (submitManual waits
   // for the run lock): none of their moves is left to carry into a later one.
   if (!counters.planInFlight) unfinishedPins_.clear();
@@ -359,7 +374,7 @@ void EpochLoop::runOnce(uint64_t nowNs) {
       pinRetries_ = std::move(live);  // settled or unpinned ones are forgotten
     }
     const std::vector<StuckRange> stuck = stuck_.nextPlan(!counters.planInFlight);
-    MigrationPlan plan = stages_.policy->plan(nowNs, untilNextNs, bandwidth, pins, inFlightMoves_, stuck);
+    MigrationPlan plan = stages_.policy->plan(nowNs, untilNextNs, rates, pins, inFlightMoves_, stuck);
     if (!retried.empty() && !counters.planInFlight) {
       TT_LOG(Debug) << "epoch: " << retried.size() << " pinned range(s) not settled yet: their manual move is retried";
       plan.moves.insert(plan.moves.begin(), retried.begin(), retried.end());
@@ -368,8 +383,8 @@ void EpochLoop::runOnce(uint64_t nowNs) {
     // While the engine still runs the previous plan, the residency this plan was made from misses
     // the batch in flight (up to batch_pages): superseding it could promote that batch's worth
     // over the budget. The plan is dropped, and the loop runs its next epoch as soon as the engine
-    // is idle, planning from settled placement. Plans are sized to one period of the measured
-    // bandwidth, so an engine a little slower than measured overruns now and then; waiting for
+    // is idle, planning from settled placement. Plans are sized to one period at the measured
+    // rates, so an engine a little slower than measured overruns now and then; waiting for
     // the next period instead would leave it idle for most of one, and a swap that needs two
     // plans would land that much later.
     if (!plan.moves.empty() && stages_.executor && counters.planInFlight) {
@@ -399,7 +414,8 @@ void EpochLoop::runOnce(uint64_t nowNs) {
           uint64_t bytes = 0;
           for (const auto& m : submitted) bytes += m.length;
           TT_LOG(Debug) << "epoch: plan " << generation_ << " submitted: " << moves << " moves, " << bytes / kBasePageSize
-                        << " pages, planned at " << bandwidth / 1e6 << " MB/s";
+                        << " pages, planned at " << rates.promoteBytesPerSec / 1e6 << " MB/s up, "
+                        << rates.demoteBytesPerSec / 1e6 << " MB/s down";
         }
         lastPolicyGeneration_ = generation_;
         inFlightMoves_ = std::move(submitted);

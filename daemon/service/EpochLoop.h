@@ -44,10 +44,11 @@ struct EpochStats {
   uint64_t lastPlanMoves = 0;
   double promoteBytesPerSec = 0;  // over the last epoch
   double demoteBytesPerSec = 0;
-  // The engine's measured busy-time throughput capped by the promotion rate limit, what the policy
-  // plans with; 0 = not measured yet (the policy then plans with initial_migration_bandwidth, or
-  // the rate limit when that is lower).
-  double migrationBandwidth = 0;
+  // What the policy plans each direction's copies with once that direction has been timed: the
+  // engine's measured busy-time throughput that way, capped by the direction's rate limit. 0 =
+  // not timed yet: the policy plans it as the other direction when that one has been, else with
+  // initial_migration_bandwidth (or the direction's rate limit when that is lower).
+  MigrationRates migrationRates;
   // Pages the policy's moves left busy, held where they are (StuckMoves), as of the last epoch.
   StuckMoves::Totals stuck;
   PolicyView policy;
@@ -65,8 +66,8 @@ struct EpochStages {
 
 class EpochLoop {
  public:
-  // An epoch's moves count towards the measured migration bandwidth from this many bytes on
-  // (smaller ones are dominated by per-call overhead).
+  // An epoch's moves in one direction count towards that direction's measured rate from this many
+  // bytes on (smaller ones are dominated by per-call overhead).
   static constexpr uint64_t kMinBandwidthSampleBytes = 4ULL << 20;
   // Pages sampled per epoch, over all processes, for the per-process fast-tier gauges.
   static constexpr uint64_t kResidencyPagesPerEpoch = 65536;
@@ -114,7 +115,7 @@ class EpochLoop {
   static constexpr int kManualPriority = 2000;
 
   // The policy's initial_migration_bandwidth (bytes/s), the key's default until set: until the
-  // engine's bandwidth is measured, a promotion rate limit below it is what the policy plans with.
+  // engine's rates are measured, a direction's rate limit below it is what the policy plans with.
   // Set it at start and on every policy reload. Thread-safe.
   void setInitialMigrationBandwidth(double bytesPerSec) { initialBandwidth_.store(bytesPerSec); }
 
@@ -135,7 +136,7 @@ class EpochLoop {
   void readStuckPages();
   void updateResidency();
   void exportCounters(double epochSeconds, const ExecutorCounters& counters);
-  [[nodiscard]] double updateBandwidth(const ExecutorCounters& counters);
+  [[nodiscard]] MigrationRates updateRates(const ExecutorCounters& counters);
   // Submits a manual plan (under the run lock) that pins `pinning`, with the unfinished pinned
   // moves of the plan it supersedes.
   [[nodiscard]] Result<void> submitManualLocked(MigrationPlan plan, const std::vector<ManualPin>& pinning);
@@ -199,7 +200,9 @@ class EpochLoop {
   EvidenceBatch evidence_;
   std::unordered_map<pid_t, std::map<uint64_t, RegionInfo>> regions_;  // mirror, by start
   ExecutorCounters lastCounters_;
-  double measuredBandwidth_ = 0;  // bytes/s, smoothed; 0 = not measured yet
+  // Bytes/s per direction, smoothed; 0 = not measured yet.
+  double measuredPromote_ = 0;
+  double measuredDemote_ = 0;
   // Each source's running totals at the last epoch, per metric series (name and labels).
   std::map<std::string, uint64_t> lastTotals_;
   uint64_t lastNowNs_ = 0;

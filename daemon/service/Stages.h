@@ -126,12 +126,12 @@ class PlacementPolicy {
   virtual void observe(const EvidenceBatch& evidence, uint64_t sinceNs, uint64_t nowNs) = 0;
   virtual void onMark(const IterationMark& mark) = 0;
   // Closes the epoch at `nowNs` and returns the moves to make now (generation is set by the loop),
-  // sized to what the engine can move at `migrationBytesPerSec` before the next plan, `intervalNs`
-  // later. No move may touch a pinned range; its fast bytes count against the budgets.
+  // sized to what the engine can move at `rates` (each direction's) before the next plan,
+  // `intervalNs` later. No move may touch a pinned range; its fast bytes count against the budgets.
   // `stillMoving`: the moves of the plan the engine is still running (empty once it is idle), whose
   // ranges may change tier until it is done. `stuck`: pages the engine could not move in the
   // policy's earlier plans (StuckRange says how the plan treats them).
-  [[nodiscard]] virtual MigrationPlan plan(uint64_t nowNs, uint64_t intervalNs, double migrationBytesPerSec,
+  [[nodiscard]] virtual MigrationPlan plan(uint64_t nowNs, uint64_t intervalNs, const MigrationRates& rates,
                                            std::span<const ManualPin> pins, std::span<const MoveRequest> stillMoving,
                                            std::span<const StuckRange> stuck) = 0;
   // Heat per registered region as of the last plan.
@@ -143,15 +143,20 @@ class PlacementPolicy {
   [[nodiscard]] virtual Result<void> applyConfig(const tensortier::v1::PolicyConfig& config) = 0;
 };
 
+// One direction's moves: the busy time of the engine's move calls and the bytes they moved
+// (cumulative), and the direction's configured rate limit (0 = none): the loop turns them into the
+// rate the policy plans that direction's copies with.
+struct MoveTiming {
+  uint64_t busyNs = 0;
+  uint64_t busyBytes = 0;
+  double rateLimitBytesPerSec = 0;
+};
+
 struct ExecutorCounters {
-  // Busy time of the engine's move calls and the bytes they moved (both directions, cumulative),
-  // and the configured promotion rate limit (0 = none): the loop turns them into the migration
-  // bandwidth the policy plans with.
   // A plan is running or queued: the pages it is moving are neither here nor there yet.
   bool planInFlight = false;
-  uint64_t moveBusyNs = 0;
-  uint64_t moveBusyBytes = 0;
-  double promoteRateLimitBytesPerSec = 0;
+  MoveTiming promoteTiming;
+  MoveTiming demoteTiming;
   uint64_t promotedPages = 0;  // 4 KiB units
   uint64_t demotedPages = 0;
   uint64_t promotedBytes = 0;

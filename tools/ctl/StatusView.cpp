@@ -20,6 +20,20 @@ std::string bytes(uint64_t b) {
   return s.str();
 }
 
+namespace {
+
+// The rates the planner copies with each way; a direction not timed yet is planned as the other.
+std::string plannedRates(double promote, double demote) {
+  if (promote <= 0 && demote <= 0) return "the configured initial bandwidth (not measured yet)";
+  const auto way = [](double rate, const char* dir, const char* other) {
+    return rate > 0 ? bytes(static_cast<uint64_t>(rate)) + "/s " + dir + " (measured)"
+                    : std::string(dir) + " as " + other + " (not timed yet)";
+  };
+  return way(promote, "up", "down") + ", " + way(demote, "down", "up");
+}
+
+}  // namespace
+
 std::string Table::str() const {
   std::vector<size_t> w;
   for (const auto& r : rows_)
@@ -74,7 +88,8 @@ json statusJson(const pb::StatusReply& s) {
             {"bytes_demoted", s.bytes_demoted()},
             {"promote_bytes_per_sec", s.promote_bytes_per_sec()},
             {"demote_bytes_per_sec", s.demote_bytes_per_sec()},
-            {"migration_bandwidth_bytes_per_sec", s.migration_bandwidth_bytes_per_sec()},
+            {"promote_bandwidth_bytes_per_sec", s.promote_bandwidth_bytes_per_sec()},
+            {"demote_bandwidth_bytes_per_sec", s.demote_bandwidth_bytes_per_sec()},
             {"stuck_fast_pages", s.stuck_fast_pages()},
             {"stuck_slow_pages", s.stuck_slow_pages()},
             {"slow_access_penalty_ns", s.slow_access_penalty_ns()},
@@ -111,9 +126,7 @@ std::string statusText(const pb::StatusReply& s) {
   out << "migration: promoted " << bytes(s.bytes_promoted()) << ", demoted " << bytes(s.bytes_demoted()) << "; now "
       << bytes(static_cast<uint64_t>(s.promote_bytes_per_sec())) << "/s up, "
       << bytes(static_cast<uint64_t>(s.demote_bytes_per_sec())) << "/s down; planning with "
-      << (s.migration_bandwidth_bytes_per_sec() > 0
-              ? bytes(static_cast<uint64_t>(s.migration_bandwidth_bytes_per_sec())) + "/s (measured)"
-              : std::string("the configured initial bandwidth (not measured yet)"))
+      << plannedRates(s.promote_bandwidth_bytes_per_sec(), s.demote_bandwidth_bytes_per_sec())
       << "\n";
   if (s.stuck_fast_pages() + s.stuck_slow_pages() > 0)
     out << "migration: " << s.stuck_fast_pages() << " page(s) on fast nodes and " << s.stuck_slow_pages()

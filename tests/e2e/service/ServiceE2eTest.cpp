@@ -167,7 +167,7 @@ Where placement(tt::sys::PageMover& mover, pid_t pid, uint64_t start, uint64_t l
   return w;
 }
 
-// The daemon of both tests. The planner weighs copy time (the engine's measured bandwidth: ~40 MB/s
+// The daemon of both tests. The planner weighs copy time (the engine's measured rates: ~40 MB/s
 // under TCG, about 25x below hardware) against the time slow accesses cost (slow_access_penalty_ns,
 // a hardware figure by default). TCG slows the workload's accesses alike, so the penalty is scaled
 // by the same 25x (and the bandwidth assumed before the first measurement set to TCG's): the planner
@@ -288,15 +288,19 @@ TEST(ServiceE2e, DaemonFindsTheHotRegionAndKeepsItInDramUnderTheBudget) {
       },
       [&] { return h.node0 >= kRegionBytes * 95 / 100 && c.node1 >= kRegionBytes * 95 / 100; }, maxFast);
   const std::string status = ctl(daemon, "status");
-  // The planner's look-ahead works from the engine's measured busy-time throughput (24 MiB moved
-  // in this run, more than the 4 MiB an epoch needs to count), not the configured initial value.
+  // The planner's look-ahead works from the engine's measured busy-time throughput (24 MiB
+  // promoted in this run, more than the 4 MiB an epoch needs to count), not the configured
+  // initial value.
   const std::string statusJson = ctl(daemon, "--json status");
-  double bandwidth = 0;
+  double bandwidth = 0, demoteBandwidth = 0;
   try {
-    bandwidth = nlohmann::json::parse(statusJson).value("migration_bandwidth_bytes_per_sec", 0.0);
+    const auto parsed = nlohmann::json::parse(statusJson);
+    bandwidth = parsed.value("promote_bandwidth_bytes_per_sec", 0.0);
+    demoteBandwidth = parsed.value("demote_bandwidth_bytes_per_sec", 0.0);
   } catch (const std::exception&) {
   }
-  std::printf("measured migration bandwidth the policy plans with: %.1f MB/s\n", bandwidth / 1e6);
+  std::printf("measured migration rates the policy plans with: %.1f MB/s up, %.1f MB/s down\n", bandwidth / 1e6,
+              demoteBandwidth / 1e6);
   const std::string regions = ctl(daemon, "regions");
   // Tenure is what lets the hot region in: the CLI shows it steady past amortization_steps (4).
   double hotSteadySteps = -1;
@@ -321,7 +325,7 @@ TEST(ServiceE2e, DaemonFindsTheHotRegionAndKeepsItInDramUnderTheBudget) {
                        << logTail(daemon, 20000);
   EXPECT_LE(maxFast, kBudgetBytes) << "registered bytes on node 0 exceeded the fast-tier budget\n--- daemon log (tail) ---\n"
                                    << logTail(daemon, 30000);
-  EXPECT_GT(bandwidth, 0.0) << "no measured migration bandwidth in status: " << statusJson;
+  EXPECT_GT(bandwidth, 0.0) << "no measured promotion rate in status: " << statusJson;
   EXPECT_GT(hotSteadySteps, 4.0) << regions << regionsJson;
   ASSERT_TRUE(code.has_value()) << "tensortierd did not exit after SIGTERM";
   EXPECT_EQ(*code, 0);

@@ -72,12 +72,13 @@ class FakePolicy final : public service::PlacementPolicy {
     observed += evidence.pages();
   }
   void onMark(const IterationMark& mark) override { marks.push_back(mark); }
-  MigrationPlan plan(uint64_t, uint64_t intervalNs, double bandwidth, std::span<const service::ManualPin> pins,
+  MigrationPlan plan(uint64_t, uint64_t intervalNs, const MigrationRates& rates,
+                     std::span<const service::ManualPin> pins,
                      std::span<const MoveRequest> stillMoving, std::span<const StuckRange> stuck) override {
     lastStillMoving.assign(stillMoving.begin(), stillMoving.end());
     lastStuck.assign(stuck.begin(), stuck.end());
     lastIntervalNs = intervalNs;
-    lastBandwidth = bandwidth;
+    lastRates = rates;
     lastPins.assign(pins.begin(), pins.end());
     ++plans;
     MigrationPlan p = nextPlan;
@@ -115,7 +116,7 @@ class FakePolicy final : public service::PlacementPolicy {
   uint64_t lastObserveNs = 0;
   uint64_t lastObserveSinceNs = 0;
   uint64_t lastIntervalNs = 0;
-  double lastBandwidth = -1;
+  MigrationRates lastRates{-1, -1};
   int plans = 0;
   uint64_t budget = 0;
   service::PolicyView learned;  // feature weights and clocks view() reports

@@ -15,6 +15,7 @@ namespace {
 using tt::AccessEvidence;
 using tt::IterationMark;
 using tt::MarkType;
+using tt::MigrationRates;
 using tt::RegionInfo;
 using tt::RegionKind;
 using tt::heat::HeatModel;
@@ -781,7 +782,7 @@ TEST(HeatModel, ABurstInProgressCountsUntilItsSuccessorMustMoveIn) {
     EXPECT_TRUE(model.addRegion(region(1, kRegionA, kPagesPerRegion)).ok());
     EXPECT_TRUE(model.addRegion(region(2, kRegionB, kPagesPerRegion)).ok());
     EXPECT_TRUE(model.addRegion(region(3, kRegionC, kPagesPerRegion)).ok());
-    model.setMigrationBandwidth(bytesPerSecond);
+    model.setMigrationRates({bytesPerSecond, bytesPerSecond});
     model.setPlanInterval(planIntervalNs);
     const uint64_t t0 = 1000 * kMs, period = 800 * kMs;
     for (uint64_t s = 0; s < 30; ++s) {
@@ -1531,12 +1532,39 @@ TEST(HeatModelReconfigure, InitialBandwidthAppliesUntilOneIsMeasured) {
   model.reconfigure(slow);
   model.advanceEpoch(t + 1);
   EXPECT_EQ(model.snapshot().horizonNs, 600 * kMs);
-  model.setMigrationBandwidth(10.0 * (1 << 30));
+  model.setMigrationRates({10.0 * (1 << 30), 10.0 * (1 << 30)});
   model.advanceEpoch(t + 2);
   EXPECT_EQ(model.snapshot().horizonNs, fast);
   model.reconfigure(slow);  // measured: the initial figure no longer applies
   model.advanceEpoch(t + 3);
   EXPECT_EQ(model.snapshot().horizonNs, fast);
+}
+
+// A fetch into a full fast tier is a promotion and a demotion, each at its own rate: the horizon
+// reaches as far as both copies take, whichever direction is the slow one.
+TEST(HeatModelReconfigure, TheLookAheadTimesAFetchAtEachDirectionsRate) {
+  auto config = baseConfig();  // 8 buckets of 100 ms
+  config.set_heat_half_life_ms(100000);
+  const uint64_t period = 800 * kMs, t0 = 1000 * kMs;
+  HeatModel model(config);
+  learnHalves(model, t0, period, 30);
+  const uint64_t t = t0 + 30 * period + 310 * kMs;
+  model.onMark(mark(MarkType::StepBegin, 30, t0 + 30 * period));
+  const double mib = 1 << 20;
+  const auto horizonAt = [&](const MigrationRates& rates, uint64_t at) {
+    model.setMigrationRates(rates);
+    model.advanceEpoch(at);
+    return model.snapshot().horizonNs;
+  };
+  // 310 ms into the step, B (256 KiB) is needed from 400 ms on. 62.5 ms in at 4 MiB/s and 62.5 ms
+  // out, with the 40 ms of slack, fit by the second bucket boundary from now (190 ms): a horizon
+  // of two buckets. With one direction at 1 MiB/s (250 ms) and the other at 4 MiB/s (62.5 ms)
+  // they fit only by the fourth (390 ms).
+  EXPECT_EQ(horizonAt({4 * mib, 4 * mib}, t), 200 * kMs);
+  EXPECT_EQ(horizonAt({4 * mib, 1 * mib}, t + 1), 400 * kMs);
+  EXPECT_EQ(horizonAt({1 * mib, 4 * mib}, t + 2), 400 * kMs);
+  // Rates not both known leave the last ones.
+  EXPECT_EQ(horizonAt({4 * mib, 0}, t + 3), 400 * kMs);
 }
 
 }  // namespace

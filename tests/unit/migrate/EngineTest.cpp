@@ -201,7 +201,7 @@ TEST_F(MigrateEngine, HugeDetectionFailureFallsBackToBasePages) {
   EXPECT_NE(report.errors[0].find("huge-page detection"), std::string::npos);
 }
 
-// The engine's busy time (what the service turns into the policy's migration bandwidth) is the
+// The engine's busy time (what the service turns into the policy's migration rates) is the
 // time of its move calls, not of the backoff between busy-page retries.
 TEST_F(MigrateEngine, BusyTimeCountsMoveCallsButNotBackoff) {
   mover_.map(100, kBase, 8192 * kPage, kSlow);

@@ -31,6 +31,9 @@ tensortier::v1::PolicyConfig plannerConfig() {
   return c;
 }
 
+// The engine copying as fast both ways.
+tt::MigrationRates bothWays(double bytesPerSec) { return {bytesPerSec, bytesPerSec}; }
+
 // Plans every 10 ms, each sized to exactly what the engine moves in that interval.
 tensortier::v1::PolicyConfig tenMsPlansAtEngineRate() {
   auto c = plannerConfig();
@@ -144,7 +147,7 @@ TEST(Planner, HeadroomDemotionsComeAfterThePromotions) {
   ctx.fastCapacityBytes = 6 * kChunk;
   // Five chunks per 10 ms interval: two promotions and the two demotions they need, and one
   // chunk of headroom.
-  ctx.migrationBytesPerSec = 5.0 * kChunk / 0.010;
+  ctx.migration = bothWays(5.0 * kChunk / 0.010);
   const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
   const auto& st = planner.lastStats();
   ASSERT_EQ(st.promoteBytes, 2 * kChunk);
@@ -249,7 +252,7 @@ TEST(Planner, PromotionsPerPlanAreCappedByMigrationBandwidth) {
   HeatSnapshot snap = spreadUnits(placement, kTgid, 20, 0x1000000, 1000.0);
   PlanContext ctx;
   ctx.fastCapacityBytes = 100 * kChunk;
-  ctx.migrationBytesPerSec = 4.0 * kChunk / 0.010;  // four chunks per 10 ms interval
+  ctx.migration = bothWays(4.0 * kChunk / 0.010);  // four chunks per 10 ms interval
   int plans = 0;
   while (placement.fastBytes() < 20 * kChunk && plans < 20) {
     placement.apply(planner.plan(snap, placement, topo, ctx));
@@ -275,7 +278,7 @@ TEST(Planner, APlanCopiesNoMoreThanAnIntervalPromotionsAndTheirRoomTogether) {
   }
   PlanContext ctx;
   ctx.fastCapacityBytes = 6 * kChunk;
-  ctx.migrationBytesPerSec = 4.0 * kChunk / 0.010;  // four chunks per 10 ms interval
+  ctx.migration = bothWays(4.0 * kChunk / 0.010);  // four chunks per 10 ms interval
   std::vector<uint64_t> promoted;
   for (int plans = 0; plans < 10; ++plans) {
     const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
@@ -292,6 +295,53 @@ TEST(Planner, APlanCopiesNoMoreThanAnIntervalPromotionsAndTheirRoomTogether) {
   // Two chunks into the free room and one swap, then two swaps, then the last one.
   EXPECT_EQ(promoted, (std::vector<uint64_t>{3 * kChunk, 2 * kChunk, kChunk}));
   for (size_t i = 2; i < 8; ++i) EXPECT_TRUE(isFastUnit(placement, kTgid, snap.units[i].start)) << "hot unit " << i;
+}
+
+// Demotions at half the promotion rate (the slow tier's writes the bottleneck, or a lower
+// demote_mbps): a demoted byte takes the copy time of two promoted ones, so a swap plan promotes
+// less than at equal rates, and no plan's copying, each way at its own rate, passes the interval.
+TEST(Planner, DemotionsAreChargedTheCopyTimeOfTheirOwnRate) {
+  const auto run = [](const tt::MigrationRates& rates) {
+    Planner planner(tenMsPlansAtEngineRate());
+    FakePlacement placement;
+    const auto topo = tt::fakes::twoNodeTopology();
+    HeatSnapshot snap = spreadUnits(placement, kTgid, 8, 0x1000000, 1000.0);  // hot, on the slow tier
+    for (uint64_t i = 0; i < 4; ++i) {  // idle, on the fast tier, which has room for two more chunks
+      snap.units.push_back(unit(kTgid, 0x9000000 + i * 4 * kChunk, kChunk, 0.0));
+      placement.map(kTgid, 0x9000000 + i * 4 * kChunk, kChunk, 0);
+    }
+    PlanContext ctx;
+    ctx.fastCapacityBytes = 6 * kChunk;
+    ctx.migration = rates;
+    std::vector<std::pair<uint64_t, uint64_t>> copied;  // promoted, demoted bytes per plan
+    for (int plans = 0; plans < 20; ++plans) {
+      const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
+      if (plan.moves.empty()) break;
+      const auto& st = planner.lastStats();
+      copied.emplace_back(st.promoteBytes, st.demoteBytes);
+      placement.apply(plan);
+      EXPECT_LE(placement.fastBytes(), 6 * kChunk);
+    }
+    for (size_t i = 2; i < 8; ++i) EXPECT_TRUE(isFastUnit(placement, kTgid, snap.units[i].start)) << "hot unit " << i;
+    return copied;
+  };
+  const double rate = 4.0 * kChunk / 0.010;  // four chunks promoted per 10 ms interval
+  const auto equal = run(bothWays(rate));
+  const auto slowOut = run({rate, rate / 2});
+  ASSERT_FALSE(equal.empty());
+  ASSERT_FALSE(slowOut.empty());
+  // First plans: at equal rates two chunks into the free room and one swap (4 chunks copied); with
+  // demotions at half speed the swap would take 1 + 2 chunks' time, so the first plan promotes two
+  // and spends the rest of the interval on one chunk of headroom (2 chunks' time).
+  EXPECT_EQ(equal.front(), std::make_pair(3 * kChunk, kChunk));
+  EXPECT_EQ(slowOut.front(), std::make_pair(2 * kChunk, kChunk));
+  for (size_t i = 0; i < slowOut.size(); ++i) {
+    const double seconds =
+        static_cast<double>(slowOut[i].first) / rate + static_cast<double>(slowOut[i].second) / (rate / 2);
+    EXPECT_LE(seconds, 0.010 * (1 + 1e-9)) << "plan " << i << ": " << slowOut[i].first / kChunk << " chunks in, "
+                                           << slowOut[i].second / kChunk << " out";
+  }
+  EXPECT_GT(slowOut.size(), equal.size()) << "the same swaps over more plans";
 }
 
 TEST(Planner, TargetNodesAreTheNearestOfEachTier) {
@@ -356,7 +406,7 @@ TEST(Planner, PagesKeptOverANodesShareDoNotTakeTheIntervalFromPromotionsToAnothe
   for (size_t i = 6; i < 8; ++i) placement.map(kTgid, snap.units[i].start, kChunk, 3);  // two on its slow node
   PlanContext ctx;
   ctx.processes.push_back({kTgid, 1, 0});
-  ctx.migrationBytesPerSec = 2.0 * kChunk / 0.010;  // two chunks per 10 ms interval
+  ctx.migration = bothWays(2.0 * kChunk / 0.010);  // two chunks per 10 ms interval
   const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
   const auto& st = planner.lastStats();
   EXPECT_EQ(st.selectedBytes, 8 * kChunk);
@@ -476,8 +526,8 @@ TEST(Planner, LookaheadPromotesTheNextPhaseBeforeItStarts) {
   }
   PlanContext ctx;
   ctx.fastCapacityBytes = kPages * kPage;
-  ctx.migrationBytesPerSec = 100e6;  // a whole tensor in 2.6 ms
-  heat.setMigrationBandwidth(ctx.migrationBytesPerSec);
+  ctx.migration = bothWays(100e6);  // a whole tensor in 2.6 ms
+  heat.setMigrationRates(ctx.migration);
   std::mt19937_64 rng(4);
   std::uniform_int_distribution<uint64_t> page(0, kPages - 1);
   const uint64_t t0 = 1000 * kMs;
@@ -777,7 +827,7 @@ bool promotes(const tensortier::v1::PolicyConfig& config, double accessesPerPage
   placement.map(kTgid, 0x1000000, kChunk, 1);
   PlanContext ctx;
   ctx.fastCapacityBytes = 4 * kChunk;
-  ctx.migrationBytesPerSec = bytesPerSec;
+  ctx.migration = bothWays(bytesPerSec);
   ctx.accessesPerPagePass = accessesPerPagePass;
   placement.apply(planner.plan(snap, placement, topo, ctx));
   return isFastUnit(placement, kTgid, 0x1000000);
@@ -830,12 +880,50 @@ TEST(Planner, AResidentKeepsItsPlaceUnlessTheSwapPaysForBothCopiesTraffic) {
     placement.map(kTgid, 0x2000000, kChunk, 1);
     PlanContext ctx;
     ctx.fastCapacityBytes = kChunk;
-    ctx.migrationBytesPerSec = 1e12;
+    ctx.migration = bothWays(1e12);
     placement.apply(planner.plan(snap, placement, topo, ctx));
     return isFastUnit(placement, kTgid, 0x2000000);
   };
   EXPECT_FALSE(swaps(2));
   EXPECT_TRUE(swaps(0));  // on copy time alone the same candidate displaces the resident
+}
+
+// A promotion is charged the promotion rate's copy time, and keeping a resident saves the
+// demotion rate's: with room to spare only the first counts; a swap pays both.
+TEST(Planner, EachMoveIsChargedItsOwnDirectionsCopyTime) {
+  const double fast = static_cast<double>(kPage) / 100e-9;  // a page in 100 ns
+  const double slow = fast / 10;                              // in 1000 ns
+  auto promotes = [](const tt::MigrationRates& rates, bool full) {
+    auto config = plannerConfig();
+    config.set_amortization_steps(0);
+    config.set_hysteresis_margin(0);
+    config.set_move_floor_page_passes(0);
+    config.set_migration_cost_weight(1.0);
+    Planner planner(config);
+    FakePlacement placement;
+    const auto topo = tt::fakes::twoNodeTopology();
+    HeatSnapshot snap;
+    // The candidate saves 3 x 200 ns per page over its horizon on the fast tier; when the tier is
+    // full, over a resident expecting 10 accesses per page.
+    snap.units.push_back(unit(kTgid, 0x2000000, kChunk, full ? 13.0 : 3.0));
+    placement.map(kTgid, 0x2000000, kChunk, 1);
+    if (full) {
+      snap.units.push_back(unit(kTgid, 0x1000000, kChunk, 10.0));
+      placement.map(kTgid, 0x1000000, kChunk, 0);
+    }
+    PlanContext ctx;
+    ctx.fastCapacityBytes = full ? kChunk : 2 * kChunk;
+    ctx.migration = rates;
+    placement.apply(planner.plan(snap, placement, topo, ctx));
+    return isFastUnit(placement, kTgid, 0x2000000);
+  };
+  // Room to spare: 600 ns saved against a 100 ns promotion, or a 1000 ns one.
+  EXPECT_TRUE(promotes({fast, slow}, false));
+  EXPECT_FALSE(promotes({slow, fast}, false));
+  // Full: the swap costs both copies, 200 ns at equal rates, 1100 ns with either one slow.
+  EXPECT_TRUE(promotes(bothWays(fast), true));
+  EXPECT_FALSE(promotes({fast, slow}, true));
+  EXPECT_FALSE(promotes({slow, fast}, true));
 }
 
 TEST(Planner, KeepsTheHotBlocksOfALargeUnit) {
@@ -908,7 +996,7 @@ bool candidateTakesTheRoom(const tensortier::v1::PolicyConfig& config, const Uni
   placement.map(kTgid, candidate.start, candidate.length, 1);
   PlanContext ctx;
   ctx.fastCapacityBytes = kChunk;
-  ctx.migrationBytesPerSec = 100e6;
+  ctx.migration = bothWays(100e6);
   for (int round = 0; round < 3; ++round) placement.apply(planner.plan(snap, placement, topo, ctx));
   EXPECT_LE(placement.fastBytes(), kChunk);
   return isFastUnit(placement, kTgid, candidate.start);

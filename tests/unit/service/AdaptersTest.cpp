@@ -211,7 +211,7 @@ tt::MigrationPlan planOneRegion(const tt::topology::Topology& topology, const tt
   tt::service::HeatPlannerPolicy policy(config, topology, mover, procfs);
   EXPECT_TRUE(policy.addRegion(regionOf(pid, kBase, kLength)).ok());
   policy.observe(evenEvidence(pid, kBase, kLength, weight), 0, kSecond);
-  tt::MigrationPlan plan = policy.plan(kSecond, kSecond, 1e9, {}, {}, {});
+  tt::MigrationPlan plan = policy.plan(kSecond, kSecond, {1e9, 1e9}, {}, {}, {});
   if (penaltyNs != nullptr) *penaltyNs = policy.view().slowPenaltyNs;
   return plan;
 }
@@ -324,17 +324,17 @@ TEST(HeatPlannerPolicy, AsksWhereAPinnedRangeIsAtItsRefreshTurnNotInEveryPlan) {
   ASSERT_TRUE(policy.addRegion(regionOf(kPid, kBase, kLength)).ok());
   const std::vector<tt::service::ManualPin> pins = {{kPid, 1, kBase, kLength, 0, 0}};
   policy.observe(evenEvidence(kPid, kBase, kLength, 10), 0, kSecond);
-  EXPECT_TRUE(policy.plan(kSecond, kSecond, 1e9, pins, {}, {}).moves.empty());
+  EXPECT_TRUE(policy.plan(kSecond, kSecond, {1e9, 1e9}, pins, {}, {}).moves.empty());
   const size_t first = mover.queryCalls();
   ASSERT_EQ(first, 4U) << "each of the 4 pinned blocks asked once, as new";
-  for (uint64_t p = 2; p <= 9; ++p) EXPECT_TRUE(policy.plan(p * kSecond, kSecond, 1e9, pins, {}, {}).moves.empty());
+  for (uint64_t p = 2; p <= 9; ++p) EXPECT_TRUE(policy.plan(p * kSecond, kSecond, {1e9, 1e9}, pins, {}, {}).moves.empty());
   EXPECT_EQ(mover.queryCalls() - first, 8U) << "in 8 plans each block twice, not in every plan";
   // Pinned anew (moved by hand to another node; the epoch loop hands the manual move to the next
   // plan): asked again at that plan, not at its turn.
   const std::vector<tt::service::ManualPin> moved = {{kPid, 1, kBase, kLength, 1, 0}};
   const std::vector<tt::MoveRequest> manual = {{kPid, kBase, kLength, 1, tt::service::EpochLoop::kManualPriority, 1}};
   const size_t before = mover.queryCalls();
-  EXPECT_TRUE(policy.plan(10 * kSecond, kSecond, 1e9, moved, manual, {}).moves.empty());
+  EXPECT_TRUE(policy.plan(10 * kSecond, kSecond, {1e9, 1e9}, moved, manual, {}).moves.empty());
   EXPECT_EQ(mover.queryCalls() - before, 4U) << "each block of the range moved by hand asked again";
 }
 
@@ -353,7 +353,7 @@ TEST(HeatPlannerPolicy, AppliesHeatModelKeysLiveOverTheLearnedHeat) {
   tt::service::HeatPlannerPolicy policy(config, topology, mover, tt::sys::Fs("/nonexistent-procfs"));
   ASSERT_TRUE(policy.addRegion(regionOf(kPid, kBase, kLength)).ok());
   policy.observe(evenEvidence(kPid, kBase, kLength, 10), kSecond - 1, kSecond);
-  (void)policy.plan(kSecond, kSecond, 1e9, {}, {}, {});
+  (void)policy.plan(kSecond, kSecond, {1e9, 1e9}, {}, {}, {});
   auto hottest = [&](uint64_t nowNs) {
     const auto pages = policy.hottestPages(1, kPid, nowNs);
     return pages.empty() ? 0.0 : pages[0].heat;
@@ -361,7 +361,7 @@ TEST(HeatPlannerPolicy, AppliesHeatModelKeysLiveOverTheLearnedHeat) {
   EXPECT_NEAR(hottest(kSecond), 10.0, 1e-3);
   config.set_heat_half_life_ms(250);
   ASSERT_TRUE(policy.applyConfig(config).ok());
-  (void)policy.plan(kSecond + kSecond / 2, kSecond, 1e9, {}, {}, {});
+  (void)policy.plan(kSecond + kSecond / 2, kSecond, {1e9, 1e9}, {}, {}, {});
   EXPECT_NEAR(hottest(kSecond + kSecond / 2), 2.5, 1e-3);
 }
 
@@ -476,6 +476,43 @@ TEST_F(MovePagesPlacement, KeepsAskingForAPlansBlocksWhileTheEngineStillRunsIt) 
 }
 
 }  // namespace
+
+// The loop times each direction apart (EpochLoop::updateRates): the executor hands over what each
+// moved and its own rate limit, as configured and as reloaded.
+TEST(EngineExecutor, CountsEachDirectionsMovesAndRateLimitApart) {
+  constexpr uint64_t kBase = 0x10000000, kPage = tt::kBasePageSize;
+  tt::fakes::FakePageMover mover;
+  mover.map(100, kBase, 8 * kPage, 1);
+  mover.map(100, kBase + 64 * kPage, 4 * kPage, 0);
+  tt::fakes::FakeFreeMemory free(mover);
+  free.setNode(0, 64ULL << 30, 0);
+  free.setNode(1, 64ULL << 30, 0);
+  tt::fakes::FakeClock clock;
+  tt::fakes::FakeHugePageProbe probe;
+  const auto topology = tt::fakes::twoNodeTopology();
+  tensortier::v1::MigrationConfig config;
+  config.set_workers(1);
+  config.set_promote_mbps(3000);
+  config.set_demote_mbps(1000);
+  tt::migrate::Engine engine(topology, mover, free, config, tt::migrate::EngineHooks{&clock, &probe, nullptr});
+  tt::service::EngineExecutor executor(engine, config);
+  mover.onMove([&clock](size_t) { clock.advance(std::chrono::milliseconds(5)); });  // each call takes 5 ms
+  (void)engine.execute({1, {{100, kBase, 8 * kPage, 0, 0, 0}, {100, kBase + 64 * kPage, 4 * kPage, 1, 0, 0}}});
+  ASSERT_EQ(mover.calls().size(), 2u) << "one move_pages call each way";
+  auto c = executor.counters();
+  EXPECT_EQ(c.promoteTiming.busyBytes, 8 * kPage);
+  EXPECT_EQ(c.demoteTiming.busyBytes, 4 * kPage);
+  EXPECT_EQ(c.promoteTiming.busyNs, 5'000'000u);
+  EXPECT_EQ(c.demoteTiming.busyNs, 5'000'000u);
+  EXPECT_DOUBLE_EQ(c.promoteTiming.rateLimitBytesPerSec, 3000e6);
+  EXPECT_DOUBLE_EQ(c.demoteTiming.rateLimitBytesPerSec, 1000e6);
+  config.set_demote_mbps(500);
+  ASSERT_TRUE(executor.applyConfig(config).ok());
+  c = executor.counters();
+  EXPECT_DOUBLE_EQ(c.promoteTiming.rateLimitBytesPerSec, 3000e6);
+  EXPECT_DOUBLE_EQ(c.demoteTiming.rateLimitBytesPerSec, 500e6);
+  engine.shutdown();
+}
 
 // What the epoch loop retries of a pinned manual move: the runs of a finished plan (by its
 // generation, while the engine keeps its report) that left pages off their target for a reason a later try may not meet (here busy pages) are

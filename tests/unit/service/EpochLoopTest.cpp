@@ -15,7 +15,9 @@
 
 namespace {
 
+using tt::MigrationRates;
 using tt::service::EpochLoop;
+MigrationRates bothWays(double bytesPerSec) { return {bytesPerSec, bytesPerSec}; }
 constexpr uint64_t kPage = tt::kBasePageSize;
 constexpr uint64_t kBase = 0x7f0000000000;
 constexpr uint64_t kSecond = 1000000000ULL;
@@ -196,32 +198,67 @@ TEST_F(EpochLoopTest, ProcessExitCancelsMovesAndUntracks) {
   EXPECT_TRUE(policy.regions.empty());
 }
 
-// The policy plans with the engine's busy-time throughput, not bytes moved per epoch: smoothed,
-// only from epochs that moved enough to time, capped by the promotion rate limit.
-TEST_F(EpochLoopTest, ThePolicyGetsTheEnginesMeasuredBandwidth) {
-  auto step = [&](uint64_t addBytes, uint64_t addNs, double limit, uint64_t nowNs) {
+// The policy plans each direction's copies with the engine's busy-time throughput that way, not
+// bytes moved per epoch: smoothed, only from epochs that moved enough to time, capped by that
+// direction's rate limit. A direction not timed yet copies as fast as the other (either way).
+TEST_F(EpochLoopTest, ThePolicyGetsTheEnginesMeasuredRateOfEachDirection) {
+  auto step = [&](uint64_t promoteBytes, uint64_t promoteNs, uint64_t demoteBytes, uint64_t demoteNs, uint64_t nowNs) {
     {
       std::lock_guard lock(executor.mutex);
-      executor.current.moveBusyBytes += addBytes;
-      executor.current.moveBusyNs += addNs;
-      executor.current.promoteRateLimitBytesPerSec = limit;
+      executor.current.promoteTiming.busyBytes += promoteBytes;
+      executor.current.promoteTiming.busyNs += promoteNs;
+      executor.current.demoteTiming.busyBytes += demoteBytes;
+      executor.current.demoteTiming.busyNs += demoteNs;
     }
     loop.runOnce(nowNs);
   };
-  step(0, 0, 0, 1 * kSecond);
-  EXPECT_DOUBLE_EQ(policy.lastBandwidth, 1e9);  // nothing measured: the initial value
-  EXPECT_DOUBLE_EQ(loop.stats().migrationBandwidth, 0.0);
-  step(64ULL << 20, 50'000'000, 0, 2 * kSecond);  // 64 MiB in 50 ms of busy time
+  auto limits = [&](double promote, double demote) {
+    std::lock_guard lock(executor.mutex);
+    executor.current.promoteTiming.rateLimitBytesPerSec = promote;
+    executor.current.demoteTiming.rateLimitBytesPerSec = demote;
+  };
+  step(0, 0, 0, 0, 1 * kSecond);
+  EXPECT_EQ(policy.lastRates, bothWays(1e9));  // nothing measured: the initial value
+  EXPECT_EQ(loop.stats().migrationRates, MigrationRates{}) << "status: not measured";
+  step(64ULL << 20, 50'000'000, 0, 0, 2 * kSecond);  // 64 MiB promoted in 50 ms of busy time
   const double first = (64.0 * 1048576) / 0.05;
-  EXPECT_DOUBLE_EQ(policy.lastBandwidth, first);
-  EXPECT_DOUBLE_EQ(loop.stats().migrationBandwidth, first);
-  step(1ULL << 20, 100'000'000, 0, 3 * kSecond);  // too little to time: kept
-  EXPECT_DOUBLE_EQ(policy.lastBandwidth, first);
-  step(64ULL << 20, 100'000'000, 0, 4 * kSecond);  // half the speed: smoothed halfway
+  EXPECT_EQ(policy.lastRates, bothWays(first)) << "demotions, not timed yet, copy as fast";
+  EXPECT_EQ(loop.stats().migrationRates, (MigrationRates{first, 0})) << "status: demotions not timed";
+  step(1ULL << 20, 100'000'000, 1ULL << 20, 100'000'000, 3 * kSecond);  // too little to time: kept
+  EXPECT_EQ(policy.lastRates, bothWays(first));
+  step(64ULL << 20, 100'000'000, 0, 0, 4 * kSecond);  // half the speed: smoothed halfway
   const double second = 0.5 * first + 0.5 * (64.0 * 1048576) / 0.1;
-  EXPECT_DOUBLE_EQ(policy.lastBandwidth, second);
-  step(0, 0, 100e6, 5 * kSecond);  // a rate limit below it caps what the policy plans with
-  EXPECT_DOUBLE_EQ(policy.lastBandwidth, 100e6);
+  EXPECT_EQ(policy.lastRates, bothWays(second));
+  step(0, 0, 64ULL << 20, 400'000'000, 5 * kSecond);  // demotions timed: 64 MiB in 400 ms, their own
+  const double out = (64.0 * 1048576) / 0.4;
+  EXPECT_EQ(policy.lastRates, (MigrationRates{second, out}));
+  EXPECT_EQ(loop.stats().migrationRates, (MigrationRates{second, out}));
+  limits(100e6, 0);  // a promotion limit below it caps promotions only
+  step(0, 0, 0, 0, 6 * kSecond);
+  EXPECT_EQ(policy.lastRates, (MigrationRates{100e6, out}));
+  limits(0, 50e6);  // and a demotion limit demotions only
+  step(0, 0, 0, 0, 7 * kSecond);
+  EXPECT_EQ(policy.lastRates, (MigrationRates{second, 50e6}));
+}
+
+// Only demotions timed (a fast tier emptied before anything comes back): promotions are planned as
+// fast, under their own limit.
+TEST_F(EpochLoopTest, PromotionsNotTimedYetArePlannedAsTheDemotionsRate) {
+  {
+    std::lock_guard lock(executor.mutex);
+    executor.current.demoteTiming.busyBytes = 64ULL << 20;
+    executor.current.demoteTiming.busyNs = 200'000'000;
+  }
+  loop.runOnce(1 * kSecond);
+  const double out = (64.0 * 1048576) / 0.2;
+  EXPECT_EQ(policy.lastRates, bothWays(out));
+  EXPECT_EQ(loop.stats().migrationRates, (MigrationRates{0, out})) << "status: promotions not timed";
+  {
+    std::lock_guard lock(executor.mutex);
+    executor.current.promoteTiming.rateLimitBytesPerSec = 100e6;
+  }
+  loop.runOnce(2 * kSecond);
+  EXPECT_EQ(policy.lastRates, (MigrationRates{100e6, out}));
 }
 
 // Before the engine's bandwidth is measured, a promotion rate limit below the initial bandwidth is
@@ -229,23 +266,24 @@ TEST_F(EpochLoopTest, ThePolicyGetsTheEnginesMeasuredBandwidth) {
 // bandwidth would never be measured and every plan would be sized for the initial 1 GB/s. Above
 // it, the initial value, as the daemon set it (a reload changes it).
 TEST_F(EpochLoopTest, ARateLimitBelowTheInitialBandwidthIsPlannedWithBeforeAnyMeasurement) {
-  auto limit = [&](double bytesPerSec) {
+  auto limit = [&](double promote, double demote) {
     std::lock_guard lock(executor.mutex);
-    executor.current.promoteRateLimitBytesPerSec = bytesPerSec;
+    executor.current.promoteTiming.rateLimitBytesPerSec = promote;
+    executor.current.demoteTiming.rateLimitBytesPerSec = demote;
   };
-  limit(100e6);
+  limit(100e6, 30e6);  // each direction under its own limit
   loop.runOnce(1 * kSecond);
-  EXPECT_DOUBLE_EQ(policy.lastBandwidth, 100e6);
-  EXPECT_DOUBLE_EQ(loop.stats().migrationBandwidth, 0.0) << "status: not measured";
+  EXPECT_EQ(policy.lastRates, (MigrationRates{100e6, 30e6}));
+  EXPECT_EQ(loop.stats().migrationRates, MigrationRates{}) << "status: not measured";
   // Raised above the initial bandwidth: the initial one again, handed over (the heat model keeps
   // the last value it was given, so 0 would leave it at the old limit).
-  limit(2e9);
+  limit(2e9, 0);
   loop.runOnce(2 * kSecond);
-  EXPECT_DOUBLE_EQ(policy.lastBandwidth, 1e9);
+  EXPECT_EQ(policy.lastRates, bothWays(1e9));
   loop.setInitialMigrationBandwidth(40e6);  // a reloaded initial_migration_bandwidth below the limit
-  limit(100e6);
+  limit(100e6, 100e6);
   loop.runOnce(3 * kSecond);
-  EXPECT_DOUBLE_EQ(policy.lastBandwidth, 40e6);
+  EXPECT_EQ(policy.lastRates, bothWays(40e6));
 }
 
 // A plan made while the engine still moves the previous one is not submitted: its residency
@@ -384,7 +422,7 @@ TEST_F(EpochLoopTest, CountersBecomeMetricsAndRates) {
   loop.runOnce(3 * kSecond);  // two seconds later
   const auto st = loop.stats();
   EXPECT_DOUBLE_EQ(st.promoteBytesPerSec, 8.0 * kPage / 2.0);
-  EXPECT_DOUBLE_EQ(policy.lastBandwidth, 1e9);  // the initial value: moved-per-epoch is not the engine's bandwidth
+  EXPECT_EQ(policy.lastRates, bothWays(1e9));  // the initial value: moved-per-epoch is not the engine's bandwidth
   const std::string text = metrics.render();
   EXPECT_NE(text.find("tensortier_promoted_bytes_total 32768\n"), std::string::npos) << text;
   EXPECT_NE(text.find("tensortier_migration_failed_pages_total{reason=\"busy\"} 3\n"), std::string::npos) << text;

@@ -121,15 +121,17 @@ class TensortierPolicy : public Policy {
     lastPlanNs_ = context.nowNs;
     nextPlanNs_ = context.nowNs + planEveryNs_;
     ++plans_;
-    const double bandwidth = context.promoteBytesPerNs * 1e9;
-    if (bandwidth > 0) heat_.setMigrationBandwidth(bandwidth);
+    // Each direction's copy rate, as the simulator charges it (the slow tier's write bandwidth can
+    // make demotions the slower).
+    const MigrationRates rates{context.promoteBytesPerNs * 1e9, context.demoteBytesPerNs * 1e9};
+    heat_.setMigrationRates(rates);
     heat_.advanceEpoch(context.nowNs);
     placement_.rebuild(*context.tierOf, *context.present);
     policy::PlanContext plan;
     plan.fastCapacityBytes = context.tiers.empty() ? 0 : context.tiers[0].capacityPages * kBasePageSize;
     // The simulated fast tier is exactly what the trained process may use: no kernel reserve.
     plan.fastBudgetBytes = plan.fastCapacityBytes;
-    plan.migrationBytesPerSec = bandwidth;
+    plan.migration = rates;
     plan.slowPenaltyNs = slowPenaltyNs_;
     // A sample stands for cache-line accesses (onSample), so one pass over a page is 64 of them.
     plan.accessesPerPagePass = static_cast<double>(kBasePageSize) / kCacheLineBytes;
