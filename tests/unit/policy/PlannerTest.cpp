@@ -264,82 +264,79 @@ TEST(Planner, PromotionsPerPlanAreCappedByMigrationBandwidth) {
   EXPECT_EQ(placement.fastBytes(), 20 * kChunk);
 }
 
-// A swap copies twice: each page promoted into a full fast tier needs a page demoted. A plan
-// copies no more than the engine moves in its interval, promotions and the demotions they need
-// together: into free room first, then half and half.
-TEST(Planner, APlanCopiesNoMoreThanAnIntervalPromotionsAndTheirRoomTogether) {
+// What one plan copied: its promoted and demoted bytes (PlanStats) and its moves' lengths summed.
+struct PlanCopy {
+  uint64_t promoted = 0;
+  uint64_t demoted = 0;
+  uint64_t moved = 0;
+};
+
+// Eight hot chunks on the slow tier and four idle ones on a fast tier of six chunks (room for two
+// more), planned every 10 ms at `rates` until nothing moves: the first plan fills the room and
+// swaps, the later ones only swap. Checks that the fast tier never holds more than its six chunks
+// and that six hot chunks end there.
+std::vector<PlanCopy> plansOfTheSwap(const tt::MigrationRates& rates) {
   Planner planner(tenMsPlansAtEngineRate());
   FakePlacement placement;
   const auto topo = tt::fakes::twoNodeTopology();
-  HeatSnapshot snap = spreadUnits(placement, kTgid, 8, 0x1000000, 1000.0);  // hot, on the slow tier
-  for (uint64_t i = 0; i < 4; ++i) {  // idle, on the fast tier, which has room for two more chunks
+  HeatSnapshot snap = spreadUnits(placement, kTgid, 8, 0x1000000, 1000.0);
+  for (uint64_t i = 0; i < 4; ++i) {
     snap.units.push_back(unit(kTgid, 0x9000000 + i * 4 * kChunk, kChunk, 0.0));
     placement.map(kTgid, 0x9000000 + i * 4 * kChunk, kChunk, 0);
   }
   PlanContext ctx;
   ctx.fastCapacityBytes = 6 * kChunk;
-  ctx.migration = bothWays(4.0 * kChunk / 0.010);  // four chunks per 10 ms interval
-  std::vector<uint64_t> promoted;
-  for (int plans = 0; plans < 10; ++plans) {
+  ctx.migration = rates;
+  std::vector<PlanCopy> plans;
+  for (int k = 0; k < 20; ++k) {
     const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
-    const auto& st = planner.lastStats();
-    uint64_t copied = 0;
-    for (const auto& m : plan.moves) copied += m.length;
-    EXPECT_EQ(copied, st.promoteBytes + st.demoteBytes) << "plan " << plans;
-    EXPECT_LE(copied, 4 * kChunk) << "plan " << plans;
     if (plan.moves.empty()) break;
-    promoted.push_back(st.promoteBytes);
+    PlanCopy c{planner.lastStats().promoteBytes, planner.lastStats().demoteBytes, 0};
+    for (const auto& m : plan.moves) c.moved += m.length;
+    plans.push_back(c);
     placement.apply(plan);
     EXPECT_LE(placement.fastBytes(), 6 * kChunk);
   }
+  for (size_t i = 2; i < 8; ++i) EXPECT_TRUE(isFastUnit(placement, kTgid, snap.units[i].start)) << "hot unit " << i;
+  return plans;
+}
+
+// A swap copies twice: each page promoted into a full fast tier needs a page demoted. A plan
+// copies no more than the engine moves in its interval, promotions and the demotions they need
+// together: into free room first, then half and half.
+TEST(Planner, APlanCopiesNoMoreThanAnIntervalPromotionsAndTheirRoomTogether) {
+  const auto plans = plansOfTheSwap(bothWays(4.0 * kChunk / 0.010));  // four chunks per 10 ms interval
+  std::vector<uint64_t> promoted;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    EXPECT_EQ(plans[i].moved, plans[i].promoted + plans[i].demoted) << "plan " << i;
+    EXPECT_LE(plans[i].moved, 4 * kChunk) << "plan " << i;
+    promoted.push_back(plans[i].promoted);
+  }
   // Two chunks into the free room and one swap, then two swaps, then the last one.
   EXPECT_EQ(promoted, (std::vector<uint64_t>{3 * kChunk, 2 * kChunk, kChunk}));
-  for (size_t i = 2; i < 8; ++i) EXPECT_TRUE(isFastUnit(placement, kTgid, snap.units[i].start)) << "hot unit " << i;
 }
 
 // Demotions at half the promotion rate (the slow tier's writes the bottleneck, or a lower
 // demote_mbps): a demoted byte takes the copy time of two promoted ones, so a swap plan promotes
 // less than at equal rates, and no plan's copying, each way at its own rate, passes the interval.
 TEST(Planner, DemotionsAreChargedTheCopyTimeOfTheirOwnRate) {
-  const auto run = [](const tt::MigrationRates& rates) {
-    Planner planner(tenMsPlansAtEngineRate());
-    FakePlacement placement;
-    const auto topo = tt::fakes::twoNodeTopology();
-    HeatSnapshot snap = spreadUnits(placement, kTgid, 8, 0x1000000, 1000.0);  // hot, on the slow tier
-    for (uint64_t i = 0; i < 4; ++i) {  // idle, on the fast tier, which has room for two more chunks
-      snap.units.push_back(unit(kTgid, 0x9000000 + i * 4 * kChunk, kChunk, 0.0));
-      placement.map(kTgid, 0x9000000 + i * 4 * kChunk, kChunk, 0);
-    }
-    PlanContext ctx;
-    ctx.fastCapacityBytes = 6 * kChunk;
-    ctx.migration = rates;
-    std::vector<std::pair<uint64_t, uint64_t>> copied;  // promoted, demoted bytes per plan
-    for (int plans = 0; plans < 20; ++plans) {
-      const MigrationPlan plan = planner.plan(snap, placement, topo, ctx);
-      if (plan.moves.empty()) break;
-      const auto& st = planner.lastStats();
-      copied.emplace_back(st.promoteBytes, st.demoteBytes);
-      placement.apply(plan);
-      EXPECT_LE(placement.fastBytes(), 6 * kChunk);
-    }
-    for (size_t i = 2; i < 8; ++i) EXPECT_TRUE(isFastUnit(placement, kTgid, snap.units[i].start)) << "hot unit " << i;
-    return copied;
-  };
   const double rate = 4.0 * kChunk / 0.010;  // four chunks promoted per 10 ms interval
-  const auto equal = run(bothWays(rate));
-  const auto slowOut = run({rate, rate / 2});
+  const auto equal = plansOfTheSwap(bothWays(rate));
+  const auto slowOut = plansOfTheSwap({rate, rate / 2});
   ASSERT_FALSE(equal.empty());
   ASSERT_FALSE(slowOut.empty());
   // First plans: at equal rates two chunks into the free room and one swap (4 chunks copied); with
   // demotions at half speed the swap would take 1 + 2 chunks' time, so the first plan promotes two
   // and spends the rest of the interval on one chunk of headroom (2 chunks' time).
-  EXPECT_EQ(equal.front(), std::make_pair(3 * kChunk, kChunk));
-  EXPECT_EQ(slowOut.front(), std::make_pair(2 * kChunk, kChunk));
+  EXPECT_EQ(equal.front().promoted, 3 * kChunk);
+  EXPECT_EQ(equal.front().demoted, kChunk);
+  EXPECT_EQ(slowOut.front().promoted, 2 * kChunk);
+  EXPECT_EQ(slowOut.front().demoted, kChunk);
   for (size_t i = 0; i < slowOut.size(); ++i) {
     const double seconds =
-        static_cast<double>(slowOut[i].first) / rate + static_cast<double>(slowOut[i].second) / (rate / 2);
-    EXPECT_LE(seconds, 0.010 * (1 + 1e-9)) << "plan " << i << ": " << slowOut[i].first / kChunk << " chunks in, "
-                                           << slowOut[i].second / kChunk << " out";
+        static_cast<double>(slowOut[i].promoted) / rate + static_cast<double>(slowOut[i].demoted) / (rate / 2);
+    EXPECT_LE(seconds, 0.010 * (1 + 1e-9)) << "plan " << i << ": " << slowOut[i].promoted / kChunk << " chunks in, "
+                                           << slowOut[i].demoted / kChunk << " out";
   }
   EXPECT_GT(slowOut.size(), equal.size()) << "the same swaps over more plans";
 }

@@ -477,29 +477,47 @@ TEST_F(MovePagesPlacement, KeepsAskingForAPlansBlocksWhileTheEngineStillRunsIt) 
 
 }  // namespace
 
-// The loop times each direction apart (EpochLoop::updateRates): the executor hands over what each
-// moved and its own rate limit, as configured and as reloaded.
-TEST(EngineExecutor, CountsEachDirectionsMovesAndRateLimitApart) {
-  constexpr uint64_t kBase = 0x10000000, kPage = tt::kBasePageSize;
+// A real engine on fakes (a two-node topology, free memory to spare) behind the adapter.
+class EngineExecutorTest : public ::testing::Test {
+ protected:
+  static constexpr uint64_t kBase = 0x10000000, kPage = tt::kBasePageSize;
+  EngineExecutorTest() : free(mover) {
+    free.setNode(0, 64ULL << 30, 0);
+    free.setNode(1, 64ULL << 30, 0);
+    config.set_workers(1);
+  }
+  ~EngineExecutorTest() override {
+    if (engine) engine->shutdown();
+  }
+  // The engine and its executor, with `config` as the test has set it.
+  void start() {
+    engine = std::make_unique<tt::migrate::Engine>(topology, mover, free, config,
+                                                   tt::migrate::EngineHooks{&clock, &probe, nullptr});
+    executor = std::make_unique<tt::service::EngineExecutor>(*engine, config);
+  }
+
   tt::fakes::FakePageMover mover;
-  mover.map(100, kBase, 8 * kPage, 1);
-  mover.map(100, kBase + 64 * kPage, 4 * kPage, 0);
-  tt::fakes::FakeFreeMemory free(mover);
-  free.setNode(0, 64ULL << 30, 0);
-  free.setNode(1, 64ULL << 30, 0);
+  tt::fakes::FakeFreeMemory free;
   tt::fakes::FakeClock clock;
   tt::fakes::FakeHugePageProbe probe;
-  const auto topology = tt::fakes::twoNodeTopology();
+  const tt::topology::Topology topology = tt::fakes::twoNodeTopology();
   tensortier::v1::MigrationConfig config;
-  config.set_workers(1);
+  std::unique_ptr<tt::migrate::Engine> engine;
+  std::unique_ptr<tt::service::EngineExecutor> executor;
+};
+
+// The loop times each direction apart (EpochLoop::updateRates): the executor hands over what each
+// moved and its own rate limit, as configured and as reloaded.
+TEST_F(EngineExecutorTest, CountsEachDirectionsMovesAndRateLimitApart) {
+  mover.map(100, kBase, 8 * kPage, 1);
+  mover.map(100, kBase + 64 * kPage, 4 * kPage, 0);
+  mover.onMove([this](size_t) { clock.advance(std::chrono::milliseconds(5)); });  // each call takes 5 ms
   config.set_promote_mbps(3000);
   config.set_demote_mbps(1000);
-  tt::migrate::Engine engine(topology, mover, free, config, tt::migrate::EngineHooks{&clock, &probe, nullptr});
-  tt::service::EngineExecutor executor(engine, config);
-  mover.onMove([&clock](size_t) { clock.advance(std::chrono::milliseconds(5)); });  // each call takes 5 ms
-  (void)engine.execute({1, {{100, kBase, 8 * kPage, 0, 0, 0}, {100, kBase + 64 * kPage, 4 * kPage, 1, 0, 0}}});
+  start();
+  (void)engine->execute({1, {{100, kBase, 8 * kPage, 0, 0, 0}, {100, kBase + 64 * kPage, 4 * kPage, 1, 0, 0}}});
   ASSERT_EQ(mover.calls().size(), 2u) << "one move_pages call each way";
-  auto c = executor.counters();
+  auto c = executor->counters();
   EXPECT_EQ(c.promoteTiming.busyBytes, 8 * kPage);
   EXPECT_EQ(c.demoteTiming.busyBytes, 4 * kPage);
   EXPECT_EQ(c.promoteTiming.busyNs, 5'000'000u);
@@ -507,39 +525,27 @@ TEST(EngineExecutor, CountsEachDirectionsMovesAndRateLimitApart) {
   EXPECT_DOUBLE_EQ(c.promoteTiming.rateLimitBytesPerSec, 3000e6);
   EXPECT_DOUBLE_EQ(c.demoteTiming.rateLimitBytesPerSec, 1000e6);
   config.set_demote_mbps(500);
-  ASSERT_TRUE(executor.applyConfig(config).ok());
-  c = executor.counters();
+  ASSERT_TRUE(executor->applyConfig(config).ok());
+  c = executor->counters();
   EXPECT_DOUBLE_EQ(c.promoteTiming.rateLimitBytesPerSec, 3000e6);
   EXPECT_DOUBLE_EQ(c.demoteTiming.rateLimitBytesPerSec, 500e6);
-  engine.shutdown();
 }
 
 // What the epoch loop retries of a pinned manual move: the runs of a finished plan (by its
-// generation, while the engine keeps its report) that left pages off their target for a reason a later try may not meet (here busy pages) are
-// unsettled; those refused for want of permission, which no retry gets past, and those that moved
-// are settled.
-TEST(EngineExecutor, ReportsAPlansRunsUnsettledButNotForPermissionRefusals) {
-  constexpr uint64_t kBase = 0x10000000, kPage = tt::kBasePageSize;
-  tt::fakes::FakePageMover mover;
+// generation, while the engine keeps its report) that left pages off their target for a reason a
+// later try may not meet (here busy pages) are unsettled; those refused for want of permission,
+// which no retry gets past, and those that moved are settled.
+TEST_F(EngineExecutorTest, ReportsAPlansRunsUnsettledButNotForPermissionRefusals) {
   mover.map(100, kBase, 8 * kPage, 1);
   mover.setBusy(100, kBase, 1000);  // busy through every retry
   mover.map(200, kBase, 8 * kPage, 1);
   mover.failCallsWith(200, EPERM);
   mover.map(300, kBase, 8 * kPage, 1);
-  tt::fakes::FakeFreeMemory free(mover);
-  free.setNode(0, 64ULL << 30, 0);
-  free.setNode(1, 64ULL << 30, 0);
-  tt::fakes::FakeClock clock;
-  tt::fakes::FakeHugePageProbe probe;
-  const auto topology = tt::fakes::twoNodeTopology();
-  tensortier::v1::MigrationConfig config;
-  config.set_workers(1);
   config.set_busy_backoff_ms(1);
-  tt::migrate::Engine engine(topology, mover, free, config, tt::migrate::EngineHooks{&clock, &probe, nullptr});
-  tt::service::EngineExecutor executor(engine, config);
-  EXPECT_FALSE(executor.runsOf(1).has_value()) << "no plan finished yet";
-  (void)engine.execute({1, {{100, kBase, 8 * kPage, 0, 0, 0}, {200, kBase, 8 * kPage, 0, 0, 0}, {300, kBase, 8 * kPage, 0, 0, 0}}});
-  const auto runs = executor.runsOf(1);
+  start();
+  EXPECT_FALSE(executor->runsOf(1).has_value()) << "no plan finished yet";
+  (void)engine->execute({1, {{100, kBase, 8 * kPage, 0, 0, 0}, {200, kBase, 8 * kPage, 0, 0, 0}, {300, kBase, 8 * kPage, 0, 0, 0}}});
+  const auto runs = executor->runsOf(1);
   ASSERT_TRUE(runs.has_value());
   ASSERT_EQ(runs->size(), 3U);
   for (const auto& r : *runs) {
@@ -551,19 +557,18 @@ TEST(EngineExecutor, ReportsAPlansRunsUnsettledButNotForPermissionRefusals) {
   }
   // Plan 1's runs are still found by its generation after later plans finished, until
   // kKeptReports newer ones have; an unknown generation has none.
-  EXPECT_FALSE(executor.runsOf(2).has_value()) << "plan 2 has not run";
+  EXPECT_FALSE(executor->runsOf(2).has_value()) << "plan 2 has not run";
   for (uint64_t g = 2; g <= tt::migrate::Engine::kKeptReports; ++g) {
-    (void)engine.execute({g, {{300, kBase, kPage, 1, 0, 0}}});
-    const auto first = executor.runsOf(1);
+    (void)engine->execute({g, {{300, kBase, kPage, 1, 0, 0}}});
+    const auto first = executor->runsOf(1);
     ASSERT_TRUE(first.has_value()) << "plan 1's report is gone after plan " << g;
     EXPECT_EQ(first->size(), 3U);
-    const auto latest = executor.runsOf(g);
+    const auto latest = executor->runsOf(g);
     ASSERT_TRUE(latest.has_value());
     ASSERT_EQ(latest->size(), 1U);
     EXPECT_EQ((*latest)[0].generation, g);
   }
-  (void)engine.execute({tt::migrate::Engine::kKeptReports + 1, {{300, kBase, kPage, 0, 0, 0}}});
-  EXPECT_FALSE(executor.runsOf(1).has_value()) << "more than kKeptReports reports kept";
-  EXPECT_TRUE(executor.runsOf(2).has_value());
-  engine.shutdown();
+  (void)engine->execute({tt::migrate::Engine::kKeptReports + 1, {{300, kBase, kPage, 0, 0, 0}}});
+  EXPECT_FALSE(executor->runsOf(1).has_value()) << "more than kKeptReports reports kept";
+  EXPECT_TRUE(executor->runsOf(2).has_value());
 }
