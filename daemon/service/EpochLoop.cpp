@@ -240,15 +240,22 @@ MigrationRates EpochLoop::updateRates(const ExecutorCounters& counters) {
     stats_.migrationRates = {measuredPromote_ > 0 ? rates.promoteBytesPerSec : 0,
                              measuredDemote_ > 0 ? rates.demoteBytesPerSec : 0};
   }
-  if (rates.known()) return rates;
-  // Not measured yet: the initial bandwidth under a lower limit, which binds from the first plan
-  // (with it low, an epoch may move less than a sample's worth and the rate is never measured, so
-  // plans would stay sized for the initial one). Handed over each plan rather than left to the
-  // policy's own copy of the initial value, so that a limit raised again, or a reloaded initial
-  // value, is followed by the heat model too (it keeps the last it was given).
-  const double initial = initialBandwidth_.load();
-  return {capped(initial, counters.promoteTiming.rateLimitBytesPerSec),
-          capped(initial, counters.demoteTiming.rateLimitBytesPerSec)};
+  if (!rates.known()) {
+    // Not measured yet: the initial bandwidth under a lower limit, which binds from the first plan
+    // (with it low, an epoch may move less than a sample's worth and the rate is never measured,
+    // so plans would stay sized for the initial one). Handed over each plan rather than left to
+    // the policy's own copy of the initial value, so that a limit raised again, or a reloaded
+    // initial value, is followed by the heat model too (it keeps the last it was given).
+    const double initial = initialBandwidth_.load();
+    rates = {capped(initial, counters.promoteTiming.rateLimitBytesPerSec),
+             capped(initial, counters.demoteTiming.rateLimitBytesPerSec)};
+  }
+  const char* const kRateHelp = "Copy rate the planner sizes plans by, per direction (measured, or assumed until timed)";
+  metrics_.gauge("tensortier_migration_rate_bytes_per_second", kRateHelp, {{"direction", "promote"}})
+      .set(rates.promoteBytesPerSec);
+  metrics_.gauge("tensortier_migration_rate_bytes_per_second", kRateHelp, {{"direction", "demote"}})
+      .set(rates.demoteBytesPerSec);
+  return rates;
 }
 
 void EpochLoop::runBeforeNextEpoch(std::function<void()> task) {

@@ -239,6 +239,11 @@ TEST_F(EpochLoopTest, ThePolicyGetsTheEnginesMeasuredRateOfEachDirection) {
   limits(0, 50e6);  // and a demotion limit demotions only
   step(0, 0, 0, 0, 7 * kSecond);
   EXPECT_EQ(policy.lastRates, (MigrationRates{second, 50e6}));
+  // Operators see the same pair.
+  const std::string text = metrics.render();
+  EXPECT_NE(text.find("tensortier_migration_rate_bytes_per_second{direction=\"demote\"} 5e+07\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tensortier_migration_rate_bytes_per_second{direction=\"promote\"} "), std::string::npos) << text;
 }
 
 // Only demotions timed (a fast tier emptied before anything comes back): promotions are planned as
