@@ -936,32 +936,40 @@ TEST_F(ServiceTest, PerUidConnectionLimitRefusesTheExtraConnection) {
   connect(again);
 }
 
+// The daemon's /metrics page (the HTTP response, headers and all); empty when nothing answers.
+std::string fetchMetrics() {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket s(io);
+  boost::system::error_code ec;
+  s.connect({boost::asio::ip::address_v4::loopback(), metricsPort()}, ec);
+  if (ec) return std::string();
+  const std::string req = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  boost::asio::write(s, boost::asio::buffer(req), ec);
+  std::string text;
+  char buf[8192];
+  for (;;) {
+    const size_t n = s.read_some(boost::asio::buffer(buf), ec);
+    text.append(buf, n);
+    if (ec) break;
+  }
+  return text;
+}
+
+// Fetches /metrics until it holds `text` (about 10 s at most); the last page either way.
+std::string metricsOnceTheyHold(const std::string& text) {
+  std::string out;
+  for (int i = 0; i < 100 && out.find(text) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    out = fetchMetrics();
+  }
+  return out;
+}
+
 TEST_F(ServiceTest, MetricsAreServedOnLoopback) {
   // The socket accepts before the sources are open (software-fault sampling calibrates its cost
   // at start, ~0.1-0.5 s on a loaded machine) and the epoch loop runs: fetch until an epoch has
   // been exported, instead of guessing how long start-up takes.
-  auto fetch = [&] {
-    boost::asio::io_context io;
-    boost::asio::ip::tcp::socket s(io);
-    boost::system::error_code ec;
-    s.connect({boost::asio::ip::address_v4::loopback(), metricsPort()}, ec);
-    if (ec) return std::string();
-    const std::string req = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
-    boost::asio::write(s, boost::asio::buffer(req), ec);
-    std::string text;
-    char buf[8192];
-    for (;;) {
-      const size_t n = s.read_some(boost::asio::buffer(buf), ec);
-      text.append(buf, n);
-      if (ec) break;
-    }
-    return text;
-  };
-  std::string out;
-  for (int i = 0; i < 100 && out.find("tensortier_epochs_total ") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    out = fetch();
-  }
+  const std::string out = metricsOnceTheyHold("tensortier_epochs_total ");
   ASSERT_FALSE(out.empty()) << "no answer on the metrics port";
   EXPECT_NE(out.find("200 OK"), std::string::npos);
   EXPECT_NE(out.find("# TYPE tensortier_epoch_duration_seconds histogram"), std::string::npos) << out;
@@ -970,6 +978,21 @@ TEST_F(ServiceTest, MetricsAreServedOnLoopback) {
   // Set by a collector when scraped; nothing is waiting on a process here.
   EXPECT_NE(out.find("\ntensortier_request_work_queued 0\n"), std::string::npos) << out;
   EXPECT_NE(out.find("\ntensortier_request_work_running 0\n"), std::string::npos) << out;
+}
+
+// Each direction's rate limit, tuned live, caps the copy rate the planner plans that direction
+// with (here, with nothing moved yet, the initial 1 GB/s under each limit), as the metrics show.
+TEST_F(ServiceTest, TunedRateLimitsCapThePlannersRateOfTheirOwnDirection) {
+  const std::string promote = "tensortier_migration_rate_bytes_per_second{direction=\"promote\"} ";
+  const std::string demote = "tensortier_migration_rate_bytes_per_second{direction=\"demote\"} ";
+  std::string out = metricsOnceTheyHold(promote);
+  EXPECT_NE(out.find(promote + "1e+09\n"), std::string::npos) << out;
+  EXPECT_NE(out.find(demote + "1e+09\n"), std::string::npos) << out;
+  auto tuned = ctlJson("tune --promote-mbps 123 --demote-mbps 45");
+  EXPECT_NE(tuned["effective_config"].get<std::string>().find("demote_mbps: 45"), std::string::npos) << tuned.dump();
+  out = metricsOnceTheyHold(demote + "4.5e+07\n");
+  EXPECT_NE(out.find(demote + "4.5e+07\n"), std::string::npos) << out;
+  EXPECT_NE(out.find(promote + "1.23e+08\n"), std::string::npos) << out;
 }
 
 }  // namespace
