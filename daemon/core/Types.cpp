@@ -25,9 +25,17 @@ ServedBy slowerOf(ServedBy a, ServedBy b) {
   return rank(b) > rank(a) ? b : a;
 }
 
-bool MigrationRates::known() const {
-  return promoteBytesPerSec > 0 && demoteBytesPerSec > 0 && std::isfinite(promoteBytesPerSec) &&
-         std::isfinite(demoteBytesPerSec);
+namespace {
+bool usableRate(double bytesPerSec) { return bytesPerSec > 0 && std::isfinite(bytesPerSec); }
+}  // namespace
+
+bool MigrationRates::known() const { return usableRate(promoteBytesPerSec) && usableRate(demoteBytesPerSec); }
+
+MigrationRates MigrationRates::filledIn(double fallback) const {
+  if (known()) return *this;
+  if (usableRate(promoteBytesPerSec)) return {promoteBytesPerSec, promoteBytesPerSec};
+  if (usableRate(demoteBytesPerSec)) return {demoteBytesPerSec, demoteBytesPerSec};
+  return {fallback, fallback};
 }
 
 uint32_t EvidenceBlock::weight(uint32_t page) const {

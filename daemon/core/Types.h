@@ -174,6 +174,9 @@ struct MigrationRates {
   double promoteBytesPerSec = 0;
   double demoteBytesPerSec = 0;
   [[nodiscard]] bool known() const;  // both positive and finite
+  // Each direction not known copies as fast as the other (the same kernel copy between the same
+  // nodes); neither known: `fallback` both ways.
+  [[nodiscard]] MigrationRates filledIn(double fallback) const;
   friend bool operator==(const MigrationRates&, const MigrationRates&) = default;
 };
 

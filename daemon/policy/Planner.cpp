@@ -96,16 +96,9 @@ class StuckIndex {
 Planner::Planner(const tensortier::v1::PolicyConfig& config) : config_(config) {}
 
 MigrationRates Planner::ratesOf(const PlanContext& context) const {
-  // As the daemon's loop does: a direction not known copies as fast as the other, and neither
-  // known is the initial bandwidth (bounded above 0 by the config; 1 GB/s if a caller's is not).
-  const auto usable = [](double rate) { return rate > 0 && std::isfinite(rate); };
-  const double initial = static_cast<double>(config_.initial_migration_bandwidth());
-  const double fallback = usable(initial) ? initial : 1e9;
-  const double promote = context.migration.promoteBytesPerSec, demote = context.migration.demoteBytesPerSec;
-  if (usable(promote) && usable(demote)) return context.migration;
-  if (usable(promote)) return {promote, promote};
-  if (usable(demote)) return {demote, demote};
-  return {fallback, fallback};
+  // The initial bandwidth is bounded above 0 by the config; 1 GB/s if a caller's is not.
+  const auto initial = static_cast<double>(config_.initial_migration_bandwidth());
+  return context.migration.filledIn(initial > 0 ? initial : 1e9);
 }
 
 uint64_t Planner::budgetFor(uint64_t fastCapacityBytes) const {

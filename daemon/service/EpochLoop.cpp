@@ -224,31 +224,23 @@ MigrationRates EpochLoop::updateRates(const ExecutorCounters& counters) {
   };
   measure(measuredPromote_, counters.promoteTiming, lastCounters_.promoteTiming);
   measure(measuredDemote_, counters.demoteTiming, lastCounters_.demoteTiming);
+  // A direction not timed yet is taken to copy as fast as the other, which is closer than the
+  // initial value once either has been timed. Neither timed: the initial bandwidth under each
+  // limit, which binds from the first plan (with a low limit, an epoch may move less than a
+  // sample's worth and the rate is never measured, so plans would stay sized for the initial
+  // one). Handed over each plan rather than left to the policy's own copy of the initial value,
+  // so that a limit raised again, or a reloaded initial value, is followed by the heat model too
+  // (it keeps the last it was given).
+  const MigrationRates timed{measuredPromote_, measuredDemote_};
+  const MigrationRates filled = timed.filledIn(initialBandwidth_.load());
   const auto capped = [](double rate, double limit) { return limit > 0 ? std::min(rate, limit) : rate; };
-  // A direction not timed yet is taken to copy as fast as the other (the same kernel copy between
-  // the same nodes), which is closer than the initial value once either has been timed.
-  const double promote = measuredPromote_ > 0 ? measuredPromote_ : measuredDemote_;
-  const double demote = measuredDemote_ > 0 ? measuredDemote_ : measuredPromote_;
-  MigrationRates rates;
-  if (promote > 0) {
-    rates = {capped(promote, counters.promoteTiming.rateLimitBytesPerSec),
-             capped(demote, counters.demoteTiming.rateLimitBytesPerSec)};
-  }
+  const MigrationRates rates{capped(filled.promoteBytesPerSec, counters.promoteTiming.rateLimitBytesPerSec),
+                             capped(filled.demoteBytesPerSec, counters.demoteTiming.rateLimitBytesPerSec)};
   {
     std::lock_guard lock(statsMutex_);
     // Status says which direction has been timed: 0 for one that has not (planned as the other).
     stats_.migrationRates = {measuredPromote_ > 0 ? rates.promoteBytesPerSec : 0,
                              measuredDemote_ > 0 ? rates.demoteBytesPerSec : 0};
-  }
-  if (!rates.known()) {
-    // Not measured yet: the initial bandwidth under a lower limit, which binds from the first plan
-    // (with it low, an epoch may move less than a sample's worth and the rate is never measured,
-    // so plans would stay sized for the initial one). Handed over each plan rather than left to
-    // the policy's own copy of the initial value, so that a limit raised again, or a reloaded
-    // initial value, is followed by the heat model too (it keeps the last it was given).
-    const double initial = initialBandwidth_.load();
-    rates = {capped(initial, counters.promoteTiming.rateLimitBytesPerSec),
-             capped(initial, counters.demoteTiming.rateLimitBytesPerSec)};
   }
   const char* const kRateHelp = "Copy rate the planner sizes plans by, per direction (measured, or assumed until timed)";
   metrics_.gauge("tensortier_migration_rate_bytes_per_second", kRateHelp, {{"direction", "promote"}})
