@@ -419,8 +419,9 @@ MigrationPlan Planner::plan(const heat::HeatSnapshot& heat, const PlacementQuery
   // worth is what the engine moves before the next plan, each direction at its own rate: with the
   // fast tier full and equal rates, a swap's promotions get half of it; with demotions at a third
   // of the promotion rate (Optane's writes against its reads), a quarter. (Capping the promotions
-  // alone let a swap plan copy twice the interval, and with the headroom three times: the engine was still busy when the next plan
-  // came, which it then dropped, and the look-ahead's lead times assumed copies that had not run.)
+  // alone let a swap plan copy twice the interval, and with the headroom three times: the engine
+  // was still busy when the next plan came, which it then dropped, and the look-ahead's lead
+  // times assumed copies that had not run.)
   // The room to free is the largest shortfall the demotions below make up: the global budget's,
   // the fast nodes' summed, or the quotas' summed; running sums, since a promotion changes only
   // its own process's quota and the nodes it lands on. A node's is what its loop below can free:
