@@ -13,9 +13,6 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/write.hpp>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -24,6 +21,7 @@
 #include <thread>
 
 #include "DaemonHarness.h"
+#include "support/HttpGet.h"
 #include "Trace.h"
 #include "ctl/CtlClient.h"
 #include "ipc/FrameCodec.h"
@@ -936,31 +934,12 @@ TEST_F(ServiceTest, PerUidConnectionLimitRefusesTheExtraConnection) {
   connect(again);
 }
 
-// The daemon's /metrics page (the HTTP response, headers and all); empty when nothing answers.
-std::string fetchMetrics() {
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::socket s(io);
-  boost::system::error_code ec;
-  s.connect({boost::asio::ip::address_v4::loopback(), metricsPort()}, ec);
-  if (ec) return std::string();
-  const std::string req = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
-  boost::asio::write(s, boost::asio::buffer(req), ec);
-  std::string text;
-  char buf[8192];
-  for (;;) {
-    const size_t n = s.read_some(boost::asio::buffer(buf), ec);
-    text.append(buf, n);
-    if (ec) break;
-  }
-  return text;
-}
-
 // Fetches /metrics until it holds `text` (about 10 s at most); the last page either way.
 std::string metricsOnceTheyHold(const std::string& text) {
   std::string out;
   for (int i = 0; i < 100 && out.find(text) == std::string::npos; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    out = fetchMetrics();
+    out = tt::test::httpGetLoopback(metricsPort(), "/metrics");
   }
   return out;
 }

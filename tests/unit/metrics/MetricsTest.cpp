@@ -2,15 +2,12 @@
 // over loopback HTTP.
 #include <gtest/gtest.h>
 
-#include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/write.hpp>
 #include <thread>
 
 #include "metrics/HttpExporter.h"
 #include "metrics/Metrics.h"
+#include "support/HttpGet.h"
 
 namespace {
 
@@ -87,23 +84,6 @@ TEST(Metrics, ConcurrentUpdatesAreNotLost) {
   EXPECT_DOUBLE_EQ(c.value(), 40000);
 }
 
-std::string httpGet(uint16_t port, const std::string& target) {
-  boost::asio::io_context io;
-  boost::asio::ip::tcp::socket s(io);
-  s.connect({boost::asio::ip::address_v4::loopback(), port});
-  const std::string req = "GET " + target + " HTTP/1.1\r\nHost: localhost\r\n\r\n";
-  boost::asio::write(s, boost::asio::buffer(req));
-  std::string out;
-  boost::system::error_code ec;
-  char buf[4096];
-  for (;;) {
-    const size_t n = s.read_some(boost::asio::buffer(buf), ec);
-    out.append(buf, n);
-    if (ec) break;
-  }
-  return out;
-}
-
 TEST(Metrics, HttpExporterServesTheRegistryOnLoopback) {
   Registry r;
   r.counter("tensortier_test_total", "t").add(2);
@@ -112,8 +92,8 @@ TEST(Metrics, HttpExporterServesTheRegistryOnLoopback) {
   auto port = exporter.start(0);
   ASSERT_TRUE(port.ok()) << port.error().message();
   std::thread loop([&io] { io.run(); });
-  const std::string ok = httpGet(*port, "/metrics");
-  const std::string missing = httpGet(*port, "/nope");
+  const std::string ok = tt::test::httpGetLoopback(*port, "/metrics");
+  const std::string missing = tt::test::httpGetLoopback(*port, "/nope");
   exporter.stop();
   io.stop();
   loop.join();
