@@ -9,7 +9,8 @@
 #   status        the command's exit status, written last
 #   setup-error   instead of all that, when the topology could not be set up
 # (guest-init also writes int3-handler into the share, in the background while this runs: see
-# there. The command starts only once it is there.)
+# there. Unless ttvm knew those addresses before the boot (TT_INT3_HANDLER_KNOWN=1 in config),
+# the command starts only once the file is there.)
 # The kernel console is for humans (ttvm --verbose); ttvm reads only crash reports from it.
 # "A && B || setup_failed" is meant: fail when either step fails.
 # shellcheck disable=SC2015
@@ -147,12 +148,13 @@ main() {
         setup_failed "working directory $TT_CWD does not exist in the guest (is it under /tmp, /run, /dev, /proc or /sys, which the guest replaces?)"
 
     # Only once ttvm can tell a hang on the emulator's stray int3 (int3-handler: where the
-    # handler lies, which guest-init reads in the background). Started before, a command that
-    # flips a static key at once could hang the guest before the addresses were out, and the hang
-    # then stalled their reading for good: ttvm waited for --timeout (seen in CI on 6.1). A plain
-    # topology waits up to about 2 s; the others' setup takes longer than the reading.
+    # handler lies, which guest-init reads in the background, unless ttvm had it from an earlier
+    # boot of this kernel). Started before, a command that flips a static key at once could hang
+    # the guest before the addresses were out, and the hang then stalled their reading for good:
+    # ttvm waited for --timeout (seen in CI on 6.1). A plain topology waits up to about 2 s; the
+    # others' setup takes longer than the reading.
     local tenths=0
-    while [[ ! -e $SHARE/int3-handler ]] && ((tenths < 600)); do
+    while [[ ${TT_INT3_HANDLER_KNOWN:-0} != 1 && ! -e $SHARE/int3-handler ]] && ((tenths < 600)); do
         sleep 0.1
         tenths=$((tenths + 1))
     done
