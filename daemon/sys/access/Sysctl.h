@@ -9,11 +9,11 @@
 // and removes the file; a daemon that died (crash, SIGKILL) leaves the file, and the next start or
 // `tensortierd --restore-kernel-tiering` (the unit's ExecStopPost) restores from it.
 //
-// Under the shipped unit the daemon cannot write kernel.numa_balancing: the kernel wants
-// CAP_SYS_ADMIN for it (sysctl_numa_balancing), which the unit does not grant. The unit's
-// ExecStartPre (`--prepare-kernel-tiering`) and ExecStopPost run with full privileges and do the
-// turning off and the restoring; their state file is marked as the unit's, and the daemon leaves
-// it to them.
+// Under the shipped unit its ExecStartPre (`--prepare-kernel-tiering`) and ExecStopPost run with
+// full privileges and do the turning off and the restoring, so that the values come back after
+// every stop, a killed daemon's too, and whatever capabilities an admin's drop-in takes from the
+// daemon (writing kernel.numa_balancing needs CAP_SYS_ADMIN: sysctl_numa_balancing); their state
+// file is marked as the unit's, and the daemon leaves it to them.
 //
 // A knob is restored only while it still holds what was written (0, false): a value the admin
 // set while the daemon ran is theirs, not the daemon's to overwrite.

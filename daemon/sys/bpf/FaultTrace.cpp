@@ -14,6 +14,7 @@
 #include "sys/bpf/LibbpfLog.h"
 #include "sys/bpf/RunStats.h"
 #include "sys/bpf/TgidBitmap.h"
+#include "sys/perf/PerfEvent.h"
 
 namespace tt::sys::bpf {
 
@@ -89,7 +90,7 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::open(const Options& options, con
         !std::filesystem::exists("/sys/kernel/debug/tracing/events", ec))
       return systemError(ENOENT, "attach BPF fault_trace tracepoints: tracefs is not mounted (mount -t tracefs tracefs "
                                  "/sys/kernel/tracing; systemd mounts it as sys-kernel-tracing.mount)");
-    return systemError(-err, "attach BPF fault_trace tracepoints");
+    return systemError(-err, "attach BPF fault_trace tracepoints" + perf::paranoidHint(Fs("/proc"), -err));
   }
   if (restoreProbes) {
     // Without them the tracepoints charge the task they fire in, as on kernels without the BTF.

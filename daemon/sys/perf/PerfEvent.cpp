@@ -21,11 +21,13 @@ Result<std::unique_ptr<PerfEvent>> PerfEvent::open(const perf_event_attr& attr, 
   perf_event_attr a = attr;
   a.size = sizeof(a);
   const int fd = static_cast<int>(::syscall(SYS_perf_event_open, &a, pid, cpu, groupFd, PERF_FLAG_FD_CLOEXEC));
-  if (fd < 0)
-    return errnoError("perf_event_open type " + std::to_string(a.type) + " config 0x" +
-                      [&] { char b[32]; snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(a.config)); return std::string(b); }() +
-                      " pid " + std::to_string(pid) + " cpu " + std::to_string(cpu) +
-                      (groupFd >= 0 ? " in a group" : ""));
+  if (fd < 0) {
+    const int err = errno;
+    return systemError(err, "perf_event_open type " + std::to_string(a.type) + " config 0x" +
+                                [&] { char b[32]; snprintf(b, sizeof b, "%llx", static_cast<unsigned long long>(a.config)); return std::string(b); }() +
+                                " pid " + std::to_string(pid) + " cpu " + std::to_string(cpu) +
+                                (groupFd >= 0 ? " in a group" : "") + paranoidHint(Fs("/proc"), err));
+  }
   void* ring = nullptr;
   size_t mmapBytes = 0, dataBytes = 0;
   if (ringPages != 0) {
@@ -111,6 +113,16 @@ size_t PerfEvent::drain(const RecordFn& fn) {
   // Release: the kernel may overwrite the space only after we are done reading it.
   __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
   return records;
+}
+
+std::string paranoidHint(const Fs& procfs, int err) {
+  if (err != EACCES && err != EPERM) return "";
+  auto line = procfs.readLine("sys/kernel/perf_event_paranoid");
+  if (!line) return "";
+  auto level = parseUint(trim(*line));  // -1 (no restriction at all) does not parse: not >= 3
+  if (!level || *level < 3) return "";
+  return " (kernel.perf_event_paranoid=" + std::to_string(*level) +
+         ": this kernel lets only CAP_SYS_ADMIN open perf events; the shipped unit grants it)";
 }
 
 Result<std::vector<int>> onlineCpus(const Fs& sysfs) {

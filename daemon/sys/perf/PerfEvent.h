@@ -59,6 +59,12 @@ class PerfEvent {
   std::vector<uint8_t> scratch_;  // a record that wraps around the ring end is copied here
 };
 
+// Why perf_event_open (or a BPF attach through it) failed with errno `err`, when
+// kernel.perf_event_paranoid (under `procfs`, rooted at /proc) explains it: at 3 or more,
+// Debian's and Ubuntu's kernels let only CAP_SYS_ADMIN open any event, CAP_PERFMON not enough.
+// "" for other errors and levels.
+[[nodiscard]] std::string paranoidHint(const Fs& procfs, int err);
+
 // Online CPUs from /sys/devices/system/cpu/online ("0-3,6").
 [[nodiscard]] Result<std::vector<int>> onlineCpus(const Fs& sysfs);
 

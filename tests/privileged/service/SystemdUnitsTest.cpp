@@ -38,10 +38,11 @@ TEST(SystemdUnits, ServiceIsNotifyWithWatchdogAndHardening) {
   EXPECT_NE(s.find("\nNoNewPrivileges=yes\n"), std::string::npos);
   std::smatch caps;
   ASSERT_TRUE(std::regex_search(s, caps, std::regex("\nCapabilityBoundingSet=([^\n]*)\n")));
-  EXPECT_EQ(caps[1].str().find("CAP_SYS_ADMIN"), std::string::npos) << "CAP_SYS_ADMIN is not needed (see the unit)";
   // CAP_CHOWN: the socket's group and the recordings' group (service.admin_group).
   // CAP_DAC_OVERRIDE: other users' /proc/PID/{pagemap,clear_refs} (UnitCapabilitiesTest).
-  for (const char* cap : {"CAP_SYS_NICE", "CAP_SYS_PTRACE", "CAP_DAC_OVERRIDE", "CAP_BPF", "CAP_PERFMON", "CAP_CHOWN"})
+  // CAP_SYS_ADMIN: perf_event_open under Debian's kernel.perf_event_paranoid=3 (e2e.package).
+  for (const char* cap :
+       {"CAP_SYS_NICE", "CAP_SYS_PTRACE", "CAP_DAC_OVERRIDE", "CAP_BPF", "CAP_PERFMON", "CAP_CHOWN", "CAP_SYS_ADMIN"})
     EXPECT_NE(caps[1].str().find(cap), std::string::npos) << cap;
   // The admin group must pass through the state directory to traces/ (0750, their group).
   EXPECT_NE(s.find("\nStateDirectoryMode=0751\n"), std::string::npos);
@@ -52,8 +53,8 @@ TEST(SystemdUnits, ServiceIsNotifyWithWatchdogAndHardening) {
 
 // A daemon killed with kernel tiering turned off cannot restore it; systemd runs this after every
 // stop, and it restores from the state file the daemon saved first.
-// Both with full privileges ("+"): writing kernel.numa_balancing needs CAP_SYS_ADMIN, which the
-// daemon is not given (UnitCapabilities.NumaBalancingIsTheUnitCommandsNotTheDaemons).
+// Both with full privileges ("+"), whatever a drop-in takes from the daemon: writing
+// kernel.numa_balancing needs CAP_SYS_ADMIN.
 TEST(SystemdUnits, ExecStopPostRestoresKernelTiering) {
   const std::string s = unitText("tensortierd.service");
   EXPECT_NE(s.find("\nExecStopPost=+/usr/sbin/tensortierd --restore-kernel-tiering --config "

@@ -24,7 +24,6 @@
 #include "sys/Pagemap.h"
 #include "sys/ProcMaps.h"
 #include "sys/access/SoftDirty.h"
-#include "sys/access/Sysctl.h"
 
 namespace {
 
@@ -113,29 +112,6 @@ TEST(UnitCapabilities, ReachAnotherUsersProcFiles) {
   });
   EXPECT_EQ(failures, "") << "with the unit's capabilities the daemon cannot do its work on a process of uid "
                           << kNobody;
-}
-
-// Why the unit turns kernel tiering off and on in "+" (fully privileged) ExecStartPre and
-// ExecStopPost commands: with the unit's capabilities kernel.numa_balancing cannot be written,
-// not even with its current value (the kernel checks CAP_SYS_ADMIN for any write), while
-// demotion_enabled can. Nothing on the host changes: the values written are the current ones.
-TEST(UnitCapabilities, NumaBalancingIsTheUnitCommandsNotTheDaemons) {
-  TT_REQUIRE_ROOT();
-  const auto now = tt::sys::readKernelTiering(tt::sys::Fs("/proc"), tt::sys::Fs("/sys"));
-  ASSERT_TRUE(now.ok()) << now.error().message();
-  ASSERT_TRUE(now->numaBalancing.has_value()) << "needs a kernel with CONFIG_NUMA_BALANCING";
-  const int value = *now->numaBalancing;
-  const std::optional<bool> demotion = now->demotionEnabled;
-  const std::string out = withUnitCapabilities([value, demotion]() {
-    std::string o;
-    auto w = tt::sys::writeNumaBalancing(tt::sys::Fs("/proc"), value);
-    o += w ? "numa_balancing written\n" : (w.error().code == EPERM ? "" : "numa_balancing: " + w.error().message() + "\n");
-    if (demotion)
-      if (auto d = tt::sys::writeDemotionEnabled(tt::sys::Fs("/sys"), *demotion); !d)
-        o += "demotion_enabled: " + d.error().message() + "\n";
-    return o;
-  });
-  EXPECT_EQ(out, "") << "with the unit's capabilities: numa_balancing must fail with EPERM, demotion_enabled succeed";
 }
 
 }  // namespace

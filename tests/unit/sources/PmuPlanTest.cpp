@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "sources/EventOpen.h"
 #include "sources/PmuEvents.h"
 #include "sources/SamplingSource.h"
+#include "sys/perf/PerfEvent.h"
 
 namespace tt::sources {
 namespace {
@@ -124,6 +126,24 @@ TEST(PmuFormatBit, ParsesOneBitFields) {
   EXPECT_EQ(b->bit, 19U);
   for (const char* bad : {"config:0-7", "config3:0", "config2:64", "event:1", "config2", ""})
     EXPECT_FALSE(sys::perf::parsePmuFormatBit(bad).ok()) << bad;
+}
+
+// A refused perf_event_open says why when kernel.perf_event_paranoid does: Debian's kernels
+// default to 3, where only CAP_SYS_ADMIN may open events (CAP_PERFMON is not enough).
+TEST_F(FakeSysfs, APermissionErrorNamesAParanoidLevelOfThreeOrMore) {
+  const sys::Fs procfs(root_.string());
+  write("sys/kernel/perf_event_paranoid", "3\n");
+  EXPECT_NE(sys::perf::paranoidHint(procfs, EACCES).find("kernel.perf_event_paranoid=3"), std::string::npos);
+  EXPECT_NE(sys::perf::paranoidHint(procfs, EPERM).find("CAP_SYS_ADMIN"), std::string::npos);
+  EXPECT_EQ(sys::perf::paranoidHint(procfs, ENOENT), "");  // not a permission error
+  write("sys/kernel/perf_event_paranoid", "4\n");          // Ubuntu's level
+  EXPECT_NE(sys::perf::paranoidHint(procfs, EACCES).find("=4"), std::string::npos);
+  for (const char* level : {"2\n", "-1\n"}) {  // upstream's levels: CAP_PERFMON would do
+    write("sys/kernel/perf_event_paranoid", level);
+    EXPECT_EQ(sys::perf::paranoidHint(procfs, EACCES), "") << level;
+  }
+  fs::remove(root_ / "sys/kernel/perf_event_paranoid");
+  EXPECT_EQ(sys::perf::paranoidHint(procfs, EACCES), "");
 }
 
 // IBS counts in units of 16 ops; perf_ibs_check_period refuses any other period (and under

@@ -797,9 +797,9 @@ TEST_F(KernelTieringGuardTest, RestoringFromTheStateFileLeavesWhatTheAdminChange
   EXPECT_FALSE(fs::exists(state()));
 }
 
-// Under the unit the daemon cannot write kernel.numa_balancing (CAP_SYS_ADMIN): the unit's
-// ExecStartPre turns tiering off with full privileges and marks the state file as its own; the
-// daemon then leaves both alone (no restore at start, none at exit), and ExecStopPost restores.
+// Under the unit its ExecStartPre turns tiering off with full privileges and marks the state file
+// as its own; the daemon then leaves both alone (no restore at start, none at exit), and
+// ExecStopPost restores, after every stop.
 TEST_F(KernelTieringGuardTest, TheUnitTurnsItOffAndBackAndTheDaemonLeavesThatToIt) {
   write("proc/sys/kernel/numa_balancing", "3\n");
   write("sys/kernel/mm/numa/demotion_enabled", "1\n");
