@@ -62,7 +62,7 @@ class PerfEvent {
 // Why perf_event_open (or a BPF attach through it) failed with errno `err`, when
 // kernel.perf_event_paranoid (under `procfs`, rooted at /proc) explains it: at 3 or more,
 // Debian's and Ubuntu's kernels let only CAP_SYS_ADMIN open any event, CAP_PERFMON not enough.
-// "" for other errors and levels.
+// "" for other errors and levels, and for a process that has CAP_SYS_ADMIN (self/status CapEff).
 [[nodiscard]] std::string paranoidHint(const Fs& procfs, int err);
 
 // Online CPUs from /sys/devices/system/cpu/online ("0-3,6").

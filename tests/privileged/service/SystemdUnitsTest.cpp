@@ -36,6 +36,8 @@ TEST(SystemdUnits, ServiceIsNotifyWithWatchdogAndHardening) {
   EXPECT_NE(s.find("\nProtectSystem=strict\n"), std::string::npos);
   EXPECT_NE(s.find("\nProtectHome=yes\n"), std::string::npos);
   EXPECT_NE(s.find("\nNoNewPrivileges=yes\n"), std::string::npos);
+  // With CAP_SYS_ADMIN granted, what keeps the daemon from writing sysctls.
+  EXPECT_NE(s.find("\nProtectKernelTunables=yes\n"), std::string::npos);
   std::smatch caps;
   ASSERT_TRUE(std::regex_search(s, caps, std::regex("\nCapabilityBoundingSet=([^\n]*)\n")));
   // CAP_CHOWN: the socket's group and the recordings' group (service.admin_group).
@@ -64,7 +66,7 @@ TEST(SystemdUnits, ExecStopPostRestoresKernelTiering) {
                    "/etc/tensortier/tensortierd.conf\n"),
             std::string::npos);
   // It must be able to remove the state file, under the writable runtime directory.
-  EXPECT_NE(s.find("\nReadWritePaths=/run/tensortier\n"), std::string::npos);
+  EXPECT_NE(s.find("\nReadWritePaths=/run/tensortier -/sys/kernel/mm/damon\n"), std::string::npos);
 }
 
 // What ExecStopPost runs: with a state file, the saved values are written back and the file goes;

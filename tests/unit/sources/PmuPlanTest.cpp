@@ -132,6 +132,7 @@ TEST(PmuFormatBit, ParsesOneBitFields) {
 // default to 3, where only CAP_SYS_ADMIN may open events (CAP_PERFMON is not enough).
 TEST_F(FakeSysfs, APermissionErrorNamesAParanoidLevelOfThreeOrMore) {
   const sys::Fs procfs(root_.string());
+  write("self/status", "Name:\ttensortierd\nCapInh:\t0000000000000000\nCapEff:\t000000c000880003\n");
   write("sys/kernel/perf_event_paranoid", "3\n");
   EXPECT_NE(sys::perf::paranoidHint(procfs, EACCES).find("kernel.perf_event_paranoid=3"), std::string::npos);
   EXPECT_NE(sys::perf::paranoidHint(procfs, EPERM).find("CAP_SYS_ADMIN"), std::string::npos);
@@ -142,6 +143,11 @@ TEST_F(FakeSysfs, APermissionErrorNamesAParanoidLevelOfThreeOrMore) {
     write("sys/kernel/perf_event_paranoid", level);
     EXPECT_EQ(sys::perf::paranoidHint(procfs, EACCES), "") << level;
   }
+  write("sys/kernel/perf_event_paranoid", "3\n");
+  write("self/status", "Name:\ttensortierd\nCapEff:\t000000c000880003\nCapBnd:\t0000000000200000\n");
+  EXPECT_NE(sys::perf::paranoidHint(procfs, EACCES), "");  // CAP_SYS_ADMIN bounded, not effective
+  write("self/status", "Name:\ttensortierd\nCapEff:\t000001ffffffffff\n");
+  EXPECT_EQ(sys::perf::paranoidHint(procfs, EACCES), "");  // has it: refused for another reason
   fs::remove(root_ / "sys/kernel/perf_event_paranoid");
   EXPECT_EQ(sys::perf::paranoidHint(procfs, EACCES), "");
 }
