@@ -9,7 +9,10 @@
 #     bounding set, system call filter, read-only system), and the daemon itself moves the region
 #     to DRAM (the client refuses mbind, so move_pages does it);
 #   - checks the unit's privileged ExecStartPre turned the kernel's tiering off while the daemon
-#     runs, that tensortierctl and a reload work, that a stop is clean and ExecStopPost restores
+#     runs and that the daemon feeds systemd's watchdog;
+#   - kills the daemon: systemd starts it again, ExecStopPost and ExecStartPre restore the
+#     kernel's tiering and turn it off again, and the client reconnects and registers again;
+#   - checks that tensortierctl and a reload work, that a stop is clean and ExecStopPost restores
 #     the kernel's tiering, and that removing the package stops and removes the units.
 #
 # usage: package_e2e.sh BUILD_DIR            (host, as root; the build configured with
@@ -30,6 +33,7 @@ check() {
     else
         echo "FAIL - $what"
         failed=$((failed + 1))
+        return 1
     fi
 }
 equals() { [[ $1 == "$2" ]] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
@@ -63,12 +67,14 @@ host_main() {
 }
 
 # A client of the installed Python package, run with its memory bound to the slow node: registers
-# a 16 MiB region, writes every page of it each step with iteration marks, and exits 0 once the
-# daemon has placed 95% of it on node 0 (printing the placement), 1 if that never happens. The
-# library connects in the background when the first attempt times out (a daemon that systemd
-# starts on that connection may take longer under TCG), so a query may find it not connected yet.
+# a 16 MiB region and writes every page of it each step, with iteration marks, until the file
+# named by its argument appears; prints "promoted" once the daemon has placed 95% of the region on
+# node 0, and exits 0 if that happened, 1 if not. The library connects in the background when an
+# attempt times out or the daemon goes away (a daemon systemd starts on that connection, or
+# restarts, may take seconds under TCG), and registers the region again each time it connects;
+# meanwhile a query fails with "not connected".
 readonly CLIENT='
-import ctypes, mmap, sys, time
+import ctypes, mmap, os, sys, time
 import tensortier as tt
 print("tensortier package from", tt.__file__, flush=True)
 size = 16 << 20
@@ -79,28 +85,49 @@ for off in pages:
     buf[off] = 1
 client = tt.Client(name="package-e2e", accepts_mbind=False)
 region = client.register(address, size, name="weights", kind=tt.WEIGHT)
-deadline = time.monotonic() + float(sys.argv[1])
+deadline = time.monotonic() + 600
 step = 0
-while time.monotonic() < deadline:
+promoted = False
+while time.monotonic() < deadline and not os.path.exists(sys.argv[1]):
     with client.step(step):
         for off in pages:
             buf[off] = (buf[off] + 1) & 0xFF
     step += 1
-    if step % 10 == 0:
+    if not promoted and step % 10 == 0:
         try:
             p = client.query_placement([region])[0]
-        except tt.TensortierError as e:  # the first connect can outlast a socket-activated start
+        except tt.TensortierError as e:
             print(f"step {step}: {e}", flush=True)
             continue
         fast = p.bytes_per_node.get(0, 0)
         print(f"step {step}: {p.bytes_per_node}", flush=True)
         if fast >= size * 95 // 100:
             print(f"promoted: {fast} of {size} bytes on node 0 after {step} steps", flush=True)
-            sys.exit(0)
+            promoted = True
     time.sleep(0.05)
-print("never promoted", flush=True)
-sys.exit(1)
+print(f"stopped after {step} steps", flush=True)
+sys.exit(0 if promoted else 1)
 '
+
+# Waits up to $1 seconds for command $2... to succeed, running it again every 0.2 s (so a test of
+# a value must be a function that reads it anew); false if it never does.
+wait_for() {
+    local seconds=$1 i
+    shift
+    for ((i = 0; i < seconds * 5; i++)); do
+        "$@" && return 0
+        sleep 0.2
+    done
+    return 1
+}
+registrations() { grep -c 'registered 1 region(s) with tensortierd' /tmp/client.out; }
+registered_again() { (($(registrations) >= 2)); }
+restarted() { (($(unit_state tensortierd.service NRestarts) >= 1)) && [[ $(systemctl is-active tensortierd.service) == active ]]; }
+# systemd records each watchdog ping's time; the daemon pings every 10 s (WatchdogSec=30s).
+pinged_after_start() {
+    (($(unit_state tensortierd.service WatchdogTimestampMonotonic) >= \
+        $(unit_state tensortierd.service ExecMainStartTimestampMonotonic) + 9000000))
+}
 
 unit_state() { systemctl show -p "$2" --value "$1"; }
 
@@ -123,26 +150,57 @@ guest_main() {
         tensortierd --check-config --config /etc/tensortier/tensortierd.conf
 
     # The kernel's own tiering on, and the config asks the daemon to turn it off while it runs:
-    # only the unit's "+" ExecStartPre may write the sysctl (the daemon lacks CAP_SYS_ADMIN).
+    # the unit's "+" ExecStartPre does it, and its ExecStopPost restores it after every stop.
     sysctl -q -w kernel.numa_balancing=2
     sed -i 's/^\( *kernel_tiering:\) COOPERATE/\1 DISABLE/' /etc/tensortier/tensortierd.conf
     check "the config now says DISABLE" grep -q '^ *kernel_tiering: DISABLE' /etc/tensortier/tensortierd.conf
+    # The sources that write kernel files (DAMON's sysfs interface; soft-dirty's clear_refs), to
+    # see that the unit's read-only /proc/sys and /sys (ProtectKernelTunables) leave them theirs.
+    sed -i '/^  \(soft_dirty\|damon\) {$/,/^  }$/s/^\( *enabled:\) false$/\1 true/' /etc/tensortier/tensortierd.conf
+    check "... and enables soft-dirty and DAMON" test "$(sed -n '/^  \(soft_dirty\|damon\) {$/,/^  }$/p' \
+        /etc/tensortier/tensortierd.conf | grep -c 'enabled: true')" -eq 2
 
     echo "# a client with its region on the slow node (numactl --membind=1), refusing mbind"
     cd / || exit 1
-    local client_rc=0
-    numactl --membind=1 timeout 400 python3 -c "$CLIENT" 300 >/tmp/client.out 2>&1 || client_rc=$?
-    sed 's/^/#   /' /tmp/client.out | tail -n 8
+    rm -f /tmp/client.stop
+    numactl --membind=1 python3 -c "$CLIENT" /tmp/client.stop >/tmp/client.out 2>&1 &
+    local client=$!
+    wait_for 300 grep -q '^promoted' /tmp/client.out
+    sed 's/^/#   /' /tmp/client.out | tail -n 6
     check "the client's connection started the daemon (socket activation)" \
         equals "$(systemctl is-active tensortierd.service)" active
     check "... which told systemd it was ready (Type=notify)" journal_has 'ready: serving'
     # The unit's sandbox must leave the daemon its kernel sources: under Debian's
     # kernel.perf_event_paranoid=3 that takes CAP_SYS_ADMIN (see the unit).
     check "... and opened its fault tracer under the unit's sandbox" journal_has 'sources: fault-trace: ok'
+    check "... soft-dirty" journal_has 'sources: soft-dirty: ok'
+    check "... and DAMON" journal_has 'sources: damon: ok'
     check "... used the installed Python package" grep -q 'package from /usr/lib/python3/dist-packages/' /tmp/client.out
-    check "the sandboxed daemon moved the client's region to DRAM (client exit $client_rc)" test "$client_rc" -eq 0
+    check "the sandboxed daemon moved the client's region to DRAM" grep -q '^promoted' /tmp/client.out
     check "... with the kernel's tiering off while it runs" equals "$(cat /proc/sys/kernel/numa_balancing)" 0
+    check "... by the unit's ExecStartPre" journal_has 'kernel-tiering: turned off for the service (numa_balancing 2 -> 0'
+
+    check "the daemon keeps systemd's watchdog fed" wait_for 30 pinged_after_start
     check "... not restarted on the way" equals "$(unit_state tensortierd.service NRestarts)" 0
+
+    # A crash: systemd starts the daemon again (Restart=on-failure), ExecStopPost restores the
+    # kernel's tiering and the new start's ExecStartPre turns it off again, and the client library
+    # reconnects on its own and registers its region again.
+    local pid
+    pid=$(unit_state tensortierd.service MainPID)
+    check "the daemon has a main process ($pid)" test "$pid" -gt 0
+    kill -KILL "$pid"
+    check "a killed daemon is started again by systemd" wait_for 60 restarted
+    check "... its ExecStopPost restored the kernel's tiering in between" \
+        journal_has 'kernel-tiering: restored numa_balancing=2'
+    check "... and its ExecStartPre turned it off again" equals "$(cat /proc/sys/kernel/numa_balancing)" 0
+    check "the client reconnected and registered its region again" wait_for 60 registered_again
+    check "... which the new daemon lists" wait_for 10 has_client "$client"
+
+    touch /tmp/client.stop
+    local client_rc=0
+    wait "$client" || client_rc=$?
+    check "the client ran through (exit $client_rc)" test "$client_rc" -eq 0
 
     local status
     status=$(tensortierctl status 2>&1)
@@ -150,16 +208,17 @@ guest_main() {
     echo "$status" | sed 's/^/#   /' | head -n 12
 
     systemctl reload tensortierd.service
-    sleep 2
-    check "systemctl reload reloads the config" journal_has 'SIGHUP: reloaded /etc/tensortier/tensortierd.conf'
+    check "systemctl reload reloads the config" wait_for 30 journal_has 'SIGHUP: reloaded /etc/tensortier/tensortierd.conf'
     check "... and the daemon keeps running" equals "$(systemctl is-active tensortierd.service)" active
 
     local pid
     pid=$(unit_state tensortierd.service MainPID)
+    check "the daemon has a main process ($pid)" test "$pid" -gt 0
     systemctl stop tensortierd.service
     check "a stop ends the daemon cleanly" equals "$(unit_state tensortierd.service Result)" success
     check "... its process gone" test ! -e "/proc/$pid"
     check "ExecStopPost restored the kernel's tiering" equals "$(cat /proc/sys/kernel/numa_balancing)" 2
+    check "... saying so" test "$(journal_count 'kernel-tiering: restored numa_balancing=2')" -ge 2
 
     rc=0
     dpkg -r tensortier >/tmp/dpkg-r.out 2>&1 || rc=$?
@@ -175,7 +234,12 @@ guest_main() {
     ((failed == 0))
 }
 
-journal_has() { journalctl -b --no-pager -u tensortierd.service | grep -qF -- "$1"; }
+# grep reads the whole journal (not -q): an early exit would end journalctl with SIGPIPE, and the
+# pipeline (pipefail) would fail on a line that is there.
+journal_has() { journalctl -b --no-pager -u tensortierd.service | grep -F -- "$1" >/dev/null; }
+journal_count() { journalctl -b --no-pager -u tensortierd.service | grep -cF -- "$1"; }
+# Whether tensortierctl lists process $1 with one region.
+has_client() { tensortierctl processes 2>/dev/null | awk -v pid="$1" '$1 == pid && $4 == 1 { found = 1 } END { exit !found }'; }
 
 if [[ ${1:-} == --in-guest ]]; then
     guest_main "${2:?--in-guest needs the .deb}"
