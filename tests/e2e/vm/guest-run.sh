@@ -1,5 +1,6 @@
 #!/bin/bash
-# ttvm stage 2: runs as root in the chroot of the host root inside the guest (see guest-init).
+# ttvm stage 2: runs as root in the chroot of the host root inside the guest (see guest-init), or,
+# with --init systemd, as systemd's ttvm-run.service on an overlay of it.
 # ttvm copies this file into the per-run share, mounted here at /run/ttvm, together with:
 #   config   TT_TOPOLOGY, TT_CWD and the command as the array TT_CMD (bash syntax, sourced)
 #   env      `export NAME=VALUE` lines for the command's environment (sourced)
