@@ -12,8 +12,10 @@
 #     runs and that the daemon feeds systemd's watchdog;
 #   - kills the daemon: systemd starts it again, ExecStopPost and ExecStartPre restore the
 #     kernel's tiering and turn it off again, and the client reconnects and registers again;
-#   - checks that tensortierctl and a reload work, that a stop is clean and ExecStopPost restores
-#     the kernel's tiering, and that removing the package stops and removes the units.
+#   - installs the package again: the daemon restarts onto it and the client comes back;
+#   - checks that tensortierctl works for root and the socket's group only, that a reload works,
+#     that a stop is clean and ExecStopPost restores the kernel's tiering, and that removing the
+#     package stops and removes the units.
 #
 # usage: package_e2e.sh BUILD_DIR            (host, as root; the build configured with
 #                                             -DCMAKE_INSTALL_PREFIX=/usr, as tools/dev does)
@@ -122,6 +124,13 @@ wait_for() {
 }
 registrations() { grep -c 'registered 1 region(s) with tensortierd' /tmp/client.out; }
 registered_again() { (($(registrations) >= 2)); }
+registered_times() { (($(registrations) >= $1)); }
+# Whether the service is active with a main process other than $1.
+runs_other_than() {
+    local now
+    now=$(unit_state tensortierd.service MainPID)
+    [[ $(systemctl is-active tensortierd.service) == active && $now -gt 0 && $now != "$1" ]]
+}
 restarted() { (($(unit_state tensortierd.service NRestarts) >= 1)) && [[ $(systemctl is-active tensortierd.service) == active ]]; }
 # systemd records each watchdog ping's time; the daemon pings every 10 s (WatchdogSec=30s).
 pinged_after_start() {
@@ -197,6 +206,15 @@ guest_main() {
     check "the client reconnected and registered its region again" wait_for 60 registered_again
     check "... which the new daemon lists" wait_for 10 has_client "$client"
 
+    # An upgrade (the same package again) while the daemon runs: the postinst restarts it onto the
+    # new files, and the client comes back to it again.
+    pid=$(unit_state tensortierd.service MainPID)
+    rc=0
+    dpkg -i "$deb" >/tmp/dpkg-again.out 2>&1 || rc=$?
+    check "installing the package again while the daemon runs (dpkg -i exit $rc)" test "$rc" -eq 0 || cat /tmp/dpkg-again.out
+    check "... restarts the daemon" wait_for 60 runs_other_than "$pid"
+    check "... and the client registers with the new one" wait_for 60 registered_times 3
+
     touch /tmp/client.stop
     local client_rc=0
     wait "$client" || client_rc=$?
@@ -206,6 +224,13 @@ guest_main() {
     status=$(tensortierctl status 2>&1)
     check "tensortierctl status answers through the unit's socket" test -n "$status"
     echo "$status" | sed 's/^/#   /' | head -n 12
+    # The socket is the access control: its group may connect, others may not.
+    useradd --system --no-create-home --groups tensortier tt-member 2>/dev/null
+    check "a member of group tensortier reaches the daemon" runuser -u tt-member -- tensortierctl status >/dev/null
+    local refused
+    refused=$(runuser -u nobody -- tensortierctl status 2>&1)
+    check "anyone else is refused by the socket's mode ($(echo "$refused" | head -n 1))" \
+        grep -q 'Permission denied' <<<"$refused"
 
     systemctl reload tensortierd.service
     check "systemctl reload reloads the config" wait_for 30 journal_has 'SIGHUP: reloaded /etc/tensortier/tensortierd.conf'
