@@ -25,19 +25,8 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")" && pwd)
 readonly HERE
 
-passed=0 failed=0
-check() {
-    local what=$1
-    shift
-    if "$@"; then
-        echo "ok   - $what"
-        passed=$((passed + 1))
-    else
-        echo "FAIL - $what"
-        failed=$((failed + 1))
-        return 1
-    fi
-}
+# shellcheck source-path=SCRIPTDIR source=../vm/checks.sh
+source "$HERE/../vm/checks.sh"
 equals() { [[ $1 == "$2" ]] || { echo "  got '$1', want '$2'" >&2; return 1; }; }
 
 host_main() {
@@ -152,7 +141,8 @@ guest_main() {
     echo "# dpkg -i $(basename "$deb")"
     local rc=0
     dpkg -i "$deb" >/tmp/dpkg.out 2>&1 || rc=$?
-    check "the package installs (dpkg -i exit $rc)" test "$rc" -eq 0 || cat /tmp/dpkg.out
+    check "the package installs (dpkg -i exit $rc)" test "$rc" -eq 0
+    ((rc == 0)) || cat /tmp/dpkg.out
     check "its postinst made the socket's group" getent group tensortier
     check "... enabled the socket" equals "$(systemctl is-enabled tensortierd.socket)" enabled
     check "... and the service" equals "$(systemctl is-enabled tensortierd.service)" enabled
@@ -221,7 +211,8 @@ guest_main() {
     pid=$(unit_state tensortierd.service MainPID)
     rc=0
     dpkg -i "$deb" >/tmp/dpkg-again.out 2>&1 || rc=$?
-    check "installing the package again while the daemon runs (dpkg -i exit $rc)" test "$rc" -eq 0 || cat /tmp/dpkg-again.out
+    check "installing the package again while the daemon runs (dpkg -i exit $rc)" test "$rc" -eq 0
+    ((rc == 0)) || cat /tmp/dpkg-again.out
     check "... restarts the daemon" wait_for 60 runs_other_than "$pid"
     check "... and the client registers with the new one" wait_for 60 registered_times 3
 
@@ -257,7 +248,8 @@ guest_main() {
 
     rc=0
     dpkg -r tensortier >/tmp/dpkg-r.out 2>&1 || rc=$?
-    check "the package removes (dpkg -r exit $rc)" test "$rc" -eq 0 || cat /tmp/dpkg-r.out
+    check "the package removes (dpkg -r exit $rc)" test "$rc" -eq 0
+    ((rc == 0)) || cat /tmp/dpkg-r.out
     check "... stopping the socket" test ! -e /run/tensortier/tensortier.sock
     check "... and taking the units away" test ! -e /usr/lib/systemd/system/tensortierd.service
 

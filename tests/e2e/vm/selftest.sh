@@ -13,19 +13,8 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/ttvm-selftest.XXXXXX")
 readonly WORK
 trap 'rm -rf "$WORK"' EXIT
 
-passed=0 failed=0
-
-check() {
-    local what=$1
-    shift
-    if "$@"; then
-        echo "ok   - $what"
-        passed=$((passed + 1))
-    else
-        echo "FAIL - $what"
-        failed=$((failed + 1))
-    fi
-}
+# shellcheck source-path=SCRIPTDIR source=checks.sh
+source "$HERE/checks.sh"
 
 # Runs in the guest: prints the facts the checks need, one "key value" per line, writes a
 # marker to stderr only, and exits 3.
