@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <string>
 
 #include "core/Parse.h"
@@ -31,19 +32,33 @@ Result<int> readLastCpu(const Fs& procfs, pid_t pid) {
   return procfs.readParsed(std::to_string(pid) + "/stat", parseStatProcessor);
 }
 
-Result<std::vector<int>> parseStatusAllowedCpus(std::string_view status) {
-  constexpr std::string_view kKey = "Cpus_allowed_list:";
+std::optional<std::string_view> statusField(std::string_view status, std::string_view key) {
   for (size_t at = 0; at < status.size();) {
     const size_t end = std::min(status.find('\n', at), status.size());
     const std::string_view line = status.substr(at, end - at);
-    if (line.substr(0, kKey.size()) == kKey) {
-      auto cpus = parseIdList(line.substr(kKey.size()));
-      if (!cpus) return withContext(cpus.error(), "status: Cpus_allowed_list");
-      return cpus;
-    }
+    if (line.size() > key.size() && line.substr(0, key.size()) == key && line[key.size()] == ':')
+      return trim(line.substr(key.size() + 1));
     at = end + 1;
   }
-  return logicError("status: no Cpus_allowed_list line");
+  return std::nullopt;
+}
+
+Result<uint64_t> parseStatusEffectiveCaps(std::string_view status) {
+  const auto mask = statusField(status, "CapEff");
+  if (!mask) return logicError("status: no CapEff line");
+  uint64_t caps = 0;
+  const auto [end, ec] = std::from_chars(mask->data(), mask->data() + mask->size(), caps, 16);
+  if (ec != std::errc() || end != mask->data() + mask->size() || mask->empty())
+    return logicError("status: CapEff '" + std::string(*mask) + "' is not a hex mask");
+  return caps;
+}
+
+Result<std::vector<int>> parseStatusAllowedCpus(std::string_view status) {
+  const auto list = statusField(status, "Cpus_allowed_list");
+  if (!list) return logicError("status: no Cpus_allowed_list line");
+  auto cpus = parseIdList(*list);
+  if (!cpus) return withContext(cpus.error(), "status: Cpus_allowed_list");
+  return cpus;
 }
 
 Result<std::vector<int>> readAllowedCpus(const Fs& procfs, pid_t pid) {

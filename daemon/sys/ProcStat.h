@@ -5,6 +5,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -19,6 +21,12 @@ namespace tt::sys {
 
 // Reads `<pid>/stat` under `procfs` (rooted at /proc, or a fixture tree).
 [[nodiscard]] Result<int> readLastCpu(const Fs& procfs, pid_t pid);
+
+// The value of a status file's "KEY:" line, trimmed; nullopt when it has none.
+[[nodiscard]] std::optional<std::string_view> statusField(std::string_view status, std::string_view key);
+
+// The effective capabilities of a status file's "CapEff:" line (a hex mask, bit N = capability N).
+[[nodiscard]] Result<uint64_t> parseStatusEffectiveCaps(std::string_view status);
 
 // The CPUs of the "Cpus_allowed_list:" line of a status file (the main thread's affinity: what
 // numactl --cpunodebind, taskset or a cpuset cgroup allow it).

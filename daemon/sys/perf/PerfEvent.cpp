@@ -8,10 +8,10 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "core/Parse.h"
+#include "sys/ProcStat.h"
 
 
 namespace tt::sys::perf {
@@ -124,17 +124,8 @@ std::string paranoidHint(const Fs& procfs, int err) {
   auto level = parseUint(trim(*line));  // -1 (no restriction at all) does not parse: not >= 3
   if (!level || *level < 3) return "";
   // A process that has CAP_SYS_ADMIN was refused for another reason (an LSM, say).
-  if (auto status = procfs.readFile("self/status"); status) {
-    const size_t at = status->find("\nCapEff:");
-    if (at != std::string::npos) {
-      const size_t from = status->find_first_not_of(" \t", at + 8);
-      const size_t to = status->find('\n', at + 1);
-      if (from != std::string::npos && from < to) {
-        const uint64_t effective = std::strtoull(status->substr(from, to - from).c_str(), nullptr, 16);
-        if (effective & (uint64_t{1} << CAP_SYS_ADMIN)) return "";
-      }
-    }
-  }
+  if (auto caps = procfs.readParsed("self/status", parseStatusEffectiveCaps); caps && (*caps >> CAP_SYS_ADMIN) & 1)
+    return "";
   return " (kernel.perf_event_paranoid=" + std::to_string(*level) +
          ": this kernel lets only CAP_SYS_ADMIN open perf events; the shipped unit grants it)";
 }

@@ -156,6 +156,13 @@ TEST(ProcStat, AllowedCpusComeFromTheCpusAllowedListLine) {
   EXPECT_EQ(*cpus, (std::vector<int>{0, 1, 3}));
   EXPECT_FALSE(tt::sys::parseStatusAllowedCpus("Name:\ttrainer\nCpus_allowed:\tf\n").ok());
   EXPECT_FALSE(tt::sys::parseStatusAllowedCpus("Cpus_allowed_list:\t0-x\n").ok());
+  // The key is the whole name before the colon: "Cpus_allowed" is not "Cpus_allowed_list".
+  EXPECT_EQ(tt::sys::statusField("Cpus_allowed:\tf\nCpus_allowed_list:\t2\n", "Cpus_allowed"), "f");
+  auto caps = tt::sys::parseStatusEffectiveCaps("Name:\tt\nCapInh:\t0\nCapEff:\t000000c000880003\n");
+  ASSERT_TRUE(caps.ok()) << caps.error().message();
+  EXPECT_EQ(*caps, 0xc000880003ULL);
+  EXPECT_FALSE(tt::sys::parseStatusEffectiveCaps("CapEff:\tzz\n").ok());
+  EXPECT_FALSE(tt::sys::parseStatusEffectiveCaps("CapInh:\t0\n").ok());
 }
 
 // The home node: the socket a process is bound to, wherever its main thread last ran; unbound,
