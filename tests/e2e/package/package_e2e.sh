@@ -117,7 +117,6 @@ wait_for() {
     return 1
 }
 registrations() { grep -c 'registered 1 region(s) with tensortierd' /tmp/client.out; }
-registered_again() { (($(registrations) >= 2)); }
 registered_times() { (($(registrations) >= $1)); }
 # Whether the service is active with a main process other than $1.
 runs_other_than() {
@@ -203,7 +202,7 @@ guest_main() {
     check "... its ExecStopPost restored the kernel's tiering in between" \
         journal_has 'kernel-tiering: restored numa_balancing=2'
     check "... and its ExecStartPre turned it off again" equals "$(cat /proc/sys/kernel/numa_balancing)" 0
-    check "the client reconnected and registered its region again" wait_for 60 registered_again
+    check "the client reconnected and registered its region again" wait_for 60 registered_times 2
     check "... which the new daemon lists" wait_for 10 has_client "$client"
 
     # An upgrade (the same package again) while the daemon runs: the postinst restarts it onto the
