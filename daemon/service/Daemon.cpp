@@ -6,9 +6,11 @@
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <memory>
+#include <thread>
 
 #include "core/Log.h"
 #include "heat/HeatModel.h"
@@ -94,6 +96,15 @@ bool sameMessage(const google::protobuf::Message& a, const google::protobuf::Mes
   return a.SerializeAsString() == b.SerializeAsString();
 }
 
+// Answers admin requests while the sources open: the status, tuning and recording need the stages
+// that are not built yet.
+class StartingAdmin final : public ipc::AdminHandler {
+ public:
+  void handleAdmin(const ipc::Session&, const pb::ClientMessage&, pb::DaemonMessage& reply) override {
+    ipc::setError(reply, pb::INTERNAL, "tensortierd is starting: its sources are still opening; try again in a moment");
+  }
+};
+
 class Daemon {
  public:
   Daemon(const DaemonOptions& options, config::DaemonConfig config)
@@ -103,7 +114,10 @@ class Daemon {
 
  private:
   [[nodiscard]] Result<void> bindSocket();
+  // On the startup thread: opens the sources and builds the stages that use them.
   void buildStages();
+  // On the event loop, once buildStages() is done: starts the epochs and reports ready.
+  void startEpochs();
   void onSignal(int signal);
   void reload();
   // Applies the live-tunable parts of `next` and makes it current. Returns notes on what needs a
@@ -148,6 +162,12 @@ class Daemon {
   std::atomic<uint32_t> epochMs_{1000};
   std::atomic<uint32_t> manualPinSeconds_{300};
   std::optional<gid_t> adminGid_;
+  StartingAdmin startingAdmin_;
+  // Builds the stages while the event loop already serves clients; joined by startEpochs() or
+  // by a shutdown that comes first.
+  std::thread startup_;
+  bool started_ = false;        // startEpochs() ran: every stage exists
+  bool reloadPending_ = false;  // a SIGHUP came before that
   bool stopping_ = false;
 };
 
@@ -197,8 +217,8 @@ void Daemon::buildStages() {
 
 int Daemon::run() {
   ::signal(SIGPIPE, SIG_IGN);  // a client that hangs up mid-reply is an EPIPE, not a death
-  // Catch the signals first: a SIGHUP or SIGTERM arriving while the sources attach must not kill
-  // the daemon with the default action; they are handled once the event loop runs.
+  // Catch the signals first: a SIGHUP or SIGTERM arriving before the event loop runs must not kill
+  // the daemon with the default action; they are handled once it does.
   signals_.add(SIGTERM);
   signals_.add(SIGINT);
   signals_.add(SIGHUP);
@@ -238,8 +258,28 @@ int Daemon::run() {
     return 1;
   }
   adminGid_ = lookupGroup(s.admin_group(), "admin group");
+  handler_->setAdminHandler(&startingAdmin_);
 
-  buildStages();
+  // Clients are served from here on, while the sources open on a thread of their own: loading and
+  // verifying the BPF programs and opening per-CPU perf events takes 0.3 s on the development host,
+  // 3 s under TCG and longer with many CPUs, and a client waits only its connect timeout (500 ms
+  // by default) for the answer to its Hello. What clients register meanwhile waits in the
+  // registry's events for the first epoch. systemd hears READY=1 only once the epochs run.
+  TT_LOG(Info) << "accepting clients; opening the sources";
+  startup_ = std::thread([this] {
+    buildStages();
+    asio::post(io_, [this] { startEpochs(); });
+  });
+  io_.run();
+  if (startup_.joinable()) startup_.join();  // io_ stopped before startEpochs() ran
+  TT_LOG(Info) << "tensortierd stopped";
+  return 0;
+}
+
+void Daemon::startEpochs() {
+  if (stopping_) return;  // shutdown() came first, joined the startup thread and shut the stages down
+  startup_.join();
+  const auto& s = config_.service();
   std::vector<std::string> missing;  // every stage is wired in this build
   recorder_ = std::make_unique<trace::Recorder>(recorderLimitsOf(s, adminGid_));
   recorderSink_ = std::make_unique<RecorderSink>(*recorder_);
@@ -300,13 +340,15 @@ int Daemon::run() {
   }
 
   epochLoop_->start();
+  started_ = true;
   const std::string ready = "serving " + std::to_string(topology_.nodes.size()) + " node(s), epoch " +
                             std::to_string(s.epoch_ms()) + " ms";
   sys::notifyReady(ready);
   TT_LOG(Info) << "tensortierd " << options_.version << " ready: " << ready;
-  io_.run();
-  TT_LOG(Info) << "tensortierd stopped";
-  return 0;
+  if (reloadPending_) {
+    reloadPending_ = false;
+    reload();
+  }
 }
 
 void Daemon::heartbeat() {
@@ -319,7 +361,13 @@ void Daemon::heartbeat() {
 
 void Daemon::onSignal(int signal) {
   if (signal == SIGHUP) {
-    reload();
+    if (started_) {
+      reload();
+    } else if (!reloadPending_) {
+      // The stages a reload changes are being built; the config they are built from stays put.
+      reloadPending_ = true;
+      TT_LOG(Info) << "SIGHUP while the sources open: reloading once they are";
+    }
     signals_.async_wait([this](const boost::system::error_code& ec, int next) {
       if (!ec) onSignal(next);
     });
@@ -429,9 +477,15 @@ void Daemon::shutdown() {
   stopping_ = true;
   sys::notifyStopping();
   server_->stop();  // no new requests; pending mbinds fail
+  if (!started_ && startup_.joinable()) {
+    // Stopped while the sources open: that cannot be cut short, and what it opens (a kernel
+    // tiering guard among them) must be closed in order, so wait for it.
+    TT_LOG(Info) << "waiting for the sources to finish opening";
+    startup_.join();
+  }
   inProcess_->cancelAll();
-  epochLoop_->stop();  // finishes the epoch in progress
-  recorder_->stopAll(EpochLoop::monotonicNowNs());  // recordings end with complete files
+  if (epochLoop_) epochLoop_->stop();  // finishes the epoch in progress
+  if (recorder_) recorder_->stopAll(EpochLoop::monotonicNowNs());  // recordings end with complete files
   executor_->shutdown(config_.service().shutdown_grace_ms());
   source_->shutdown();
   if (exporter_) exporter_->stop();

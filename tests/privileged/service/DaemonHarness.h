@@ -21,9 +21,13 @@ class DaemonHarness {
   [[nodiscard]] std::string configPath() const { return dir_ + "/tensortierd.conf"; }
   void writeConfig(const std::string& text) const;
 
-  // Starts `tensortierd --config <configPath> --socket <socket> --foreground`; true once a
-  // connect() succeeds (within `timeout`).
+  // Starts `tensortierd --config <configPath> --socket <socket> --foreground`; true once it has
+  // logged that it is ready (within `timeout`): launch() and waitReady().
   [[nodiscard]] bool start(std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  // Forks and execs the daemon without waiting for anything.
+  void launch();
+  // True once this start has logged " ready: serving " (within `timeout`); false if it exits first.
+  [[nodiscard]] bool waitReady(std::chrono::milliseconds timeout = std::chrono::seconds(20));
   void signal(int sig) const;
   // Waits for exit; the exit code, or nullopt on timeout / death by signal.
   [[nodiscard]] std::optional<int> wait(std::chrono::milliseconds timeout = std::chrono::seconds(15));

@@ -996,6 +996,163 @@ TEST(CtlArguments, NumbersOutOfRangeAreRefusedNotTruncated) {
   EXPECT_NE(fits.out.find("connect"), std::string::npos) << fits.out;
 }
 
+// A procfs for the daemon's sources (sources.procfs_root) that is the real one but for
+// sys/kernel/numa_balancing, a FIFO: the sources read it first when they open, so they stay
+// opening until release() writes it a value. Every other entry links to /proc (pids: those that
+// exist when it is made, this test's among them).
+class StalledProcfs {
+ public:
+  explicit StalledProcfs(const std::string& root) : root_(root) {
+    namespace fs = std::filesystem;
+    fs::create_directories(root_ + "/sys/kernel");
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      const std::string name = e.path().filename();
+      if (name != "sys") fs::create_directory_symlink(e.path(), root_ + "/" + name);
+    }
+    for (const auto& e : fs::directory_iterator("/proc/sys")) {
+      const std::string name = e.path().filename();
+      if (name != "kernel") fs::create_directory_symlink(e.path(), root_ + "/sys/" + name);
+    }
+    for (const auto& e : fs::directory_iterator("/proc/sys/kernel")) {
+      const std::string name = e.path().filename();
+      if (name != "numa_balancing") fs::create_symlink(e.path(), root_ + "/sys/kernel/" + name);
+    }
+    ok_ = ::mkfifo(fifo().c_str(), 0600) == 0;
+  }
+  [[nodiscard]] bool ok() const { return ok_; }
+  [[nodiscard]] const std::string& root() const { return root_; }
+  [[nodiscard]] std::string fifo() const { return root_ + "/sys/kernel/numa_balancing"; }
+  // Lets the reader go on: numa_balancing reads 0. Waits (up to 5 s) for the daemon to open the
+  // FIFO for reading: without a reader a non-blocking open for writing fails with ENXIO.
+  [[nodiscard]] bool release() const {
+    int fd = -1;
+    for (int i = 0; i < 500 && fd < 0; ++i) {
+      fd = ::open(fifo().c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd < 0 && errno != ENXIO) return false;
+      if (fd < 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (fd < 0) return false;
+    const bool wrote = ::write(fd, "0\n", 2) == 2;
+    ::close(fd);
+    return wrote;
+  }
+
+ private:
+  std::string root_;
+  bool ok_ = false;
+};
+
+// The daemon with its sources stalled while opening (StalledProcfs).
+class ServiceStartupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TT_REQUIRE_ROOT();
+    procfs = std::make_unique<StalledProcfs>(daemon.dir() + "/proc");
+    ASSERT_TRUE(procfs->ok()) << "mkfifo " << procfs->fifo() << ": " << std::strerror(errno);
+    daemon.writeConfig("service { socket_group: \"\" epoch_ms: 100 }\n"
+                       "sources { procfs_root: \"" + procfs->root() + "\" fault_trace { pause_over_budget: false } }\n");
+    daemon.launch();
+  }
+  void TearDown() override {
+    if (HasFailure()) std::cerr << "--- daemon log ---\n" << daemon.log();
+  }
+  // Connects and says Hello, retrying until the socket exists; the Hello's own wait is CtlClient's
+  // 10 s reply timeout.
+  void connect(CtlClient& c) {
+    for (int i = 0; i < 200; ++i) {
+      if (c.connect(daemon.socket()).ok()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    auto h = c.hello("startup-test");
+    ASSERT_TRUE(h.ok()) << "no answer to Hello while the sources open: " << h.error().message();
+  }
+  [[nodiscard]] bool logHas(const std::string& text) const { return daemon.log().find(text) != std::string::npos; }
+
+  DaemonHarness daemon;
+  std::unique_ptr<StalledProcfs> procfs;
+};
+
+// Clients are not kept waiting for the sources (BPF verification, per-CPU perf events): Hello and
+// registrations are answered at once, admin requests say the daemon is starting, and the first
+// epoch takes up what was registered meanwhile. A SIGHUP in that time is applied once it is ready.
+TEST_F(ServiceStartupTest, ClientsAreServedWhileTheSourcesOpen) {
+  CtlClient c;
+  connect(c);
+  // Mapped, not yet touched: the first touches after the daemon is ready are the fault trace's.
+  constexpr size_t kPages = 256;
+  void* addr = ::mmap(nullptr, kPages * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(addr, MAP_FAILED);
+  pb::ClientMessage reg;
+  auto* r = reg.mutable_register_region();
+  r->set_address(reinterpret_cast<uint64_t>(addr));
+  r->set_length(kPages * kPage);
+  r->set_name("early");
+  r->set_kind(pb::ACTIVATION);
+  auto registered = c.call(reg);
+  ASSERT_TRUE(registered.ok()) << registered.error().message();
+  ASSERT_TRUE(registered->has_register_region_reply()) << registered->DebugString();
+
+  pb::ClientMessage status;
+  status.mutable_status();
+  auto starting = c.call(status);
+  ASSERT_TRUE(starting.ok()) << starting.error().message();
+  ASSERT_TRUE(starting->has_error()) << starting->DebugString();
+  EXPECT_NE(starting->error().message().find("starting"), std::string::npos) << starting->DebugString();
+  EXPECT_FALSE(logHas(" ready: serving ")) << "ready before the sources were open";
+
+  daemon.signal(SIGHUP);
+  for (int i = 0; i < 100 && !logHas("SIGHUP while the sources open"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(logHas("SIGHUP while the sources open: reloading once they are"));
+  EXPECT_FALSE(logHas("SIGHUP: reloaded"));
+
+  ASSERT_TRUE(procfs->release()) << "open " << procfs->fifo() << " for writing: " << std::strerror(errno);
+  ASSERT_TRUE(daemon.waitReady()) << "not ready after the sources could open";
+  for (int i = 0; i < 100 && !logHas("SIGHUP: reloaded"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::string log = daemon.log();
+  const size_t ready = log.find(" ready: serving "), reloaded = log.find("SIGHUP: reloaded");
+  ASSERT_NE(reloaded, std::string::npos) << "the SIGHUP that came while starting was not applied";
+  EXPECT_GT(reloaded, ready);
+
+  auto served = c.call(status);
+  ASSERT_TRUE(served.ok()) << served.error().message();
+  ASSERT_TRUE(served->has_status()) << served->DebugString();
+  EXPECT_EQ(served->status().regions(), 1u);
+  // The region registered before the first epoch is tracked: its first touches become heat.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a few epochs: the fault trace attached
+  std::memset(addr, 1, kPages * kPage);
+  double heat = 0;
+  for (int i = 0; i < 100 && heat <= 0; ++i) {
+    pb::ClientMessage q;
+    q.mutable_regions();
+    auto regions = c.call(q);
+    ASSERT_TRUE(regions.ok()) << regions.error().message();
+    for (const auto& region : regions->regions().regions())
+      if (region.name() == "early") heat = region.heat();
+    if (heat <= 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GT(heat, 0) << "the early registration's first touches left no heat";
+  ::munmap(addr, kPages * kPage);
+}
+
+// A SIGTERM while the sources open waits for them (what they opened is closed in order), then the
+// daemon exits 0 and removes its socket without ever reporting ready.
+TEST_F(ServiceStartupTest, SigtermWhileTheSourcesOpenExitsCleanlyOnceTheyAre) {
+  CtlClient c;
+  connect(c);
+  daemon.signal(SIGTERM);
+  for (int i = 0; i < 100 && !logHas("waiting for the sources to finish opening"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(logHas("waiting for the sources to finish opening"));
+  EXPECT_TRUE(daemon.running());
+  ASSERT_TRUE(procfs->release()) << "open " << procfs->fifo() << " for writing: " << std::strerror(errno);
+  const auto code = daemon.wait();
+  ASSERT_TRUE(code.has_value()) << "tensortierd did not exit after SIGTERM once its sources were open";
+  EXPECT_EQ(*code, 0);
+  EXPECT_NE(::access(daemon.socket().c_str(), F_OK), 0);
+  EXPECT_FALSE(logHas(" ready: serving "));
+}
+
 // Socket activation: systemd-socket-activate (from the systemd package) binds the socket and
 // passes it as fd 3 with LISTEN_FDS, as tensortierd.socket does; the daemon serves it.
 TEST(ServiceActivation, ServesTheSocketSystemdPasses) {
