@@ -144,8 +144,11 @@ void EpochLoop::applyEvents(uint64_t nowNs) {
     switch (ev.type) {
       case T::ProcessAdded:
         if (stages_.source) {
-          if (auto r = stages_.source->addProcess(ev.tgid); !r) {
-            TT_LOG(Warn) << "sources: tracking pid " << ev.tgid << ": " << r.error().message();
+          if (auto r = stages_.source->addProcess(ev.tgid); !r && r.error().code == ESRCH) {
+            // The normal race of a client that exits right after registering.
+            TT_LOG(Info) << "sources: " << r.error().message();
+          } else if (!r) {
+            TT_LOG(Warn) << "sources: " << r.error().message();
           }
         }
         break;

@@ -50,6 +50,7 @@ struct SourceReport {
 class EvidenceSource {
  public:
   virtual ~EvidenceSource() = default;
+  // ESRCH: the process exited before it could be tracked (its removal is the registry's next event).
   [[nodiscard]] virtual Result<void> addProcess(pid_t tgid) = 0;
   [[nodiscard]] virtual Result<void> removeProcess(pid_t tgid) = 0;
   // The registered regions of a tracked process, [start, end) sorted and merged, after each change.

@@ -492,18 +492,24 @@ Result<void> SourceSet::addProcess(pid_t tgid) {
   std::string errors;
   for (auto& s : sources_) {
     if (!s->status().available) continue;
-    if (auto r = s->addProcess(tgid); !r) errors += std::string(s->name()) + ": " + r.error().message() + "; ";
+    if (auto r = s->addProcess(tgid); !r)
+      errors += (errors.empty() ? "" : "; ") + std::string(s->name()) + ": " + r.error().message();
   }
   tracked_.track(tgid);
-  if (!errors.empty()) return logicError("tracking pid " + std::to_string(tgid) + ": " + errors);
-  return {};
+  if (errors.empty()) return {};
+  // A client that exits right after registering is gone before its first epoch: an exit, which
+  // the registry's next event ends, not a fault of the sources.
+  if (!sys::Fs(config_.procfs_root()).exists(std::to_string(tgid)))
+    return systemError(ESRCH, "tracking pid " + std::to_string(tgid) + ": the process has exited (" + errors + ")");
+  return logicError("tracking pid " + std::to_string(tgid) + ": " + errors);
 }
 
 Result<void> SourceSet::removeProcess(pid_t tgid) {
   std::string errors;
   for (auto& s : sources_) {
     if (!s->status().available) continue;
-    if (auto r = s->removeProcess(tgid); !r) errors += std::string(s->name()) + ": " + r.error().message() + "; ";
+    if (auto r = s->removeProcess(tgid); !r)
+      errors += (errors.empty() ? "" : "; ") + std::string(s->name()) + ": " + r.error().message();
   }
   tracked_.untrack(tgid);
   if (!errors.empty()) return logicError("untracking pid " + std::to_string(tgid) + ": " + errors);

@@ -58,7 +58,8 @@ class SourceSet {
   SourceSet& operator=(const SourceSet&) = delete;
 
   // Starts/stops tracking a process in every available source. Errors of single sources are
-  // returned joined; the other sources still track it.
+  // returned joined; the other sources still track it. addProcess's error is ESRCH when the
+  // process has exited (no procfs entry).
   [[nodiscard]] Result<void> addProcess(pid_t tgid);
   [[nodiscard]] Result<void> removeProcess(pid_t tgid);
   // Registered regions of a tracked process, for the sources that scan ranges (Source::setRanges).

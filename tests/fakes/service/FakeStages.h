@@ -21,6 +21,7 @@ class FakeEvidenceSource final : public service::EvidenceSource {
  public:
   Result<void> addProcess(pid_t tgid) override {
     tracked.insert(tgid);
+    if (addError) return *addError;
     return {};
   }
   Result<void> removeProcess(pid_t tgid) override {
@@ -49,6 +50,7 @@ class FakeEvidenceSource final : public service::EvidenceSource {
   std::vector<EvidenceBlock> nextBlocks;  // likewise
   std::vector<service::SourceReport> reports;
   std::vector<std::string> noteLines;  // what notes() returns
+  std::optional<Error> addError;       // what addProcess() returns (it still tracks)
   int collects = 0;
   bool shutdownCalled = false;
 };

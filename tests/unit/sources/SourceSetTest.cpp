@@ -273,6 +273,31 @@ class TempTree : public ::testing::Test {
   fs::path root_;
 };
 
+using SourceSetTrackingTest = TempTree;
+
+// A source's failure to track a process whose procfs entry is gone is its exit (ESRCH, which the
+// epoch loop logs as Info); with the entry there it stays the sources' error.
+TEST_F(SourceSetTrackingTest, AFailureToTrackAnExitedProcessIsEsrch) {
+  fs::create_directories(root_ / "5");
+  auto a = std::make_unique<fakes::FakeSource>("a", true);
+  a->failAdd = true;
+  std::vector<std::unique_ptr<Source>> v;
+  v.push_back(std::move(a));
+  tensortier::v1::SourcesConfig config;
+  config.set_procfs_root(root_.string());
+  SourceSet set(std::move(v), config);
+  auto alive = set.addProcess(5);
+  ASSERT_FALSE(alive.ok());
+  EXPECT_EQ(alive.error().code, 0);
+  EXPECT_EQ(alive.error().message(), "tracking pid 5: a: scripted add failure");
+  auto gone = set.addProcess(6);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.error().code, ESRCH);
+  EXPECT_NE(gone.error().context.find("tracking pid 6: the process has exited (a: scripted add failure)"),
+            std::string::npos)
+      << gone.error().context;
+}
+
 using SoftDirtySourceTest = TempTree;
 
 // A soft-dirty source over `tracker` and the fixture tree at `root`, tracking pid 42 (its first
