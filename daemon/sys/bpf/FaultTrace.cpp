@@ -39,10 +39,17 @@ Result<std::unique_ptr<FaultTrace>> FaultTrace::start(const Options& options) {
   const KernelTypes types = kernelTypes();
   const bool restoreProbes = types.migrationPte && types.removeMigrationPteFunc;
   bool loadFailed = false;
-  auto trace = open(options, types, restoreProbes, loadFailed);
-  if (trace || !restoreProbes || !loadFailed) return trace;
+  Result<std::unique_ptr<FaultTrace>> trace = logicError("not opened");
+  {
+    // libbpf's account of a refused fentry load (five warnings, one suggesting `ulimit -l`) is
+    // the fallback's detail, not a fault: held, and logged at debug when the fallback comes.
+    LibbpfLogHold hold;
+    trace = open(options, types, restoreProbes, loadFailed);
+    if (trace || !restoreProbes || !loadFailed) return trace;  // the hold logs what it took as it came
+    hold.emitAt(log::Level::Debug);
+  }
   TT_LOG(Warn) << "fault_trace: without fentry/fexit remove_migration_pte (" << trace.error().message()
-               << "): kernel moves are charged to the task they run in";
+               << "; libbpf's messages at debug level): kernel moves are charged to the task they run in";
   return open(options, types, false, loadFailed);
 }
 

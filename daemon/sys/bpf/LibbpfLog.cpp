@@ -24,20 +24,43 @@ int printToLog(enum libbpf_print_level level, const char* format, va_list args) 
   std::vsnprintf(line.data(), line.size(), format, args);
   line.resize(static_cast<size_t>(n));
   while (!line.empty() && line.back() == '\n') line.pop_back();
-  switch (level) {
-    case LIBBPF_WARN: TT_LOG(Warn) << line; break;
-    case LIBBPF_INFO: TT_LOG(Info) << line; break;
-    default: TT_LOG(Debug) << line; break;
-  }
+  const log::Level at = level == LIBBPF_WARN   ? log::Level::Warn
+                        : level == LIBBPF_INFO ? log::Level::Info
+                                               : log::Level::Debug;
+  if (!LibbpfLogHold::take(at, line) && log::enabled(at)) log::write(at, __FILE__, __LINE__, line);
   return n;
 }
 
 std::once_flag g_once;
+thread_local LibbpfLogHold* t_hold = nullptr;  // the innermost hold of this thread
 
 }  // namespace
 
 void routeLibbpfLogs() {
   std::call_once(g_once, [] { libbpf_set_print(printToLog); });
+}
+
+LibbpfLogHold::LibbpfLogHold() : outer_(t_hold) {
+  routeLibbpfLogs();
+  t_hold = this;
+}
+
+LibbpfLogHold::~LibbpfLogHold() {
+  t_hold = outer_;
+  for (const auto& [level, line] : lines_)
+    if (log::enabled(level)) log::write(level, __FILE__, __LINE__, line);
+}
+
+void LibbpfLogHold::emitAt(log::Level level) {
+  if (log::enabled(level))
+    for (const auto& entry : lines_) log::write(level, __FILE__, __LINE__, entry.second);
+  lines_.clear();
+}
+
+bool LibbpfLogHold::take(log::Level level, std::string line) {
+  if (t_hold == nullptr) return false;
+  t_hold->lines_.emplace_back(level, std::move(line));
+  return true;
 }
 
 }  // namespace tt::sys::bpf
