@@ -67,8 +67,8 @@ const char* daemonErrorName(int32_t code) {
   static const char* const names[] = {"ERROR_CODE_UNSPECIFIED", "BAD_REQUEST",     "UNSUPPORTED_VERSION",
                                       "NOT_REGISTERED",         "NO_SUCH_REGION",  "REGION_NOT_MAPPED",
                                       "REGION_OVERLAPS",        "LIMIT_EXCEEDED",  "PERMISSION_DENIED",
-                                      "FRAME_TOO_LARGE",        "INTERNAL"};
-  return code >= 0 && code <= 10 ? names[code] : "UNKNOWN_ERROR_CODE";
+                                      "FRAME_TOO_LARGE",        "INTERNAL",        "STARTING"};
+  return code >= 0 && code <= 11 ? names[code] : "UNKNOWN_ERROR_CODE";
 }
 
 Status daemonStatus(const wire::DaemonMessage& m, const std::string& what) {

@@ -101,7 +101,7 @@ bool sameMessage(const google::protobuf::Message& a, const google::protobuf::Mes
 class StartingAdmin final : public ipc::AdminHandler {
  public:
   void handleAdmin(const ipc::Session&, const pb::ClientMessage&, pb::DaemonMessage& reply) override {
-    ipc::setError(reply, pb::INTERNAL, "tensortierd is starting: its sources are still opening; try again in a moment");
+    ipc::setError(reply, pb::STARTING, "tensortierd is starting: its sources are still opening; try again in a moment");
   }
 };
 

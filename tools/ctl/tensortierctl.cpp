@@ -4,6 +4,7 @@
 //
 // Human tables by default; --json prints one JSON document (nlohmann-json) for scripts.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "config/Config.h"
@@ -29,6 +31,10 @@ using tt::ctl::bytes;
 using tt::ctl::regionJson;
 using tt::ctl::regionsTable;
 using tt::ctl::Table;
+
+// How long a request is repeated while the daemon answers STARTING (its sources take 0.3 s on the
+// development host, a few seconds under emulation; systemd gives a start 90 s).
+constexpr std::chrono::seconds kStartingWait{30};
 
 constexpr const char* kUsage =
     "usage: tensortierctl [--socket PATH] [--json] COMMAND [OPTIONS]\n"
@@ -281,7 +287,15 @@ int main(int argc, char** argv) {
   if (auto h = client.hello("tensortierctl " + command); !h) return fail(h.error().message());
   const bool unpinRequest = request.has_migrate() && request.migrate().unpin();
   const bool pagesRequested = request.has_top() && request.top().pages() > 0;
-  auto reply = client.call(std::move(request));
+  // A daemon whose sources are still opening (a start by socket activation: this very connection
+  // may have started it) answers STARTING; its answer comes once they are open, in a few seconds.
+  const auto startDeadline = std::chrono::steady_clock::now() + kStartingWait;
+  auto reply = client.call(request);
+  while (reply && reply->has_error() && reply->error().code() == pb::STARTING &&
+         std::chrono::steady_clock::now() < startDeadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    reply = client.call(request);
+  }
   if (!reply) return fail(reply.error().message());
   if (reply->has_error()) {
     if (asJson)

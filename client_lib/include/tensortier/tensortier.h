@@ -57,7 +57,8 @@ typedef enum tensortier_status {
   TENSORTIER_ERR_DAEMON_LIMIT_EXCEEDED = 107,
   TENSORTIER_ERR_DAEMON_PERMISSION_DENIED = 108,
   TENSORTIER_ERR_DAEMON_FRAME_TOO_LARGE = 109,
-  TENSORTIER_ERR_DAEMON_INTERNAL = 110
+  TENSORTIER_ERR_DAEMON_INTERNAL = 110,
+  TENSORTIER_ERR_DAEMON_STARTING = 111 /* admin requests only: the daemon's sources are still opening */
 } tensortier_status;
 
 /* Same numbers as tensortier.v1.RegionKind. */

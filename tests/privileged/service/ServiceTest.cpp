@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -1097,6 +1098,7 @@ TEST_F(ServiceStartupTest, ClientsAreServedWhileTheSourcesOpen) {
   auto starting = c.call(status);
   ASSERT_TRUE(starting.ok()) << starting.error().message();
   ASSERT_TRUE(starting->has_error()) << starting->DebugString();
+  EXPECT_EQ(starting->error().code(), pb::STARTING) << starting->DebugString();
   EXPECT_NE(starting->error().message().find("starting"), std::string::npos) << starting->DebugString();
   EXPECT_FALSE(logHas(" ready: serving ")) << "ready before the sources were open";
 
@@ -1133,6 +1135,23 @@ TEST_F(ServiceStartupTest, ClientsAreServedWhileTheSourcesOpen) {
   }
   EXPECT_GT(heat, 0) << "the early registration's first touches left no heat";
   ::munmap(addr, kPages * kPage);
+}
+
+// tensortierctl asks again while the daemon answers STARTING (a status that started the daemon
+// through its socket gets the status, not an error), and answers once the sources are open.
+TEST_F(ServiceStartupTest, TensortierctlWaitsOutTheStart) {
+  CtlClient c;
+  connect(c);  // the event loop runs: tensortierctl's Hello is answered
+  auto status = std::async(std::launch::async, [this] {
+    return tt::test::runCommand(std::string(TT_TENSORTIERCTL) + " --socket " + daemon.socket() + " --json status");
+  });
+  ASSERT_EQ(status.wait_for(std::chrono::milliseconds(800)), std::future_status::timeout)
+      << "tensortierctl returned while the sources were opening: " << status.get().out;
+  ASSERT_TRUE(procfs->release()) << "open " << procfs->fifo() << " for writing: " << std::strerror(errno);
+  ASSERT_EQ(status.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  const auto r = status.get();
+  EXPECT_EQ(r.exitCode, 0) << r.out;
+  EXPECT_NE(r.out.find("\"daemon_version\""), std::string::npos) << r.out;
 }
 
 // A SIGTERM while the sources open waits for them (what they opened is closed in order), then the

@@ -50,6 +50,7 @@ static int connected_case(void) {
         TENSORTIER_ERR_DAEMON_REGION_OVERLAPS);
   CHECK(bad == 0);
   CHECK(strstr(tensortier_last_error(), "REGION_OVERLAPS") != NULL);
+  CHECK(strcmp(tensortier_status_name(TENSORTIER_ERR_DAEMON_STARTING), "TENSORTIER_ERR_DAEMON_STARTING") == 0);
   CHECK(strcmp(tensortier_status_name(TENSORTIER_ERR_DAEMON_REGION_OVERLAPS),
                "TENSORTIER_ERR_DAEMON_REGION_OVERLAPS") == 0);
   /* Bad arguments. */
