@@ -100,7 +100,8 @@ bool sameMessage(const google::protobuf::Message& a, const google::protobuf::Mes
 // that are not built yet.
 class StartingAdmin final : public ipc::AdminHandler {
  public:
-  void handleAdmin(const ipc::Session&, const pb::ClientMessage&, pb::DaemonMessage& reply) override {
+  void handleAdmin(const ipc::Session& session, const pb::ClientMessage&, pb::DaemonMessage& reply) override {
+    TT_LOG(Debug) << "admin request from pid " << session.peer.pid << " while starting: STARTING";
     ipc::setError(reply, pb::STARTING, "tensortierd is starting: its sources are still opening; try again in a moment");
   }
 };

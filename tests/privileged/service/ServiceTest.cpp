@@ -1050,8 +1050,12 @@ class ServiceStartupTest : public ::testing::Test {
     TT_REQUIRE_ROOT();
     procfs = std::make_unique<StalledProcfs>(daemon.dir() + "/proc");
     ASSERT_TRUE(procfs->ok()) << "mkfifo " << procfs->fifo() << ": " << std::strerror(errno);
-    daemon.writeConfig("service { socket_group: \"\" epoch_ms: 100 }\n"
-                       "sources { procfs_root: \"" + procfs->root() + "\" fault_trace { pause_over_budget: false } }\n");
+    // A state file of its own: the default one is the host's, and a previous run's values in it
+    // would be written back into the FIFO.
+    daemon.writeConfig("log { level: DEBUG }\n"
+                       "service { socket_group: \"\" epoch_ms: 100 }\n"
+                       "sources { procfs_root: \"" + procfs->root() + "\" kernel_tiering_state_file: \"" +
+                       daemon.dir() + "/kernel-tiering.state\" fault_trace { pause_over_budget: false } }\n");
     daemon.launch();
   }
   void TearDown() override {
@@ -1120,8 +1124,16 @@ TEST_F(ServiceStartupTest, ClientsAreServedWhileTheSourcesOpen) {
   ASSERT_TRUE(served.ok()) << served.error().message();
   ASSERT_TRUE(served->has_status()) << served->DebugString();
   EXPECT_EQ(served->status().regions(), 1u);
-  // The region registered before the first epoch is tracked: its first touches become heat.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // a few epochs: the fault trace attached
+  // The region registered before the first epoch is tracked: its first touches become heat. Two
+  // epochs first: the first attaches the fault trace to the process.
+  uint64_t epochs = 0;
+  for (int i = 0; i < 200 && epochs < 2; ++i) {
+    auto st = c.call(status);
+    ASSERT_TRUE(st.ok() && st->has_status()) << (st.ok() ? st->DebugString() : st.error().message());
+    epochs = st->status().epochs();
+    if (epochs < 2) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GE(epochs, 2U);
   std::memset(addr, 1, kPages * kPage);
   double heat = 0;
   for (int i = 0; i < 100 && heat <= 0; ++i) {
@@ -1145,7 +1157,11 @@ TEST_F(ServiceStartupTest, TensortierctlWaitsOutTheStart) {
   auto status = std::async(std::launch::async, [this] {
     return tt::test::runCommand(std::string(TT_TENSORTIERCTL) + " --socket " + daemon.socket() + " --json status");
   });
-  ASSERT_EQ(status.wait_for(std::chrono::milliseconds(800)), std::future_status::timeout)
+  // Its request was answered STARTING (and is asked again), not merely not sent yet.
+  for (int i = 0; i < 500 && !logHas("while starting: STARTING"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(logHas("while starting: STARTING")) << "tensortierctl's request never reached the daemon";
+  ASSERT_EQ(status.wait_for(std::chrono::milliseconds(500)), std::future_status::timeout)
       << "tensortierctl returned while the sources were opening: " << status.get().out;
   ASSERT_TRUE(procfs->release()) << "open " << procfs->fifo() << " for writing: " << std::strerror(errno);
   ASSERT_EQ(status.wait_for(std::chrono::seconds(20)), std::future_status::ready);
