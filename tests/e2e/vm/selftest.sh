@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Self-test of the ttvm test bed: boots each topology once (one VM at a time) and checks the
 # NUMA layout the guest sees, that exit status and stdout/stderr come back intact, that a
-# topology that cannot be set up fails loudly, that --timeout works, and that a guest kernel crash
+# topology that cannot be set up fails loudly, that --timeout and --boot-timeout work, and that a guest kernel crash
 # fails the run, unless it is the emulator's stray int3, after which the command runs again.
 #
 # usage: selftest.sh [--kernel 6.12|6.1]...   (default: 6.12; repeat to test several kernels)
@@ -139,6 +139,22 @@ test_timeout() {
     check "... with a clear message" has "$WORK/timeout.err" TIMEOUT
 }
 
+# A boot that has not started the command by --boot-timeout is stopped and booted again, and the
+# run fails with 125 after three: a 1 s limit, which no boot here meets (3-11 s), stands in for a
+# hung one. The watcher looks every 2 s, so each attempt ends 2-4 s after QEMU's start.
+test_boot_timeout() {
+    local kernel=$1 rc=0
+    echo "# kernel $kernel: --boot-timeout 1 -- true"
+    "$TTVM" run --kernel "$kernel" --topology pmem --boot-timeout 1 --timeout 120 -- true >/dev/null \
+        2>"$WORK/boot-timeout.err" || rc=$?
+    grep '^ttvm: ' "$WORK/boot-timeout.err" | sed 's/^/# /' || true
+    check "a boot past --boot-timeout exits 125 (got $rc)" test "$rc" -eq 125
+    check "... after booting again twice" test "$(grep -c 'did not start the command within 1s (--boot-timeout; attempt' \
+        "$WORK/boot-timeout.err")" -eq 2
+    check "... and says so for the last attempt" has "$WORK/boot-timeout.err" \
+        'did not start the command within 1s (--boot-timeout) on the last attempt'
+}
+
 main() {
     local kernels=()
     while (($#)); do
@@ -158,6 +174,7 @@ main() {
         test_topology "$kernel" two-socket 4
         test_setup_failure "$kernel"
         test_timeout "$kernel"
+        test_boot_timeout "$kernel"
         test_guest_crash "$kernel"
         test_stray_int3 "$kernel"
     done
