@@ -101,9 +101,18 @@ bool sameMessage(const google::protobuf::Message& a, const google::protobuf::Mes
 class StartingAdmin final : public ipc::AdminHandler {
  public:
   void handleAdmin(const ipc::Session& session, const pb::ClientMessage&, pb::DaemonMessage& reply) override {
-    TT_LOG(Debug) << "admin request from pid " << session.peer.pid << " while starting: STARTING";
+    if (!told_) {
+      told_ = true;
+      TT_LOG(Info) << "admin request from pid " << session.peer.pid
+                   << " while starting: STARTING (tensortierctl asks again; later ones at debug level)";
+    } else {
+      TT_LOG(Debug) << "admin request from pid " << session.peer.pid << " while starting: STARTING";
+    }
     ipc::setError(reply, pb::STARTING, "tensortierd is starting: its sources are still opening; try again in a moment");
   }
+
+ private:
+  bool told_ = false;  // the event loop's only
 };
 
 class Daemon {

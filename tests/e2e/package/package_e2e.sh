@@ -245,6 +245,16 @@ guest_main() {
     check "ExecStopPost restored the kernel's tiering" equals "$(cat /proc/sys/kernel/numa_balancing)" 2
     check "... saying so" test "$(journal_count 'kernel-tiering: restored numa_balancing=2')" -ge 2
 
+    # With the daemon stopped and its socket listening, an admin's first command starts it: the
+    # daemon answers STARTING while its sources open (about 1 s under TCG) and tensortierctl asks
+    # again until it has the status.
+    rc=0
+    status=$(tensortierctl status 2>&1) || rc=$?
+    check "tensortierctl status starts the stopped daemon through its socket and prints the status (exit $rc)" \
+        grep -q '^tensortierd 0.1.0, up ' <<<"$status"
+    check "... which it asked for while the sources opened" journal_has 'while starting: STARTING'
+    systemctl stop tensortierd.service
+
     rc=0
     dpkg -r tensortier >/tmp/dpkg-r.out 2>&1 || rc=$?
     check "the package removes (dpkg -r exit $rc)" test "$rc" -eq 0
