@@ -14,8 +14,9 @@
 #     kernel's tiering and turn it off again, and the client reconnects and registers again;
 #   - installs the package again: the daemon restarts onto it and the client comes back;
 #   - checks that tensortierctl works for root and the socket's group only, that a reload works,
-#     that a stop is clean and ExecStopPost restores the kernel's tiering, and that removing the
-#     package stops and removes the units.
+#     that a stop is clean and ExecStopPost restores the kernel's tiering, that tensortierctl
+#     status then starts the daemon through its socket and gets the status (the daemon answers
+#     STARTING while its sources open), and that removing the package stops and removes the units.
 #
 # usage: package_e2e.sh BUILD_DIR            (host, as root; the build configured with
 #                                             -DCMAKE_INSTALL_PREFIX=/usr, as tools/dev does)
