@@ -14,7 +14,8 @@
 #     kernel's tiering and turn it off again, and the client reconnects and registers again;
 #   - installs the package again: the daemon restarts onto it and the client comes back;
 #   - checks that tensortierctl works for root and the socket's group only, that a reload works,
-#     that a stop is clean and ExecStopPost restores the kernel's tiering, that tensortierctl
+#     that a stop is clean and ExecStopPost restores the kernel's tiering, that a config that does
+#     not validate fails the start and says why, that tensortierctl
 #     status then starts the daemon through its socket and gets the status (the daemon answers
 #     STARTING while its sources open), and that removing the package stops and removes the units.
 #
@@ -245,6 +246,19 @@ guest_main() {
     check "... its process gone" test ! -e "/proc/$pid"
     check "ExecStopPost restored the kernel's tiering" equals "$(cat /proc/sys/kernel/numa_balancing)" 2
     check "... saying so" test "$(journal_count 'kernel-tiering: restored numa_balancing=2')" -ge 2
+
+    # A config that does not validate: the unit's one ExecStartPre, which reads the config before
+    # it changes anything, fails the start and says why; the kernel's tiering stays as it is.
+    cp /etc/tensortier/tensortierd.conf /tmp/good.conf
+    echo 'no_such_key: 1' >>/etc/tensortier/tensortierd.conf
+    rc=0
+    systemctl start tensortierd.service 2>/dev/null || rc=$?
+    check "a config that does not validate fails the start (systemctl exit $rc)" test "$rc" -ne 0
+    check "... with the config's error in the journal" journal_has 'no_such_key'
+    check "... and the kernel's tiering untouched" equals "$(cat /proc/sys/kernel/numa_balancing)" 2
+    systemctl stop tensortierd.service # cancels Restart=on-failure's next try
+    systemctl reset-failed tensortierd.service
+    cp /tmp/good.conf /etc/tensortier/tensortierd.conf
 
     # With the daemon stopped and its socket listening, an admin's first command starts it: the
     # daemon answers STARTING while its sources open (about 1 s under TCG) and tensortierctl asks

@@ -65,6 +65,10 @@ TEST(SystemdUnits, ExecStopPostRestoresKernelTiering) {
   EXPECT_NE(s.find("\nExecStartPre=+/usr/sbin/tensortierd --prepare-kernel-tiering --config "
                    "/etc/tensortier/tensortierd.conf\n"),
             std::string::npos);
+  // The one step before the daemon: it validates the config too (ABrokenConfigFailsThePrepareStep).
+  size_t steps = 0;
+  for (size_t at = s.find("\nExecStartPre="); at != std::string::npos; at = s.find("\nExecStartPre=", at + 1)) ++steps;
+  EXPECT_EQ(steps, 1U);
   // It must be able to remove the state file, under the writable runtime directory.
   EXPECT_NE(s.find("\nReadWritePaths=/run/tensortier -/sys/kernel/mm/damon\n"), std::string::npos);
 }
@@ -95,6 +99,29 @@ TEST(SystemdUnits, RestoreKernelTieringFlagAppliesAndRemovesTheStateFile) {
   const auto again = tt::test::runCommand(cmd);
   EXPECT_EQ(again.exitCode, 0) << again.out;
   EXPECT_NE(again.out.find("nothing to restore"), std::string::npos) << again.out;
+  std::filesystem::remove_all(dir);
+}
+
+// The unit's only ExecStartPre is also its config check: a config that does not validate fails it
+// (exit 1, the config's error on stderr, which the journal keeps) before it saves or changes
+// anything, so systemd does not start the daemon.
+TEST(SystemdUnits, ABrokenConfigFailsThePrepareStepBeforeItChangesAnything) {
+  TT_REQUIRE_ROOT();
+  char tmpl[] = "/tmp/tt-prepare-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string state = dir + "/kernel-tiering.state";
+  std::ofstream(dir + "/tensortierd.conf") << "sources { kernel_tiering: DISABLE kernel_tiering_state_file: \"" << state
+                                           << "\" }\nservice { epoch_ms: 5 }\n";  // below the minimum of 10
+  const auto before = tt::sys::readKernelTiering(tt::sys::Fs("/proc"), tt::sys::Fs("/sys"));
+  const auto r = tt::test::runCommand(std::string(TT_TENSORTIERD) + " --prepare-kernel-tiering --config " + dir +
+                                      "/tensortierd.conf 2>&1");
+  EXPECT_EQ(r.exitCode, 1) << r.out;
+  EXPECT_NE(r.out.find("service.epoch_ms"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(state)) << "the broken config's step saved kernel-tiering state";
+  const auto after = tt::sys::readKernelTiering(tt::sys::Fs("/proc"), tt::sys::Fs("/sys"));
+  ASSERT_TRUE(before.ok() && after.ok());
+  EXPECT_EQ(*after, *before);
   std::filesystem::remove_all(dir);
 }
 
