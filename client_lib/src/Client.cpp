@@ -350,7 +350,8 @@ struct Client::Impl {
     }
     if (warn) {
       TT_LOG(Warn) << "tensortierd is not reachable (" << why
-                   << "); tensortier calls do nothing until it is, retrying in the background";
+                   << "); retrying in the background: regions registered meanwhile are sent once it answers, "
+                      "iteration marks are dropped and placement queries fail until then";
     } else {
       TT_LOG(Debug) << "reconnect to tensortierd failed: " << why;
     }
