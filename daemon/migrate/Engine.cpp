@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/Log.h"
+#include "sys/ThreadName.h"
 #include "migrate/Batching.h"
 
 namespace tt::migrate {
@@ -189,8 +190,15 @@ Engine::Engine(const topology::Topology& topology, sys::PageMover& mover, FreeMe
     freeBatches_.push_back(batch.get());
     batchStore_.push_back(std::move(batch));
   }
-  for (uint32_t i = 0; i < workers_; ++i) workerThreads_.emplace_back([this] { workerLoop(); });
-  coordinator_ = std::thread([this] { coordinatorLoop(); });
+  for (uint32_t i = 0; i < workers_; ++i)
+    workerThreads_.emplace_back([this] {
+      sys::nameThisThread("tt-mover");
+      workerLoop();
+    });
+  coordinator_ = std::thread([this] {
+    sys::nameThisThread("tt-migrate");
+    coordinatorLoop();
+  });
 }
 
 Engine::~Engine() { shutdown(); }

@@ -28,6 +28,7 @@
 #include "service/EpochLoop.h"
 #include "sources/SourceSet.h"
 #include "sys/PageMover.h"
+#include "sys/ThreadName.h"
 #include "sys/access/Sysctl.h"
 #include "sys/service/Groups.h"
 #include "sys/service/SdDaemon.h"
@@ -277,6 +278,7 @@ int Daemon::run() {
   // registry's events for the first epoch. systemd hears READY=1 only once the epochs run.
   TT_LOG(Info) << "accepting clients; opening the sources";
   startup_ = std::thread([this] {
+    sys::nameThisThread("tt-startup");
     buildStages();
     asio::post(io_, [this] { startEpochs(); });
   });

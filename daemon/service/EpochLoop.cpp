@@ -7,6 +7,7 @@
 
 #include "core/Buffers.h"
 #include "core/Log.h"
+#include "sys/ThreadName.h"
 
 namespace tt::service {
 
@@ -72,7 +73,10 @@ void EpochLoop::start() {
     replanWhenIdle_ = false;
     wakeEarly_ = false;
   }
-  thread_ = std::thread([this] { threadMain(); });
+  thread_ = std::thread([this] {
+    sys::nameThisThread("tt-epoch");
+    threadMain();
+  });
 }
 
 void EpochLoop::stop() {
