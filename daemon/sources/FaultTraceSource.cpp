@@ -10,6 +10,7 @@
 
 #include "core/Buffers.h"
 #include "core/Log.h"
+#include "sys/ThreadName.h"
 #include "sys/VmStat.h"
 
 namespace tt::sources {
@@ -162,7 +163,10 @@ void FaultTraceSource::open() {
     baseDetail_ += "; never paused: the storm guard cannot count faults: " + faults.error().message();
   } else {
     try {
-      watch_ = std::thread([this] { watch(); });
+      watch_ = std::thread([this] {
+        sys::nameThisThread("tt-fault-guard");
+        watch();
+      });
       guardRuns_ = true;
     } catch (const std::system_error& e) {  // no thread: the daemon runs without the guard
       baseDetail_ += std::string("; never paused: no thread for the storm guard: ") + e.what();
@@ -209,11 +213,22 @@ void FaultTraceSource::watch() {
   bool applyFailing = false;
   for (;;) {
     bool wanted = false;
+    bool idle = false;
     std::string change;
     {
       std::unique_lock lock(guardMutex_);
       if (watchCv_.wait_for(lock, interval, [this] { return stopWatch_; })) return;
       wanted = guardTickLocked(change);
+      idle = !trace_->tracksAny();
+    }
+    if (idle && wanted == applied) {
+      // Nothing tracked: the program is detached and there is nothing to judge. Sleep until a
+      // process is tracked (addProcess wakes this) rather than wake ten times a second in a
+      // daemon without clients.
+      std::unique_lock lock(guardMutex_);
+      watchCv_.wait(lock, [this] { return stopWatch_ || trace_->tracksAny(); });
+      if (stopWatch_) return;
+      continue;
     }
     // Attaching takes a while (a static key's text patch): not under the lock collect() takes.
     if (wanted == applied) continue;
@@ -294,7 +309,13 @@ Result<void> FaultTraceSource::setSamplingLimits(const SamplingLimits& limits) {
 Result<void> FaultTraceSource::addProcess(pid_t tgid) {
   if (!trace_) return {};
   tracked_.track(tgid);
-  return trace_->track(tgid);
+  auto tracked = trace_->track(tgid);
+  {
+    // Taken so that the storm guard cannot miss the wake-up between its check and its wait.
+    std::lock_guard lock(guardMutex_);
+  }
+  watchCv_.notify_all();  // the storm guard sleeps while nothing is tracked
+  return tracked;
 }
 
 Result<void> FaultTraceSource::removeProcess(pid_t tgid) {

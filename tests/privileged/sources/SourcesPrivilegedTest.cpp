@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -347,6 +348,45 @@ TEST_F(StormGuardTest, NothingTrackedNothingPaused) {
   ASSERT_TRUE(source_->addProcess(child.pid()).ok());
   EXPECT_TRUE(waitFor([&] { return source_->faultProgramPaused(); })) << "no pause in 3 s once tracking again";
   EXPECT_EQ(source_->pauses(), 2U);
+}
+
+// The thread of this process named `name` (/proc/self/task/TID/comm), if any.
+std::optional<pid_t> threadNamed(const std::string& name) {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) return static_cast<pid_t>(std::stol(task.path().filename()));
+  }
+  return std::nullopt;
+}
+
+// How often a thread of this process went to sleep by itself (voluntary_ctxt_switches): its waits.
+uint64_t voluntarySwitches(pid_t tid) {
+  std::ifstream status("/proc/self/task/" + std::to_string(tid) + "/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stoull(line.substr(line.find(':') + 1));
+  return 0;
+}
+
+// With nothing tracked there is nothing to judge: the guard's thread sleeps instead of waking every
+// 0.1 s in a daemon without clients, and ticks again once a process is tracked.
+TEST_F(StormGuardTest, WithNothingTrackedTheGuardSleeps) {
+  TT_REQUIRE_ROOT();
+  source_ = openGuarded(dir_.string());
+  ASSERT_TRUE(source_->status().available) << source_->status().detail;
+  const auto tid = threadNamed("tt-fault-guard");
+  ASSERT_TRUE(tid.has_value()) << "no thread named tt-fault-guard";
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // its first tick, then asleep
+  const uint64_t idleFrom = voluntarySwitches(*tid);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const uint64_t idleWaits = voluntarySwitches(*tid) - idleFrom;
+  EXPECT_LE(idleWaits, 1U) << "the guard woke " << idleWaits << " times in 1 s with nothing tracked";
+  test::PatternChild child(16);
+  ASSERT_TRUE(source_->addProcess(child.pid()).ok());
+  const uint64_t trackedFrom = voluntarySwitches(*tid);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_GE(voluntarySwitches(*tid) - trackedFrom, 5U) << "the guard does not tick while a process is tracked";
+  ASSERT_TRUE(source_->removeProcess(child.pid()).ok());
 }
 
 // A fault count that cannot be read leaves nothing to judge by: the program runs, as with the guard
