@@ -6,7 +6,8 @@
 
 #include <cctype>
 #include <cmath>
-#include <fstream>
+#include <cerrno>
+#include <cstdio>
 #include <set>
 #include <sstream>
 
@@ -207,12 +208,18 @@ Result<DaemonConfig> parseConfig(std::string_view text, std::string_view origin)
 }
 
 Result<DaemonConfig> loadConfigFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return errnoError("open config " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return errnoError("read config " + path);
-  auto config = parseConfig(text.str(), path);
+  // stdio, not an ifstream: a stream's read error (EISDIR for a directory, EIO) leaves no trace in
+  // `in` once copied through rdbuf(), and a directory then "loaded" as an empty, valid config.
+  std::FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) return errnoError("open config " + path);
+  std::string text;
+  char buf[8192];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  const int readErrno = std::ferror(f) ? errno : 0;
+  std::fclose(f);
+  if (readErrno != 0) return systemError(readErrno, "read config " + path);
+  auto config = parseConfig(text, path);
   if (!config) return config.error();
   if (auto valid = validateConfig(*config); !valid) return withContext(valid.error(), path);
   return config;

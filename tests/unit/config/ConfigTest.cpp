@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <regex>
 
@@ -123,6 +124,13 @@ TEST(Config, MissingFileIsAnErrnoError) {
   auto config = tt::config::loadConfigFile("/nonexistent/tensortierd.conf");
   ASSERT_FALSE(config);
   EXPECT_EQ(config.error().code, ENOENT);
+}
+
+// A directory opens but cannot be read: an error, not an empty (and so valid) config.
+TEST(Config, ADirectoryIsNotAnEmptyConfig) {
+  auto config = tt::config::loadConfigFile(std::filesystem::temp_directory_path().string());
+  ASSERT_FALSE(config);
+  EXPECT_EQ(config.error().code, EISDIR) << config.error().message();
 }
 
 TEST(Config, EffectiveConfigFillsDefaultsAndRoundTrips) {
