@@ -288,8 +288,12 @@ guest_main() {
     check "... and taking the units away" test ! -e /usr/lib/systemd/system/tensortierd.service
 
     if ((failed)); then
+        # All of it: a failed check may concern any step (a client that did not come back after
+        # a restart shows why only in its own lines and the daemon's around that restart).
+        echo "# the client's output:"
+        sed 's/^/#   /' /tmp/client.out
         echo "# journal of tensortierd:"
-        journalctl -b --no-pager -u tensortierd.service -u tensortierd.socket | tail -n 60 | sed 's/^/#   /'
+        journalctl -b --no-pager -o short-precise -u tensortierd.service -u tensortierd.socket | sed 's/^/#   /'
     fi
     echo "$passed passed, $failed failed"
     ((failed == 0))
