@@ -3,9 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
+#include "core/Log.h"
 #include "core/Result.h"
 #include "core/Types.h"
 
@@ -37,6 +42,33 @@ template <typename Collector>
 
 // True when the process is root; tests that need it call TT_REQUIRE_ROOT() and fail loudly if not.
 [[nodiscard]] bool isRoot();
+
+// What TT_LOG writes while it lives, from any thread: the log level is set to `level` and lines
+// at `keepFrom` and above are kept with their level. The default sink and the level before come
+// back at its end. One at a time: the sink is process-wide.
+class LogCapture {
+ public:
+  explicit LogCapture(log::Level level = log::Level::Debug, log::Level keepFrom = log::Level::Debug);
+  ~LogCapture();
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+
+  [[nodiscard]] std::vector<std::pair<log::Level, std::string>> lines() const;
+  // The lines alone, in order.
+  [[nodiscard]] std::vector<std::string> texts() const;
+  // The level of the first line containing `text`.
+  [[nodiscard]] std::optional<log::Level> levelOf(std::string_view text) const;
+  // Lines at `level` containing `text`.
+  [[nodiscard]] size_t count(log::Level level, std::string_view text) const;
+  void clear();
+
+ private:
+  static void sink(log::Level level, std::string_view line);
+  log::Level saved_;
+  log::Level keepFrom_;
+  mutable std::mutex mutex_;
+  std::vector<std::pair<log::Level, std::string>> lines_;
+};
 
 }  // namespace tt::test
 

@@ -13,6 +13,7 @@
 #include "fakes/service/FakeStages.h"
 #include "core/Log.h"
 #include "service/EpochLoop.h"
+#include "support/TestSupport.h"
 
 namespace {
 
@@ -92,17 +93,10 @@ TEST_F(EpochLoopTest, RegistryChangesReachSourcesAndPolicy) {
   EXPECT_EQ(policy.regions.count(id), 0u);
 }
 
-std::vector<std::pair<tt::log::Level, std::string>>* g_logLines = nullptr;
-void captureLog(tt::log::Level level, std::string_view line) {
-  if (g_logLines) g_logLines->emplace_back(level, std::string(line));
-}
-
 // A process that exited before the sources could track it (ESRCH) is the normal race of a short
 // client: Info. Any other failure to track is the sources' and stays a warning.
 TEST_F(EpochLoopTest, AProcessGoneBeforeItsTrackingIsInfoOtherTrackingErrorsWarn) {
-  std::vector<std::pair<tt::log::Level, std::string>> lines;
-  g_logLines = &lines;
-  tt::log::setSink(captureLog);
+  tt::test::LogCapture log;
   registry.attachProcess(peer, "t", false);
   source.addError = tt::systemError(ESRCH, "tracking pid 10: the process has exited (soft-dirty: open /proc/10)");
   loop.runOnce(1 * kSecond);
@@ -111,15 +105,8 @@ TEST_F(EpochLoopTest, AProcessGoneBeforeItsTrackingIsInfoOtherTrackingErrorsWarn
   registry.attachProcess(other, "u", false);
   source.addError = tt::logicError("tracking pid 11: fault-trace: attach: Permission denied");
   loop.runOnce(2 * kSecond);
-  tt::log::setSink(nullptr);
-  g_logLines = nullptr;
-  auto levelOf = [&](const std::string& text) -> std::optional<tt::log::Level> {
-    for (const auto& [level, line] : lines)
-      if (line.find(text) != std::string::npos) return level;
-    return std::nullopt;
-  };
-  EXPECT_EQ(levelOf("tracking pid 10: the process has exited"), tt::log::Level::Info);
-  EXPECT_EQ(levelOf("tracking pid 11: fault-trace: attach"), tt::log::Level::Warn);
+  EXPECT_EQ(log.levelOf("tracking pid 10: the process has exited"), tt::log::Level::Info);
+  EXPECT_EQ(log.levelOf("tracking pid 11: fault-trace: attach"), tt::log::Level::Warn);
 }
 
 TEST_F(EpochLoopTest, TheTraceSinkSeesRegionsMarksEvidenceAndExitsInOrder) {

@@ -6,10 +6,9 @@
 
 #include <string>
 #include <thread>
-#include <utility>
-#include <vector>
 
 #include "core/Log.h"
+#include "support/TestSupport.h"
 #include "sys/bpf/LibbpfLog.h"
 
 namespace {
@@ -17,25 +16,9 @@ namespace {
 using tt::log::Level;
 using tt::sys::bpf::LibbpfLogHold;
 
-std::vector<std::pair<Level, std::string>>* g_lines = nullptr;
-void capture(Level level, std::string_view line) {
-  if (g_lines) g_lines->emplace_back(level, std::string(line));
-}
-
 class LibbpfLogTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    saved_ = tt::log::level();
-    tt::log::setLevel(Level::Debug);
-    g_lines = &lines;
-    tt::log::setSink(capture);
-    tt::sys::bpf::routeLibbpfLogs();
-  }
-  void TearDown() override {
-    tt::log::setSink(nullptr);
-    g_lines = nullptr;
-    tt::log::setLevel(saved_);
-  }
+  void SetUp() override { tt::sys::bpf::routeLibbpfLogs(); }
   // Makes libbpf log at least one warning; false if it opened the bytes after all.
   static bool makeLibbpfWarn() {
     static const char notElf[] = "this is not an ELF object";
@@ -44,14 +27,9 @@ class LibbpfLogTest : public ::testing::Test {
     bpf_object__close(obj);
     return false;
   }
-  [[nodiscard]] size_t countAt(Level level) const {
-    size_t n = 0;
-    for (const auto& [l, text] : lines) n += l == level && text.find("libbpf: ") != std::string::npos ? 1 : 0;
-    return n;
-  }
+  [[nodiscard]] size_t countAt(Level level) const { return log.count(level, "libbpf: "); }
 
-  std::vector<std::pair<Level, std::string>> lines;
-  Level saved_ = Level::Info;
+  tt::test::LogCapture log;
 };
 
 TEST_F(LibbpfLogTest, WithoutAHoldLibbpfWarningsAreWarnings) {
@@ -78,7 +56,7 @@ TEST_F(LibbpfLogTest, LinesStillHeldWhenTheHoldEndsGoOutAsLibbpfGaveThem) {
     EXPECT_EQ(countAt(Level::Warn), 0U);
   }
   EXPECT_GE(countAt(Level::Warn), 1U);
-  lines.clear();
+  log.clear();
   ASSERT_TRUE(makeLibbpfWarn());  // no hold left on this thread
   EXPECT_GE(countAt(Level::Warn), 1U);
 }

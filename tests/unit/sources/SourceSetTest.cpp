@@ -151,11 +151,6 @@ TEST(SourceSet, OneFailingSourceDoesNotLoseTheOthers) {
   EXPECT_EQ(out[0].page, 0x3000U);
 }
 
-std::vector<std::string>* g_logLines = nullptr;
-void captureLog(tt::log::Level level, std::string_view line) {
-  if (g_logLines && level >= tt::log::Level::Info) g_logLines->emplace_back(line);
-}
-
 // A source failing the same way every epoch says so once at Warn, again when the error changes
 // (with how often the last one repeated), and once at Info when it collects again.
 TEST(SourceSet, CollectErrorsAreLoggedWhenTheyChangeNotEveryEpoch) {
@@ -164,27 +159,21 @@ TEST(SourceSet, CollectErrorsAreLoggedWhenTheyChangeNotEveryEpoch) {
   std::vector<std::unique_ptr<Source>> v;
   v.push_back(std::move(a));
   SourceSet set(std::move(v));
-  std::vector<std::string> lines;
-  g_logLines = &lines;
-  tt::log::setSink(captureLog);
-  const auto savedLevel = tt::log::level();
-  tt::log::setLevel(tt::log::Level::Debug);
+  tt::test::LogCapture log(tt::log::Level::Debug, tt::log::Level::Info);
   auto collect = [&] {
     EvidenceBatch out;
     return set.collect(out).ok();
   };
   pa->failCollect = true;
   for (int i = 0; i < 5; ++i) EXPECT_FALSE(collect());
-  const std::vector<std::string> afterFive = lines;
+  const std::vector<std::string> afterFive = log.texts();
   pa->collectError = "another failure";
   EXPECT_FALSE(collect());
   EXPECT_FALSE(collect());
   pa->failCollect = false;
   EXPECT_TRUE(collect());
   EXPECT_TRUE(collect());
-  tt::log::setSink(nullptr);
-  tt::log::setLevel(savedLevel);
-  g_logLines = nullptr;
+  const std::vector<std::string> lines = log.texts();
   ASSERT_EQ(afterFive.size(), 1U) << "five identical failures, one line at Warn or above";
   EXPECT_NE(afterFive[0].find("a: collect failed: scripted collect failure"), std::string::npos) << afterFive[0];
   ASSERT_EQ(lines.size(), 3U);
