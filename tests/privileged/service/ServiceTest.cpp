@@ -48,6 +48,16 @@ std::string baseConfig(const std::string& extraService = "", int epochMs = 100) 
          "sources { fault_trace { pause_over_budget: false } }\n";
 }
 
+pb::ClientMessage registerMsg(const void* address, uint64_t length, const std::string& name) {
+  pb::ClientMessage m;
+  auto* r = m.mutable_register_region();
+  r->set_address(reinterpret_cast<uint64_t>(address));
+  r->set_length(length);
+  r->set_name(name);
+  r->set_kind(pb::ACTIVATION);
+  return m;
+}
+
 class ServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -64,15 +74,6 @@ class ServiceTest : public ::testing::Test {
     auto h = c.hello(name, mbind);
     ASSERT_TRUE(h.ok()) << h.error().message();
     EXPECT_EQ(h->version(), 1u);
-  }
-  static pb::ClientMessage registerMsg(const void* address, uint64_t length, const std::string& name) {
-    pb::ClientMessage m;
-    auto* r = m.mutable_register_region();
-    r->set_address(reinterpret_cast<uint64_t>(address));
-    r->set_length(length);
-    r->set_name(name);
-    r->set_kind(pb::ACTIVATION);
-    return m;
   }
   nlohmann::json ctlJson(const std::string& args, int expectExit = 0) {
     auto r = tt::test::runCommand(std::string(TT_TENSORTIERCTL) + " --socket " + daemon.socket() + " --json " + args);
@@ -1004,19 +1005,15 @@ TEST(CtlArguments, NumbersOutOfRangeAreRefusedNotTruncated) {
 class StalledProcfs {
  public:
   explicit StalledProcfs(const std::string& root) : root_(root) {
-    namespace fs = std::filesystem;
-    fs::create_directories(root_ + "/sys/kernel");
-    for (const auto& e : fs::directory_iterator("/proc")) {
-      const std::string name = e.path().filename();
-      if (name != "sys") fs::create_directory_symlink(e.path(), root_ + "/" + name);
-    }
-    for (const auto& e : fs::directory_iterator("/proc/sys")) {
-      const std::string name = e.path().filename();
-      if (name != "kernel") fs::create_directory_symlink(e.path(), root_ + "/sys/" + name);
-    }
-    for (const auto& e : fs::directory_iterator("/proc/sys/kernel")) {
-      const std::string name = e.path().filename();
-      if (name != "numa_balancing") fs::create_symlink(e.path(), root_ + "/sys/kernel/" + name);
+    // Each level of the path to numa_balancing is a directory of links to the real entries but
+    // for the next level, made below.
+    std::string real = "/proc", copy = root_;
+    for (const char* next : {"sys", "kernel", "numa_balancing"}) {
+      std::filesystem::create_directories(copy);
+      for (const auto& e : std::filesystem::directory_iterator(real))
+        if (e.path().filename() != next) std::filesystem::create_symlink(e.path(), copy + "/" + e.path().filename().string());
+      real += std::string("/") + next;
+      copy += std::string("/") + next;
     }
     ok_ = ::mkfifo(fifo().c_str(), 0600) == 0;
   }
@@ -1087,13 +1084,7 @@ TEST_F(ServiceStartupTest, ClientsAreServedWhileTheSourcesOpen) {
   constexpr size_t kPages = 256;
   void* addr = ::mmap(nullptr, kPages * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(addr, MAP_FAILED);
-  pb::ClientMessage reg;
-  auto* r = reg.mutable_register_region();
-  r->set_address(reinterpret_cast<uint64_t>(addr));
-  r->set_length(kPages * kPage);
-  r->set_name("early");
-  r->set_kind(pb::ACTIVATION);
-  auto registered = c.call(reg);
+  auto registered = c.call(registerMsg(addr, kPages * kPage, "early"));
   ASSERT_TRUE(registered.ok()) << registered.error().message();
   ASSERT_TRUE(registered->has_register_region_reply()) << registered->DebugString();
 

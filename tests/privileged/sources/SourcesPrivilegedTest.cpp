@@ -24,6 +24,7 @@
 #include "sources/SamplingSource.h"
 #include "sources/SourceSet.h"
 #include "support/TestSupport.h"
+#include "sys/ProcStat.h"
 #include "sys/bpf/PerfSampleAgg.h"
 #include "sys/bpf/TgidBitmap.h"
 #include "sys/perf/PerfEvent.h"
@@ -362,10 +363,9 @@ std::optional<pid_t> threadNamed(const std::string& name) {
 
 // How often a thread of this process went to sleep by itself (voluntary_ctxt_switches): its waits.
 uint64_t voluntarySwitches(pid_t tid) {
-  std::ifstream status("/proc/self/task/" + std::to_string(tid) + "/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stoull(line.substr(line.find(':') + 1));
-  return 0;
+  const std::string status = tt::test::readFileOrFail("/proc/self/task/" + std::to_string(tid) + "/status");
+  const auto field = sys::statusField(status, "voluntary_ctxt_switches");
+  return field ? std::stoull(std::string(*field)) : 0;
 }
 
 // With nothing tracked there is nothing to judge: the guard's thread sleeps instead of waking every
